@@ -1,0 +1,4 @@
+"""Jepsen-style fault injection against a running cluster, and the history checkers.
+
+Owns nemeses, workloads, history recording and anomaly checking.
+"""
