@@ -44,17 +44,17 @@ class HardState:
 
     term: int = 0
     vote: int | None = None
-    commit: int = 0
+    commit: int = -1  # offsets start at 0; -1 means nothing committed
 
 
 @dataclass(slots=True)
 class SnapshotMeta:
     """The point below which the log was trimmed: last included offset and its term.
 
-    `voters`/`learners` are the membership in force at that point.
+    `voters`/`learners` are the membership in force at that point. Index -1 means never trimmed.
     """
 
-    index: int = 0
+    index: int = -1
     term: int = 0
     voters: tuple[int, ...] = ()
     learners: tuple[int, ...] = ()
@@ -155,7 +155,7 @@ class LogView(Protocol):
         ...
 
     def last_index(self) -> int:
-        """Last stored offset, or the snapshot index when empty."""
+        """Last stored offset, or the snapshot index when empty (-1 for a new log)."""
         ...
 
     def term_at(self, index: int) -> int | None:
@@ -169,5 +169,5 @@ class LogView(Protocol):
         ...
 
     def snapshot_meta(self) -> SnapshotMeta:
-        """The current trim point (index 0, term 0 when the log was never trimmed)."""
+        """The current trim point (index -1, term 0 when the log was never trimmed)."""
         ...
