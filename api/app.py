@@ -1,0 +1,481 @@
+"""The aiohttp Application serving the v1 HTTP contract on top of one node's Broker.
+
+Owns routing, body/answer encodings (JSON, msgpack), partition choice, leader forwarding and health.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+from aiohttp import web
+
+from raftline.api import codec, validation
+from raftline.api.errors import ApiError, from_broker_error, invalid
+from raftline.api.forward import FORWARDED_HEADER, Forwarder, LeaderMoved, LeaderUnreachable
+from raftline.api.openapi import openapi_document
+from raftline.api.partitioner import partition_for_key
+from raftline.node.broker import Broker, BrokerError, NotLeader
+
+log = logging.getLogger(__name__)
+
+MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack")
+# Largest body: a 10 MB message as base64 inside JSON, plus room for its siblings.
+MAX_BODY_BYTES = 32 * 1024 * 1024
+LEADER_WAIT_S = 5.0  # how long a request waits through a leader election before a 503
+PRODUCE_TIMEOUT_S = 15.0
+TOPIC_CACHE_S = 1.0
+
+
+@dataclass(slots=True)
+class TopicMeta:
+    partitions: int
+    max_message_bytes: int
+    compression: str
+    fetched_at: float
+
+
+class ApiState:
+    """Per-app state: topic metadata cache, sticky partition cursors, forwarding, metrics."""
+
+    def __init__(self, broker: Broker, self_http: str | None) -> None:
+        self.broker = broker
+        self.self_http = self_http
+        self.forwarder = Forwarder()
+        self.topics: dict[str, TopicMeta] = {}
+        self.sticky: dict[str, itertools.count[int]] = {}
+        self.background: set[asyncio.Task[None]] = set()
+        self.requests: dict[tuple[str, str, int], int] = {}
+
+    async def topic_meta(self, topic: str) -> TopicMeta:
+        cached = self.topics.get(topic)
+        now = time.monotonic()
+        if cached is not None and now - cached.fetched_at < TOPIC_CACHE_S:
+            return cached
+        description = await self.broker.describe_topic(topic)
+        config = description.get("config") or {}
+        meta = TopicMeta(
+            partitions=len(description.get("partitions") or [])
+            or await self.broker.topic_partition_count(topic),
+            max_message_bytes=validation.max_message_bytes(config),
+            compression=str(config.get("compression.type", "none")),
+            fetched_at=now,
+        )
+        self.topics[topic] = meta
+        return meta
+
+    def next_sticky(self, topic: str, partitions: int) -> int:
+        cursor = self.sticky.setdefault(topic, itertools.count())
+        return next(cursor) % partitions
+
+    async def with_leader(
+        self,
+        local: Callable[[], Awaitable[Any]],
+        remote: Callable[[str], Awaitable[Any]],
+        forwarded: bool,
+    ) -> Any:
+        """Run `local`; when this node does not lead, run `remote` on the leader, riding out
+        elections for up to LEADER_WAIT_S (then 503 leader_unavailable)."""
+        deadline = time.monotonic() + LEADER_WAIT_S
+        delay = 0.05
+        hint: str | None = None
+        while True:
+            if hint is None:
+                try:
+                    return await local()
+                except NotLeader as exc:
+                    if forwarded:
+                        raise from_broker_error(exc) from None
+                    hint = exc.leader_http
+            if hint is not None and hint != self.self_http:
+                try:
+                    return await remote(hint)
+                except LeaderMoved as moved:
+                    hint = moved.leader_http
+                    if hint is not None and time.monotonic() < deadline:
+                        continue
+                except LeaderUnreachable:
+                    hint = None
+            hint = None
+            if time.monotonic() >= deadline:
+                raise ApiError("leader_unavailable", "no reachable leader for the partition")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.4)
+
+
+BROKER_KEY = web.AppKey("broker", Broker)
+STATE_KEY = web.AppKey("api_state", ApiState)
+
+
+# ---- encodings -----------------------------------------------------------------------------
+
+
+def wants_msgpack(request: web.Request) -> bool:
+    accept = request.headers.get("Accept", "")
+    return any(kind in accept for kind in MSGPACK_TYPES)
+
+
+def reply(
+    request: web.Request,
+    data: Any,
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    if wants_msgpack(request):
+        return web.Response(
+            body=msgpack.packb(data, use_bin_type=True),
+            status=status,
+            content_type="application/msgpack",
+            headers=headers,
+        )
+    return web.Response(
+        text=json.dumps(data, separators=(",", ":")),
+        status=status,
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+async def read_body(request: web.Request) -> Any:
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError(
+            "message_too_large", f"request body exceeds {MAX_BODY_BYTES} bytes"
+        ) from None
+    if not raw:
+        raise invalid("request body is empty")
+    if request.content_type in MSGPACK_TYPES:
+        try:
+            return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+        except Exception as exc:  # msgpack raises many unrelated types for garbage
+            raise invalid(f"body is not valid msgpack: {exc}") from None
+    # Anything else is read as JSON: curl's default form content type included.
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise invalid(f"body is not valid JSON: {exc}") from None
+
+
+def error_response(request: web.Request, error: ApiError) -> web.Response:
+    return reply(request, error.body(), status=error.status, headers=error.headers())
+
+
+@web.middleware
+async def error_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    state = request.app[STATE_KEY]
+    try:
+        response = await handler(request)
+    except ApiError as exc:
+        response = error_response(request, exc)
+    except BrokerError as exc:
+        response = error_response(request, from_broker_error(exc))
+    except web.HTTPRequestEntityTooLarge:
+        response = error_response(
+            request, ApiError("message_too_large", "request body exceeds the size limit")
+        )
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status, "invalid_request")
+        response = error_response(request, ApiError(code, exc.reason, status=exc.status))
+    except TimeoutError:
+        response = error_response(request, ApiError("timeout", "the request timed out"))
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        response = error_response(
+            request, ApiError("internal_error", "internal error; see the node's log")
+        )
+    route = request.match_info.route.resource
+    name = route.canonical if route is not None else "unmatched"
+    key = (request.method, name, response.status)
+    state.requests[key] = state.requests.get(key, 0) + 1
+    return response
+
+
+# ---- handlers ------------------------------------------------------------------------------
+
+
+def _state(request: web.Request) -> ApiState:
+    return request.app[STATE_KEY]
+
+
+def _topic(request: web.Request) -> str:
+    return validation.topic_name(request.match_info["topic"])
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return reply(request, {"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    if _state(request).broker.ready():
+        return reply(request, {"status": "ready"})
+    error = ApiError(
+        "not_ready", "the node has not joined the cluster yet", status=503, retryable=True
+    )
+    return error_response(request, error)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    state = _state(request)
+    lines = [
+        "# HELP raftline_http_requests_total HTTP requests answered, by route and status.",
+        "# TYPE raftline_http_requests_total counter",
+    ]
+    for (method, route, status), count in sorted(state.requests.items()):
+        lines.append(
+            f'raftline_http_requests_total{{method="{method}",route="{route}",'
+            f'status="{status}"}} {count}'
+        )
+    text = state.broker.metrics_text().rstrip("\n") + "\n" + "\n".join(lines) + "\n"
+    return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(openapi_document())
+
+
+async def cluster(request: web.Request) -> web.Response:
+    return reply(request, await _state(request).broker.cluster())
+
+
+async def create_topic(request: web.Request) -> web.Response:
+    state = _state(request)
+    spec = validation.create_topic_request(await read_body(request))
+    replication = spec.replication_factor
+    if replication is None:
+        nodes = (await state.broker.cluster()).get("nodes") or [None]
+        replication = min(3, len(nodes))
+    description = await state.broker.create_topic(
+        spec.name, spec.partitions, replication, spec.config
+    )
+    state.topics.pop(spec.name, None)
+    return reply(request, description, status=201)
+
+
+async def list_topics(request: web.Request) -> web.Response:
+    return reply(request, {"topics": await _state(request).broker.list_topics()})
+
+
+async def describe_topic(request: web.Request) -> web.Response:
+    return reply(request, await _state(request).broker.describe_topic(_topic(request)))
+
+
+async def delete_topic(request: web.Request) -> web.Response:
+    state = _state(request)
+    topic = _topic(request)
+    await state.broker.delete_topic(topic)
+    state.topics.pop(topic, None)
+    state.sticky.pop(topic, None)
+    return web.Response(status=204)
+
+
+def _assign_partitions(
+    state: ApiState, topic: str, meta: TopicMeta, messages: list[validation.ProduceMessage]
+) -> dict[int, list[int]]:
+    """Message indexes per partition: explicit partition > key hash > one sticky partition."""
+    groups: dict[int, list[int]] = {}
+    sticky: int | None = None
+    for index, message in enumerate(messages):
+        if message.size > meta.max_message_bytes:
+            raise ApiError(
+                "message_too_large",
+                f"messages[{index}] is {message.size} bytes; the topic allows "
+                f"{meta.max_message_bytes} (max.message.bytes)",
+            )
+        if message.partition is not None:
+            if message.partition >= meta.partitions:
+                raise ApiError(
+                    "unknown_partition",
+                    f"topic {topic!r} has no partition {message.partition} "
+                    f"({meta.partitions} partitions)",
+                )
+            partition = message.partition
+        elif message.key is not None:
+            partition = partition_for_key(message.key, meta.partitions)
+        else:
+            if sticky is None:
+                sticky = state.next_sticky(topic, meta.partitions)
+            partition = sticky
+        groups.setdefault(partition, []).append(index)
+    return groups
+
+
+async def _produce_partition(
+    state: ApiState, topic: str, partition: int, batch: bytes, acks: str
+) -> int:
+    async def local() -> int:
+        return await asyncio.wait_for(
+            state.broker.produce(topic, partition, batch, acks), PRODUCE_TIMEOUT_S
+        )
+
+    async def remote(leader: str) -> int:
+        return await state.forwarder.produce(leader, topic, partition, batch, acks)
+
+    return await state.with_leader(local, remote, forwarded=False)
+
+
+async def produce(request: web.Request) -> web.Response:
+    state = _state(request)
+    topic = _topic(request)
+    spec = validation.produce_request(await read_body(request))
+    meta = await state.topic_meta(topic)
+    groups = _assign_partitions(state, topic, meta, spec.messages)
+    now_ms = int(time.time() * 1000)
+    batches = {
+        partition: codec.encode_batch([spec.messages[i] for i in indexes], meta.compression, now_ms)
+        for partition, indexes in groups.items()
+    }
+    work = [
+        _produce_partition(state, topic, partition, batch, spec.acks)
+        for partition, batch in batches.items()
+    ]
+    if spec.acks == "none":
+        task = asyncio.ensure_future(_fire_and_forget(work))
+        state.background.add(task)
+        task.add_done_callback(state.background.discard)
+        return reply(request, {}, status=202)
+    base_offsets = await asyncio.gather(*work)
+    offsets: list[dict[str, int] | None] = [None] * len(spec.messages)
+    for (partition, indexes), base in zip(groups.items(), base_offsets, strict=True):
+        for delta, index in enumerate(indexes):
+            offsets[index] = {"partition": partition, "offset": base + delta}
+    return reply(request, {"offsets": offsets})
+
+
+async def _fire_and_forget(work: list[Awaitable[int]]) -> None:
+    results = await asyncio.gather(*work, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            log.warning("acks=none produce failed: %s", result)
+
+
+async def internal_batch(request: web.Request) -> web.Response:
+    """A batch forwarded by another node: append here or say who leads (never forward again)."""
+    state = _state(request)
+    topic = _topic(request)
+    partition = validation.partition_index(request.match_info["partition"])
+    acks = request.query.get("acks", "all")
+    if acks not in validation.ACKS:
+        raise invalid("acks must be one of all, leader, none")
+    batch = await request.read()
+    try:
+        base = await asyncio.wait_for(
+            state.broker.produce(topic, partition, batch, acks), PRODUCE_TIMEOUT_S
+        )
+    except NotLeader as exc:
+        error = from_broker_error(exc)
+        error.extra["leader_http"] = exc.leader_http
+        raise error from None
+    return reply(request, {"base_offset": base})
+
+
+async def _fetch_local(
+    state: ApiState, topic: str, partition: int, spec: validation.FetchRequest
+) -> dict[str, Any]:
+    deadline = time.monotonic() + spec.wait_ms / 1000
+    offset = await _resolve_offset(state, topic, partition, spec.offset)
+    while True:
+        wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+        batches, log_start, high_watermark = await state.broker.fetch(
+            topic, partition, offset, spec.max_bytes, wait_ms
+        )
+        decoded = codec.decode_batches(
+            batches, partition, offset, spec.max_messages, spec.max_bytes
+        )
+        # Batches holding only control records move the offset on; keep waiting past them.
+        if decoded.messages or decoded.next_offset == offset or wait_ms == 0:
+            return {
+                "messages": decoded.messages,
+                "next_offset": decoded.next_offset,
+                "log_start_offset": log_start,
+                "high_watermark": high_watermark,
+            }
+        offset = decoded.next_offset
+
+
+async def _resolve_offset(state: ApiState, topic: str, partition: int, offset: int | str) -> int:
+    if isinstance(offset, int):
+        return offset
+    try:
+        _, log_start, high_watermark = await state.broker.fetch(topic, partition, 0, 1, 0)
+    except BrokerError as exc:
+        if exc.code != "offset_out_of_range":
+            raise
+        log_start = int(exc.extra["log_start_offset"])
+        high_watermark = int(exc.extra["high_watermark"])
+    return log_start if offset == "earliest" else high_watermark
+
+
+async def fetch(request: web.Request) -> web.Response:
+    state = _state(request)
+    topic = _topic(request)
+    partition = validation.partition_index(request.match_info["partition"])
+    spec = validation.fetch_request(dict(request.query))
+
+    async def local() -> dict[str, Any]:
+        return await _fetch_local(state, topic, partition, spec)
+
+    async def remote(leader: str) -> dict[str, Any]:
+        params = {
+            "offset": str(spec.offset),
+            "max_messages": str(spec.max_messages),
+            "max_bytes": str(spec.max_bytes),
+            "wait_ms": str(spec.wait_ms),
+        }
+        return await state.forwarder.fetch(leader, topic, partition, params)
+
+    forwarded = FORWARDED_HEADER in request.headers
+    try:
+        body = await state.with_leader(local, remote, forwarded=forwarded)
+    except ApiError as exc:
+        if forwarded and exc.code == "leader_unavailable":
+            exc.extra.setdefault("leader_http", None)
+        raise
+    return reply(request, body)
+
+
+# ---- application ---------------------------------------------------------------------------
+
+
+def create_app(broker: Broker, *, self_http: str | None = None) -> web.Application:
+    """The HTTP app for `broker`; `self_http` is this node's HOST:PORT (never forwarded to)."""
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[error_middleware])
+    state = ApiState(broker, self_http)
+    app[BROKER_KEY] = broker
+    app[STATE_KEY] = state
+
+    async def close_forwarder(_: web.Application) -> None:
+        for task in list(state.background):
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*state.background, return_exceptions=True)
+        await state.forwarder.close()
+
+    app.on_cleanup.append(close_forwarder)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/openapi.json", openapi)
+    app.router.add_get("/v1/cluster", cluster)
+    app.router.add_post("/v1/topics", create_topic)
+    app.router.add_get("/v1/topics", list_topics)
+    app.router.add_get("/v1/topics/{topic}", describe_topic)
+    app.router.add_delete("/v1/topics/{topic}", delete_topic)
+    app.router.add_post("/v1/topics/{topic}/messages", produce)
+    app.router.add_get("/v1/topics/{topic}/partitions/{partition}/messages", fetch)
+    app.router.add_post("/v1/internal/topics/{topic}/partitions/{partition}/batch", internal_batch)
+    return app

@@ -1,0 +1,97 @@
+"""Forwarding of produce batches and fetches to the partition leader over the internal HTTP API.
+
+Owns the shared aiohttp session between nodes and the translation of remote answers into errors.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+
+from raftline.api.errors import ApiError
+
+FORWARDED_HEADER = "X-Raftline-Forwarded"
+REQUEST_TIMEOUT_S = 30.0
+
+
+class LeaderMoved(Exception):
+    """The node we forwarded to does not lead the partition (either; hint may be None)."""
+
+    def __init__(self, leader_http: str | None) -> None:
+        super().__init__(f"leader moved to {leader_http}")
+        self.leader_http = leader_http
+
+
+class LeaderUnreachable(Exception):
+    """Connecting to the leader failed before the request was sent: safe to retry."""
+
+
+class Forwarder:
+    """One keep-alive session to the other nodes; opened on first use, closed with the app."""
+
+    def __init__(self) -> None:
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S, connect=2.0),
+                connector=aiohttp.TCPConnector(limit=64, keepalive_timeout=30),
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def produce(
+        self, leader_http: str, topic: str, partition: int, batch: bytes, acks: str
+    ) -> int:
+        url = f"http://{leader_http}/v1/internal/topics/{topic}/partitions/{partition}/batch"
+        body = await self._call(
+            "POST",
+            url,
+            params={"acks": acks},
+            data=batch,
+            headers={"Content-Type": "application/octet-stream", FORWARDED_HEADER: "1"},
+        )
+        return int(body["base_offset"])
+
+    async def fetch(
+        self, leader_http: str, topic: str, partition: int, params: dict[str, str]
+    ) -> dict[str, Any]:
+        url = f"http://{leader_http}/v1/topics/{topic}/partitions/{partition}/messages"
+        return await self._call("GET", url, params=params, headers={FORWARDED_HEADER: "1"})
+
+    async def _call(self, method: str, url: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            async with self._client().request(method, url, **kwargs) as response:
+                raw = await response.read()
+                status = response.status
+        except aiohttp.ClientConnectorError as exc:
+            raise LeaderUnreachable(str(exc)) from exc
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            # The leader may have applied the request: ambiguous, so not retried here.
+            raise ApiError(
+                "leader_unavailable", f"the partition leader stopped answering: {exc}"
+            ) from exc
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            raise ApiError("leader_unavailable", "the partition leader sent a bad answer") from None
+        if status < 300:
+            return body
+        error = body.get("error", {}) if isinstance(body, dict) else {}
+        code = error.get("code", "internal_error")
+        if code == "leader_unavailable" and "leader_http" in body:
+            raise LeaderMoved(body["leader_http"])
+        extra = {k: v for k, v in body.items() if k != "error"}
+        raise ApiError(
+            code,
+            str(error.get("message", "forwarded request failed")),
+            status=status,
+            retryable=bool(error.get("retryable", status >= 500)),
+            extra=extra,
+        )

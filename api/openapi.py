@@ -1,0 +1,425 @@
+"""The OpenAPI 3 description of the v1 HTTP contract, served at GET /openapi.json.
+
+Owns the schemas of every public endpoint, their parameters, bodies and error answers.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+JSON = "application/json"
+MSGPACK = "application/msgpack"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _body(schema: str, description: str) -> dict[str, Any]:
+    content = {kind: {"schema": _ref(schema)} for kind in (JSON, MSGPACK)}
+    return {"description": description, "content": content}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    names = {
+        400: "invalid_request",
+        404: "unknown_topic or unknown_partition",
+        409: "topic_exists",
+        413: "message_too_large",
+        416: "offset_out_of_range (body also has log_start_offset and high_watermark)",
+        503: "not_enough_replicas or leader_unavailable (retryable; Retry-After header)",
+        504: "timeout (retryable)",
+    }
+    return {str(status): _body("Error", names[status]) for status in statuses}
+
+
+_TOPIC = {"name": "topic", "in": "path", "required": True, "schema": _ref("TopicName")}
+_PARTITION = {
+    "name": "partition",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "integer", "minimum": 0},
+}
+
+
+def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": schema,
+        "description": description,
+    }
+
+
+_SCHEMAS: dict[str, Any] = {
+    "TopicName": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,249}$"},
+    "Error": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["code", "message", "retryable"],
+                "properties": {
+                    "code": {
+                        "type": "string",
+                        "enum": [
+                            "invalid_request",
+                            "unknown_topic",
+                            "unknown_partition",
+                            "topic_exists",
+                            "offset_out_of_range",
+                            "message_too_large",
+                            "not_enough_replicas",
+                            "leader_unavailable",
+                            "timeout",
+                        ],
+                    },
+                    "message": {"type": "string"},
+                    "retryable": {"type": "boolean"},
+                },
+            },
+            "log_start_offset": {"type": "integer"},
+            "high_watermark": {"type": "integer"},
+        },
+    },
+    "TopicConfig": {
+        "type": "object",
+        "description": "Kafka topic config names; values as strings or numbers.",
+        "properties": {
+            "retention.ms": {"type": ["string", "integer"]},
+            "retention.bytes": {"type": ["string", "integer"]},
+            "cleanup.policy": {"type": "string", "enum": ["delete", "compact"]},
+            "max.message.bytes": {
+                "type": ["string", "integer"],
+                "maximum": 10485760,
+                "default": 1048576,
+            },
+            "segment.bytes": {"type": ["string", "integer"]},
+            "compression.type": {
+                "type": "string",
+                "enum": ["producer", "none", "gzip", "snappy", "lz4", "zstd"],
+            },
+        },
+        "additionalProperties": {"type": ["string", "integer"]},
+    },
+    "CreateTopic": {
+        "type": "object",
+        "required": ["name"],
+        "additionalProperties": False,
+        "properties": {
+            "name": _ref("TopicName"),
+            "partitions": {"type": "integer", "minimum": 1, "default": 1},
+            "replication_factor": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "default: min(3, cluster size)",
+            },
+            "config": _ref("TopicConfig"),
+        },
+    },
+    "TopicSummary": {
+        "type": "object",
+        "properties": {
+            "name": _ref("TopicName"),
+            "partitions": {"type": "integer"},
+            "replication_factor": {"type": "integer"},
+        },
+    },
+    "TopicList": {
+        "type": "object",
+        "properties": {"topics": {"type": "array", "items": _ref("TopicSummary")}},
+    },
+    "PartitionState": {
+        "type": "object",
+        "properties": {
+            "partition": {"type": "integer"},
+            "leader": {"type": ["integer", "null"]},
+            "replicas": {"type": "array", "items": {"type": "integer"}},
+            "in_sync": {"type": "array", "items": {"type": "integer"}},
+            "log_start_offset": {"type": "integer"},
+            "high_watermark": {"type": "integer"},
+        },
+    },
+    "TopicDescription": {
+        "type": "object",
+        "properties": {
+            "name": _ref("TopicName"),
+            "config": {"type": "object", "additionalProperties": {"type": "string"}},
+            "partitions": {"type": "array", "items": _ref("PartitionState")},
+        },
+    },
+    "ProduceMessage": {
+        "type": "object",
+        "additionalProperties": False,
+        "description": "Exactly one of value / value_b64 (value null: a tombstone).",
+        "properties": {
+            "key": {"type": ["string", "null"]},
+            "key_b64": {"type": "string", "format": "byte"},
+            "value": {"type": ["string", "null"]},
+            "value_b64": {"type": "string", "format": "byte"},
+            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            "partition": {"type": "integer", "minimum": 0},
+            "timestamp": {"type": "integer", "minimum": 0, "description": "ms since epoch"},
+        },
+    },
+    "ProduceRequest": {
+        "type": "object",
+        "required": ["messages"],
+        "additionalProperties": False,
+        "properties": {
+            "acks": {"type": "string", "enum": ["all", "leader", "none"], "default": "all"},
+            "messages": {"type": "array", "minItems": 1, "items": _ref("ProduceMessage")},
+        },
+    },
+    "ProduceResponse": {
+        "type": "object",
+        "properties": {
+            "offsets": {
+                "type": "array",
+                "description": "One per message, in request order.",
+                "items": {
+                    "type": "object",
+                    "properties": {"partition": {"type": "integer"}, "offset": {"type": "integer"}},
+                },
+            }
+        },
+    },
+    "FetchedMessage": {
+        "type": "object",
+        "properties": {
+            "partition": {"type": "integer"},
+            "offset": {"type": "integer"},
+            "timestamp": {"type": "integer"},
+            "key": {"type": ["string", "null"]},
+            "key_b64": {
+                "type": "string",
+                "format": "byte",
+                "description": "instead of key when it is not UTF-8",
+            },
+            "value": {"type": ["string", "null"]},
+            "value_b64": {
+                "type": "string",
+                "format": "byte",
+                "description": "instead of value when it is not UTF-8",
+            },
+            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+        },
+    },
+    "FetchResponse": {
+        "type": "object",
+        "properties": {
+            "messages": {"type": "array", "items": _ref("FetchedMessage")},
+            "next_offset": {"type": "integer"},
+            "log_start_offset": {"type": "integer"},
+            "high_watermark": {"type": "integer"},
+        },
+    },
+    "Cluster": {
+        "type": "object",
+        "properties": {
+            "cluster_id": {"type": "string"},
+            "controller": {"type": ["integer", "null"]},
+            "nodes": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "integer"},
+                        "http": {"type": "string"},
+                        "raft": {"type": "string"},
+                        "alive": {"type": "boolean"},
+                    },
+                },
+            },
+        },
+    },
+    "Status": {"type": "object", "properties": {"status": {"type": "string"}}},
+}
+
+
+@cache
+def openapi_document() -> dict[str, Any]:
+    """The whole document; built once, it never changes while the node runs."""
+    topic_item = [_TOPIC]
+    fetch_params = [
+        _TOPIC,
+        _PARTITION,
+        _query(
+            "offset",
+            {
+                "oneOf": [
+                    {"type": "integer", "minimum": 0},
+                    {"type": "string", "enum": ["earliest", "latest"]},
+                ]
+            },
+            "first offset to read (default earliest)",
+        ),
+        _query(
+            "max_messages",
+            {"type": "integer", "minimum": 1, "default": 500},
+            "most messages returned",
+        ),
+        _query(
+            "max_bytes",
+            {"type": "integer", "minimum": 1, "default": 1048576},
+            "byte budget (at least one message is returned)",
+        ),
+        _query(
+            "wait_ms",
+            {"type": "integer", "minimum": 0, "default": 0},
+            "long-poll up to this long for a message",
+        ),
+    ]
+    paths: dict[str, Any] = {
+        "/v1/topics": {
+            "post": {
+                "summary": "Create a topic",
+                "operationId": "createTopic",
+                "requestBody": {"required": True, **_body("CreateTopic", "the topic")},
+                "responses": {
+                    "201": _body("TopicDescription", "created"),
+                    **_errors(400, 409, 503, 504),
+                },
+            },
+            "get": {
+                "summary": "List topics",
+                "operationId": "listTopics",
+                "responses": {"200": _body("TopicList", "every topic"), **_errors(503)},
+            },
+        },
+        "/v1/topics/{topic}": {
+            "get": {
+                "summary": "Describe a topic and its partitions",
+                "operationId": "describeTopic",
+                "parameters": topic_item,
+                "responses": {
+                    "200": _body("TopicDescription", "the topic"),
+                    **_errors(400, 404, 503),
+                },
+            },
+            "delete": {
+                "summary": "Delete a topic",
+                "operationId": "deleteTopic",
+                "parameters": topic_item,
+                "responses": {"204": {"description": "deleted"}, **_errors(400, 404, 503, 504)},
+            },
+        },
+        "/v1/topics/{topic}/messages": {
+            "post": {
+                "summary": "Produce messages",
+                "operationId": "produce",
+                "parameters": topic_item,
+                "requestBody": {"required": True, **_body("ProduceRequest", "messages")},
+                "responses": {
+                    "200": _body("ProduceResponse", "offsets in request order"),
+                    "202": {
+                        "description": "accepted (acks=none)",
+                        "content": {JSON: {"schema": {"type": "object"}}},
+                    },
+                    **_errors(400, 404, 413, 503, 504),
+                },
+            }
+        },
+        "/v1/topics/{topic}/partitions/{partition}/messages": {
+            "get": {
+                "summary": "Fetch committed messages from a partition",
+                "operationId": "fetch",
+                "parameters": fetch_params,
+                "responses": {
+                    "200": _body("FetchResponse", "messages"),
+                    **_errors(400, 404, 416, 503, 504),
+                },
+            }
+        },
+        "/v1/internal/topics/{topic}/partitions/{partition}/batch": {
+            "post": {
+                "summary": "Append one raw record batch on the partition leader (node to node)",
+                "operationId": "appendBatch",
+                "parameters": [
+                    _TOPIC,
+                    _PARTITION,
+                    _query("acks", {"type": "string", "enum": ["all", "leader", "none"]}, "acks"),
+                ],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/octet-stream": {
+                            "schema": {"type": "string", "format": "binary"}
+                        }
+                    },
+                },
+                "responses": {
+                    "200": {
+                        "description": "appended",
+                        "content": {
+                            JSON: {
+                                "schema": {
+                                    "type": "object",
+                                    "properties": {"base_offset": {"type": "integer"}},
+                                }
+                            }
+                        },
+                    },
+                    **_errors(400, 404, 413, 503, 504),
+                },
+            }
+        },
+        "/v1/cluster": {
+            "get": {
+                "summary": "Cluster members and the controller",
+                "operationId": "cluster",
+                "responses": {"200": _body("Cluster", "the cluster")},
+            }
+        },
+        "/healthz": {
+            "get": {
+                "summary": "Liveness",
+                "operationId": "healthz",
+                "responses": {"200": _body("Status", "serving")},
+            }
+        },
+        "/readyz": {
+            "get": {
+                "summary": "Readiness: joined and caught up on metadata",
+                "operationId": "readyz",
+                "responses": {
+                    "200": _body("Status", "ready"),
+                    "503": _body("Error", "not ready yet"),
+                },
+            }
+        },
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus metrics",
+                "operationId": "metrics",
+                "responses": {
+                    "200": {
+                        "description": "Prometheus text format",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    }
+                },
+            }
+        },
+        "/openapi.json": {
+            "get": {
+                "summary": "This document",
+                "operationId": "openapi",
+                "responses": {"200": {"description": "OpenAPI 3 document"}},
+            }
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Raftline HTTP API",
+            "version": "1",
+            "description": "Raft-per-partition message broker. Every 4xx/5xx body is "
+            '{"error": {"code", "message", "retryable"}}. Bodies may be JSON or msgpack '
+            "(Content-Type application/msgpack); answers are msgpack when Accept asks.",
+        },
+        "paths": paths,
+        "components": {"schemas": _SCHEMAS},
+    }

@@ -1,0 +1,298 @@
+"""Parsing and checking of request bodies and query parameters into typed values.
+
+Owns every `invalid_request` decision: types, ranges, topic names, value/value_b64, base64, fields.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from raftline.api.errors import invalid
+
+TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+ACKS = ("all", "leader", "none")
+MAX_PARTITIONS = 10_000
+MAX_REPLICATION_FACTOR = 16
+MAX_WAIT_MS = 60_000
+DEFAULT_MAX_MESSAGES = 500
+MAX_MAX_MESSAGES = 100_000
+DEFAULT_MAX_BYTES = 1024 * 1024
+MAX_MAX_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
+LIMIT_MAX_MESSAGE_BYTES = 10 * 1024 * 1024
+
+MESSAGE_FIELDS = frozenset(
+    {"key", "key_b64", "value", "value_b64", "headers", "partition", "timestamp"}
+)
+PRODUCE_FIELDS = frozenset({"acks", "messages"})
+CREATE_FIELDS = frozenset({"name", "partitions", "replication_factor", "config"})
+
+CLEANUP_POLICIES = frozenset({"delete", "compact", "compact,delete", "delete,compact"})
+COMPRESSION_TYPES = frozenset({"producer", "none", "uncompressed", "gzip", "snappy", "lz4", "zstd"})
+# Kafka topic configs the broker accepts; the value check returns the canonical string or raises.
+_INT_AT_LEAST_MINUS_ONE = ("retention.ms", "retention.bytes", "delete.retention.ms")
+
+
+@dataclass(slots=True)
+class ProduceMessage:
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] = field(default_factory=list)
+    partition: int | None = None
+    timestamp: int | None = None
+
+    @property
+    def size(self) -> int:
+        """Bytes this message adds to a batch, roughly as Kafka counts it (payload only)."""
+        return (
+            len(self.key or b"")
+            + len(self.value or b"")
+            + sum(len(k) + len(v) for k, v in self.headers)
+        )
+
+
+@dataclass(slots=True)
+class ProduceRequest:
+    acks: str
+    messages: list[ProduceMessage]
+
+
+@dataclass(slots=True)
+class CreateTopicRequest:
+    name: str
+    partitions: int
+    replication_factor: int | None
+    config: dict[str, str]
+
+
+@dataclass(slots=True)
+class FetchRequest:
+    offset: int | str  # a number, "earliest" or "latest"
+    max_messages: int
+    max_bytes: int
+    wait_ms: int
+
+
+def is_int(value: Any) -> bool:
+    # bool is an int subclass in Python; JSON true must not count as 1.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def topic_name(name: Any) -> str:
+    if not isinstance(name, str) or not TOPIC_NAME.match(name) or name in (".", ".."):
+        raise invalid(
+            f"invalid topic name {name!r}: 1-249 characters of [A-Za-z0-9._-], not '.' or '..'"
+        )
+    return name
+
+
+def partition_index(text: str) -> int:
+    if not text.isdigit() or len(text) > 9:
+        raise invalid(f"invalid partition {text!r}: a non-negative integer")
+    return int(text)
+
+
+def _object(body: Any, what: str) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise invalid(f"{what} must be an object")
+    return body
+
+
+def _no_unknown(obj: dict[str, Any], allowed: frozenset[str], what: str) -> None:
+    unknown = sorted(str(k) for k in obj if k not in allowed)
+    if unknown:
+        raise invalid(f"unknown field(s) in {what}: {', '.join(unknown)}")
+
+
+def _text_or_bytes(obj: dict[str, Any], plain: str, b64: str, where: str) -> bytes | None:
+    """The bytes of `plain` (UTF-8 text, or raw bytes from msgpack) or of `b64` (base64)."""
+    if plain in obj and b64 in obj:
+        raise invalid(f"{where}: give either {plain} or {b64}, not both")
+    if b64 in obj:
+        encoded = obj[b64]
+        if not isinstance(encoded, str):
+            raise invalid(f"{where}: {b64} must be a base64 string")
+        try:
+            return base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise invalid(f"{where}: {b64} is not valid base64") from None
+    value = obj.get(plain)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            return value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise invalid(f"{where}: {plain} is not valid UTF-8 text") from None
+    if isinstance(value, bytes):
+        return value
+    raise invalid(f"{where}: {plain} must be a string")
+
+
+def _headers(raw: Any, where: str) -> list[tuple[str, bytes]]:
+    if raw is None:
+        return []
+    if not isinstance(raw, dict):
+        raise invalid(f"{where}: headers must be an object of string values")
+    headers: list[tuple[str, bytes]] = []
+    for name, value in raw.items():
+        if not isinstance(name, str):
+            raise invalid(f"{where}: header names must be strings")
+        if isinstance(value, str):
+            encoded = value.encode("utf-8", "surrogatepass")
+        elif isinstance(value, bytes):
+            encoded = value
+        else:
+            raise invalid(f"{where}: header {name!r} must have a string value")
+        headers.append((name, encoded))
+    return headers
+
+
+def _message(raw: Any, index: int) -> ProduceMessage:
+    where = f"messages[{index}]"
+    obj = _object(raw, where)
+    _no_unknown(obj, MESSAGE_FIELDS, where)
+    if "value" not in obj and "value_b64" not in obj:
+        raise invalid(f"{where}: value or value_b64 is required (null for a tombstone)")
+    partition = obj.get("partition")
+    if partition is not None and (not is_int(partition) or partition < 0):
+        raise invalid(f"{where}: partition must be a non-negative integer")
+    timestamp = obj.get("timestamp")
+    if timestamp is not None and (not is_int(timestamp) or not 0 <= timestamp < 1 << 63):
+        raise invalid(f"{where}: timestamp must be a non-negative integer (ms since epoch)")
+    return ProduceMessage(
+        key=_text_or_bytes(obj, "key", "key_b64", where),
+        value=_text_or_bytes(obj, "value", "value_b64", where),
+        headers=_headers(obj.get("headers"), where),
+        partition=partition,
+        timestamp=timestamp,
+    )
+
+
+def produce_request(body: Any) -> ProduceRequest:
+    obj = _object(body, "request body")
+    _no_unknown(obj, PRODUCE_FIELDS, "request body")
+    acks = obj.get("acks", "all")
+    if acks not in ACKS:
+        raise invalid(f"acks must be one of {', '.join(ACKS)}")
+    messages = obj.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise invalid("messages must be a non-empty array")
+    return ProduceRequest(acks=acks, messages=[_message(m, i) for i, m in enumerate(messages)])
+
+
+def _config_int(key: str, value: str, low: int, high: int | None = None) -> str:
+    try:
+        number = int(value)
+    except ValueError:
+        raise invalid(f"config {key} must be an integer") from None
+    if number < low or (high is not None and number > high):
+        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise invalid(f"config {key} must be {bound}")
+    return str(number)
+
+
+def _config_value(key: str, value: str) -> str:
+    if key in _INT_AT_LEAST_MINUS_ONE:
+        return _config_int(key, value, -1)
+    if key == "max.message.bytes":
+        return _config_int(key, value, 1, LIMIT_MAX_MESSAGE_BYTES)
+    if key == "segment.bytes":
+        return _config_int(key, value, 1024)
+    if key in ("segment.ms", "min.compaction.lag.ms", "max.compaction.lag.ms"):
+        return _config_int(key, value, 0)
+    if key == "min.insync.replicas":
+        return _config_int(key, value, 1)
+    if key == "min.cleanable.dirty.ratio":
+        try:
+            ratio = float(value)
+        except ValueError:
+            raise invalid(f"config {key} must be a number") from None
+        if not 0.0 <= ratio <= 1.0:
+            raise invalid(f"config {key} must be between 0 and 1")
+        return value
+    if key == "cleanup.policy":
+        if value not in CLEANUP_POLICIES:
+            raise invalid("config cleanup.policy must be delete or compact")
+        return value
+    if key == "compression.type":
+        if value not in COMPRESSION_TYPES:
+            raise invalid(f"config compression.type must be one of {sorted(COMPRESSION_TYPES)}")
+        return value
+    raise invalid(f"unknown topic config {key!r}")
+
+
+def topic_config(raw: Any) -> dict[str, str]:
+    if raw is None:
+        return {}
+    obj = _object(raw, "config")
+    config: dict[str, str] = {}
+    for key, value in obj.items():
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise invalid(f"config {key!r} must be a string or a number")
+        config[str(key)] = _config_value(str(key), str(value))
+    return config
+
+
+def create_topic_request(body: Any) -> CreateTopicRequest:
+    obj = _object(body, "request body")
+    _no_unknown(obj, CREATE_FIELDS, "request body")
+    partitions = obj.get("partitions", 1)
+    if not is_int(partitions) or not 1 <= partitions <= MAX_PARTITIONS:
+        raise invalid(f"partitions must be an integer from 1 to {MAX_PARTITIONS}")
+    replication = obj.get("replication_factor")
+    if replication is not None and (
+        not is_int(replication) or not 1 <= replication <= MAX_REPLICATION_FACTOR
+    ):
+        raise invalid(f"replication_factor must be an integer from 1 to {MAX_REPLICATION_FACTOR}")
+    return CreateTopicRequest(
+        name=topic_name(obj.get("name")),
+        partitions=partitions,
+        replication_factor=replication,
+        config=topic_config(obj.get("config")),
+    )
+
+
+def _query_int(query: dict[str, str], name: str, default: int, low: int, high: int) -> int:
+    text = query.get(name)
+    if text is None:
+        return default
+    try:
+        number = int(text)
+    except ValueError:
+        raise invalid(f"{name} must be an integer") from None
+    if not low <= number <= high:
+        raise invalid(f"{name} must be between {low} and {high}")
+    return number
+
+
+def fetch_request(query: dict[str, str]) -> FetchRequest:
+    text = query.get("offset", "earliest")
+    offset: int | str
+    if text in ("earliest", "latest"):
+        offset = text
+    else:
+        try:
+            offset = int(text)
+        except ValueError:
+            raise invalid("offset must be a non-negative integer, earliest or latest") from None
+        if offset < 0:
+            raise invalid("offset must be a non-negative integer, earliest or latest")
+    return FetchRequest(
+        offset=offset,
+        max_messages=_query_int(query, "max_messages", DEFAULT_MAX_MESSAGES, 1, MAX_MAX_MESSAGES),
+        max_bytes=_query_int(query, "max_bytes", DEFAULT_MAX_BYTES, 1, MAX_MAX_BYTES),
+        wait_ms=_query_int(query, "wait_ms", 0, 0, MAX_WAIT_MS),
+    )
+
+
+def max_message_bytes(config: dict[str, Any]) -> int:
+    raw = config.get("max.message.bytes")
+    try:
+        return int(raw) if raw is not None else DEFAULT_MAX_MESSAGE_BYTES
+    except (TypeError, ValueError):
+        return DEFAULT_MAX_MESSAGE_BYTES
