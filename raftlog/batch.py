@@ -18,6 +18,7 @@ class CorruptBatchError(ValueError):
 MAGIC = 2
 LOG_OVERHEAD = 12  # baseOffset + batchLength; on-disk size = batchLength + 12
 HEADER_SIZE = 61  # RECORD_BATCH_OVERHEAD: everything before the records section
+CRC_OFFSET = 17
 CRC_START = 21  # CRC-32C covers attributes .. end of batch
 MAX_BATCH_SIZE = 16 * 1024 * 1024  # larger than the 10 MB message limit plus overhead
 
@@ -37,6 +38,7 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 _PREFIX = struct.Struct(">qi")
 _BASE_OFFSET = struct.Struct(">q")
 _LEADER_EPOCH = struct.Struct(">i")
+_CRC = struct.Struct(">I")
 
 
 @dataclass(slots=True, frozen=True)
@@ -118,6 +120,31 @@ def check_crc(batch: bytes | bytearray | memoryview, header: BatchHeader | None 
     actual = crc32c.crc32c(memoryview(batch)[CRC_START : header.size])
     if actual != header.crc:
         raise CorruptBatchError(f"CRC mismatch: stored {header.crc:#010x}, computed {actual:#010x}")
+
+
+def write_header(batch: bytearray, header: BatchHeader) -> None:
+    """Pack `header` into the first 61 bytes of `batch`, then compute and store the CRC.
+
+    `header.crc` is ignored; the records section must already follow the header.
+    """
+    _HEADER.pack_into(
+        batch,
+        0,
+        header.base_offset,
+        header.batch_length,
+        header.leader_epoch,
+        header.magic,
+        0,
+        header.attributes,
+        header.last_offset_delta,
+        header.base_timestamp,
+        header.max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        header.records_count,
+    )
+    _CRC.pack_into(batch, CRC_OFFSET, compute_crc(batch))
 
 
 def stamp(batch: bytearray, base_offset: int, term: int) -> None:

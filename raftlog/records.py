@@ -1,0 +1,406 @@
+"""Encoding and decoding of whole Kafka RecordBatch v2 batches: records, headers, control batches.
+
+Owns the varint/zigzag record layout, control record types and the strict, bounded decoder.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+
+from raftline.raftlog import batch
+from raftline.raftlog.batch import BatchHeader, CorruptBatchError
+from raftline.raftlog.compression import DEFAULT_MAX_DECOMPRESSED, BytesLike, Codec
+from raftline.raftlog.compression import compress as compress_section
+from raftline.raftlog.compression import decompress as decompress_section
+
+__all__ = [
+    "ABORT",
+    "COMMIT",
+    "RAFT_CONFIG",
+    "RAFT_NOOP",
+    "Codec",
+    "ControlType",
+    "CorruptBatchError",
+    "DecodedBatch",
+    "DecodedRecord",
+    "Header",
+    "Record",
+    "build_batch",
+    "build_control_batch",
+    "decode_batch",
+    "iter_batches",
+]
+
+
+class ControlType(IntEnum):
+    """Type field of a control record's key. Kafka defines 0-6; Raftline's own start at 100."""
+
+    ABORT = 0
+    COMMIT = 1
+    RAFT_NOOP = 100  # the empty entry a new Raft leader appends for its term
+    RAFT_CONFIG = 101  # a Raft membership configuration; the value is its JSON
+
+
+ABORT = ControlType.ABORT
+COMMIT = ControlType.COMMIT
+RAFT_NOOP = ControlType.RAFT_NOOP
+RAFT_CONFIG = ControlType.RAFT_CONFIG
+
+Header = tuple[str, bytes | None]
+
+_CONTROL_KEY = struct.Struct(">hh")  # version 0, type
+_INT32_MAX = 2**31 - 1
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+_NULL_LENGTH = b"\x01"  # zigzag(-1): a null key, value or header value
+# Smallest possible record: length, attributes, timestamp delta, offset delta, key length,
+# value length, header count, one byte each.
+_MIN_RECORD_SIZE = 7
+
+
+@dataclass(slots=True, frozen=True)
+class Record:
+    """A record to encode. Unset timestamp: the batch's; unset offset delta: its position."""
+
+    value: bytes | None
+    key: bytes | None = None
+    headers: Sequence[Header] = ()
+    timestamp: int | None = None  # milliseconds since the epoch
+    offset_delta: int | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class DecodedRecord:
+    """A record read from a batch, with its absolute offset and timestamp."""
+
+    offset: int
+    timestamp: int  # the batch's log-append time when the batch uses LogAppendTime
+    key: bytes | None
+    value: bytes | None
+    headers: list[Header]
+
+
+@dataclass(slots=True, frozen=True)
+class DecodedBatch:
+    header: BatchHeader
+    records: list[DecodedRecord]
+
+    @property
+    def control_type(self) -> int | None:
+        """The control record type of a control batch; None for a data batch."""
+        if not self.header.is_control:
+            return None
+        return control_type_of(self.records)
+
+
+def control_type_of(records: Sequence[DecodedRecord]) -> int:
+    """Type of the (single) control record of a control batch, validating its key."""
+    if not records:
+        raise CorruptBatchError("control batch without a control record")
+    key = records[0].key
+    if key is None or len(key) < _CONTROL_KEY.size:
+        raise CorruptBatchError("control record key shorter than version + type")
+    version, control_type = _CONTROL_KEY.unpack_from(key)
+    if version != 0:
+        raise CorruptBatchError(f"unsupported control record version {version}")
+    return control_type
+
+
+# ---------------------------------------------------------------------------- varints
+
+
+def _encode_unsigned(u: int) -> bytes:
+    out = bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
+
+
+# Zigzag encodings of every value up to 2**13 in magnitude: lengths and deltas of small
+# records hit this table instead of a loop.
+_SMALL_ZIGZAG = tuple(_encode_unsigned(u) for u in range(1 << 14))
+
+
+def _zigzag(v: int) -> bytes:
+    u = (v << 1) ^ (v >> 63)  # 64-bit zigzag; equals the 32-bit form for int32 values
+    return _SMALL_ZIGZAG[u] if u < 0x4000 else _encode_unsigned(u)
+
+
+def _read_unsigned(data: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
+    """Read a base-128 varint of at most `max_bytes` bytes; IndexError when data runs out."""
+    result = 0
+    for i in range(max_bytes):
+        b = data[pos + i]
+        result |= (b & 0x7F) << (7 * i)
+        if b < 0x80:
+            return result, pos + i + 1
+    raise CorruptBatchError(f"varint longer than {max_bytes} bytes at {pos}")
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """A zigzag int32 (Java ByteUtils.readVarint): at most 5 bytes and 32 bits."""
+    b = data[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    u, pos = _read_unsigned(data, pos, 5)
+    if u >> 32:
+        raise CorruptBatchError("varint exceeds 32 bits")
+    return (u >> 1) ^ -(u & 1), pos
+
+
+def _read_varlong(data: bytes, pos: int) -> tuple[int, int]:
+    """A zigzag int64 (Java ByteUtils.readVarlong): at most 10 bytes and 64 bits."""
+    b = data[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    u, pos = _read_unsigned(data, pos, 10)
+    if u >> 64:
+        raise CorruptBatchError("varlong exceeds 64 bits")
+    return (u >> 1) ^ -(u & 1), pos
+
+
+# ---------------------------------------------------------------------------- encoding
+
+
+def _bytes_field(data: bytes | None, parts: list[bytes]) -> int:
+    """Append a nullable length-prefixed field; return its encoded size."""
+    if data is None:
+        parts.append(_NULL_LENGTH)
+        return 1
+    size = len(data)
+    if size > _INT32_MAX:
+        raise ValueError(f"field of {size} bytes exceeds the int32 length limit")
+    prefix = _zigzag(size)
+    parts.append(prefix)
+    parts.append(data)
+    return len(prefix) + size
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def build_batch(
+    records: Sequence[Record],
+    *,
+    base_offset: int = 0,
+    codec: int = Codec.NONE,
+    timestamp: int | None = None,
+    log_append_time: int | None = None,
+    producer_id: int = batch.NO_PRODUCER_ID,
+    producer_epoch: int = batch.NO_PRODUCER_EPOCH,
+    base_sequence: int = batch.NO_SEQUENCE,
+    transactional: bool = False,
+    leader_epoch: int = -1,
+    control: bool = False,
+) -> bytes:
+    """Encode `records` as one batch, byte for byte what a Kafka v2 producer sends.
+
+    `timestamp` is used for records without one (default: now). `log_append_time` set makes
+    the batch LogAppendTime, every record then reads back with that time. `leader_epoch` is
+    the partition leader epoch field, which Raftline uses for the Raft term.
+    """
+    if not records:
+        raise ValueError("a batch needs at least one record")
+    Codec(codec)  # ValueError for an unknown codec id
+    default_timestamp = _now_ms() if timestamp is None else timestamp
+    first = records[0].timestamp
+    base_timestamp = default_timestamp if first is None else first
+    max_timestamp = _INT64_MIN
+    previous_delta = -1
+    parts: list[bytes] = []
+    for position, record in enumerate(records):
+        offset_delta = position if record.offset_delta is None else record.offset_delta
+        if not previous_delta < offset_delta <= _INT32_MAX:
+            raise ValueError(f"offset deltas must increase within int32: {offset_delta}")
+        previous_delta = offset_delta
+        record_timestamp = default_timestamp if record.timestamp is None else record.timestamp
+        max_timestamp = max(max_timestamp, record_timestamp)
+        timestamp_delta = record_timestamp - base_timestamp
+        if not _INT64_MIN <= timestamp_delta <= _INT64_MAX:
+            raise ValueError(f"timestamp delta {timestamp_delta} exceeds int64")
+        body: list[bytes] = [b"\x00", _zigzag(timestamp_delta), _zigzag(offset_delta)]
+        size = 1 + len(body[1]) + len(body[2])
+        size += _bytes_field(record.key, body)
+        size += _bytes_field(record.value, body)
+        count = _zigzag(len(record.headers))
+        body.append(count)
+        size += len(count)
+        for header_key, header_value in record.headers:
+            size += _bytes_field(header_key.encode(), body)
+            size += _bytes_field(header_value, body)
+        parts.append(_zigzag(size))
+        parts.extend(body)
+    section = b"".join(parts)
+    attributes = codec
+    if codec != Codec.NONE:
+        section = compress_section(codec, section)
+    if log_append_time is not None:
+        attributes |= batch.TIMESTAMP_TYPE_MASK
+        max_timestamp = log_append_time
+    if transactional:
+        attributes |= batch.TRANSACTIONAL_MASK
+    if control:
+        attributes |= batch.CONTROL_MASK
+    out = bytearray(batch.HEADER_SIZE)
+    out += section
+    batch.write_header(
+        out,
+        BatchHeader(
+            base_offset=base_offset,
+            batch_length=len(out) - batch.LOG_OVERHEAD,
+            leader_epoch=leader_epoch,
+            magic=batch.MAGIC,
+            crc=0,
+            attributes=attributes,
+            last_offset_delta=previous_delta,
+            base_timestamp=base_timestamp,
+            max_timestamp=max_timestamp,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+            records_count=len(records),
+        ),
+    )
+    return bytes(out)
+
+
+def build_control_batch(
+    control_type: int,
+    value: bytes,
+    *,
+    base_offset: int = 0,
+    timestamp: int | None = None,
+    producer_id: int = batch.NO_PRODUCER_ID,
+    producer_epoch: int = batch.NO_PRODUCER_EPOCH,
+    transactional: bool = False,
+    leader_epoch: int = -1,
+) -> bytes:
+    """A control batch of one record: key = int16 version 0 + int16 `control_type`."""
+    key = _CONTROL_KEY.pack(0, control_type)
+    return build_batch(
+        [Record(value=value, key=key)],
+        base_offset=base_offset,
+        timestamp=timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        transactional=transactional,
+        leader_epoch=leader_epoch,
+        control=True,
+    )
+
+
+# ---------------------------------------------------------------------------- decoding
+
+
+def decode_batch(
+    buf: BytesLike,
+    *,
+    verify_crc: bool = True,
+    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
+) -> DecodedBatch:
+    """Decode exactly one batch. Anything malformed raises CorruptBatchError."""
+    header = batch.parse_header(buf)
+    if len(buf) != header.size:
+        raise CorruptBatchError(f"buffer of {len(buf)} bytes holds a batch of {header.size}")
+    return _decode(memoryview(buf), header, verify_crc, max_decompressed)
+
+
+def iter_batches(
+    buf: BytesLike,
+    *,
+    verify_crc: bool = True,
+    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
+) -> Iterator[DecodedBatch]:
+    """Decode each batch of a concatenation (a segment file, a fetch response)."""
+    view = memoryview(buf)
+    for pos, header in batch.iter_headers(view):
+        yield _decode(view[pos : pos + header.size], header, verify_crc, max_decompressed)
+
+
+def _decode(
+    view: memoryview, header: BatchHeader, verify_crc: bool, max_decompressed: int
+) -> DecodedBatch:
+    if verify_crc:
+        batch.check_crc(view, header)
+    codec = header.codec
+    section = view[batch.HEADER_SIZE :]
+    if codec == Codec.NONE:
+        data = bytes(section)
+    else:
+        data = decompress_section(codec, section, max_decompressed)
+    if header.records_count * _MIN_RECORD_SIZE > len(data):
+        raise CorruptBatchError(f"{header.records_count} records cannot fit in {len(data)} bytes")
+    try:
+        records = _decode_records(data, header)
+    except IndexError as err:  # a varint ran off the end of the section
+        raise CorruptBatchError("record runs past the end of the records section") from err
+    return DecodedBatch(header, records)
+
+
+def _decode_records(data: bytes, header: BatchHeader) -> list[DecodedRecord]:
+    end = len(data)
+    base_offset = header.base_offset
+    base_timestamp = header.base_timestamp
+    append_time = header.max_timestamp if header.log_append_time else None
+    last_offset_delta = header.last_offset_delta
+    previous_delta = -1
+    records: list[DecodedRecord] = []
+    pos = 0
+    for _ in range(header.records_count):
+        length, pos = _read_varint(data, pos)
+        record_end = pos + length
+        if length < _MIN_RECORD_SIZE - 1 or record_end > end:
+            raise CorruptBatchError(f"record length {length} out of range at {pos}")
+        pos += 1  # record attributes: no bits are defined
+        timestamp_delta, pos = _read_varlong(data, pos)
+        offset_delta, pos = _read_varint(data, pos)
+        if not previous_delta < offset_delta <= last_offset_delta:
+            raise CorruptBatchError(f"offset delta {offset_delta} out of order or range")
+        previous_delta = offset_delta
+        key, pos = _read_bytes(data, pos, record_end)
+        value, pos = _read_bytes(data, pos, record_end)
+        header_count, pos = _read_varint(data, pos)
+        if not 0 <= header_count <= (record_end - pos) // 2:
+            raise CorruptBatchError(f"header count {header_count} out of range")
+        headers: list[Header] = []
+        for _ in range(header_count):
+            header_key, pos = _read_bytes(data, pos, record_end)
+            if header_key is None:
+                raise CorruptBatchError("null header key")
+            header_value, pos = _read_bytes(data, pos, record_end)
+            try:
+                headers.append((header_key.decode(), header_value))
+            except UnicodeDecodeError as err:
+                raise CorruptBatchError("header key is not UTF-8") from err
+        if pos != record_end:
+            raise CorruptBatchError(f"record declares {length} bytes but holds a different size")
+        records.append(
+            DecodedRecord(
+                offset=base_offset + offset_delta,
+                timestamp=base_timestamp + timestamp_delta if append_time is None else append_time,
+                key=key,
+                value=value,
+                headers=headers,
+            )
+        )
+    if pos != end:
+        raise CorruptBatchError(f"{end - pos} bytes left after {header.records_count} records")
+    return records
+
+
+def _read_bytes(data: bytes, pos: int, limit: int) -> tuple[bytes | None, int]:
+    size, pos = _read_varint(data, pos)
+    if size < 0:
+        if size != -1:
+            raise CorruptBatchError(f"negative length {size}")
+        return None, pos
+    if pos + size > limit:
+        raise CorruptBatchError(f"field of {size} bytes runs past its record")
+    return data[pos : pos + size], pos + size
