@@ -1,0 +1,939 @@
+"""Python client for the Raftline HTTP API: sync and asyncio admin, producer and consumer.
+
+Owns batching (linger, size), key partitioning, leader discovery, retries and keep-alive reuse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import concurrent.futures
+import http.client
+import itertools
+import json
+import random
+import threading
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from raftline.api.partitioner import partition_for_key
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+METADATA_TTL_S = 30.0
+
+
+class RaftlineError(Exception):
+    """An error answer (or a failed connection) carrying the contract's error code."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.retryable = retryable
+        self.status = status
+        self.body = body or {}
+
+
+def _error_from(status: int, raw: bytes) -> RaftlineError:
+    try:
+        body = json.loads(raw) if raw else {}
+    except ValueError:
+        body = {}
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        text = raw[:200].decode("utf-8", "replace")
+        return RaftlineError(
+            "http_error", f"HTTP {status}: {text}", retryable=status >= 500, status=status
+        )
+    return RaftlineError(
+        str(error.get("code", "unknown")),
+        str(error.get("message", "")),
+        retryable=bool(error.get("retryable", False)),
+        status=status,
+        body=body,
+    )
+
+
+def _connection_error(url: str, exc: BaseException) -> RaftlineError:
+    return RaftlineError("connection_failed", f"{url}: {exc}", retryable=True)
+
+
+@dataclass(slots=True)
+class Message:
+    """One fetched message. `key`/`value` are bytes (None when absent or a tombstone)."""
+
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str | None:
+        return None if self.value is None else self.value.decode("utf-8", "replace")
+
+
+@dataclass(slots=True)
+class FetchResult:
+    messages: list[Message]
+    next_offset: int
+    log_start_offset: int
+    high_watermark: int
+
+
+@dataclass(slots=True, frozen=True)
+class Acked:
+    """Where a produced message landed."""
+
+    partition: int
+    offset: int
+
+
+def _bytes_field(name: str, data: bytes | str | None) -> dict[str, Any]:
+    if data is None:
+        return {name: None}
+    if isinstance(data, str):
+        return {name: data}
+    try:
+        return {name: data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {f"{name}_b64": base64.b64encode(data).decode("ascii")}
+
+
+def encode_message(
+    value: bytes | str | None,
+    key: bytes | str | None = None,
+    *,
+    partition: int | None = None,
+    headers: dict[str, str] | None = None,
+    timestamp: int | None = None,
+) -> dict[str, Any]:
+    """The JSON object the produce endpoint takes for one message."""
+    message = _bytes_field("value", value)
+    if key is not None:
+        message.update(_bytes_field("key", key))
+    if partition is not None:
+        message["partition"] = partition
+    if headers:
+        message["headers"] = dict(headers)
+    if timestamp is not None:
+        message["timestamp"] = timestamp
+    return message
+
+
+def _decoded(obj: dict[str, Any], name: str) -> bytes | None:
+    if f"{name}_b64" in obj:
+        return base64.b64decode(obj[f"{name}_b64"])
+    text = obj.get(name)
+    return None if text is None else str(text).encode("utf-8")
+
+
+def parse_fetch(body: dict[str, Any]) -> FetchResult:
+    messages = [
+        Message(
+            partition=int(m["partition"]),
+            offset=int(m["offset"]),
+            timestamp=int(m.get("timestamp") or 0),
+            key=_decoded(m, "key"),
+            value=_decoded(m, "value"),
+            headers=dict(m.get("headers") or {}),
+        )
+        for m in body.get("messages", [])
+    ]
+    return FetchResult(
+        messages,
+        int(body["next_offset"]),
+        int(body["log_start_offset"]),
+        int(body["high_watermark"]),
+    )
+
+
+def _fetch_params(
+    offset: int | str, max_messages: int, max_bytes: int, wait_ms: int
+) -> dict[str, str]:
+    return {
+        "offset": str(offset),
+        "max_messages": str(max_messages),
+        "max_bytes": str(max_bytes),
+        "wait_ms": str(wait_ms),
+    }
+
+
+def _topic_path(topic: str, *rest: str) -> str:
+    return "/".join(["/v1/topics", urllib.parse.quote(topic, safe=""), *rest])
+
+
+@dataclass(slots=True)
+class RetryPolicy:
+    """Exponential backoff with jitter for retryable errors. A retried produce whose first try
+    reached the leader may be written twice (no idempotent producer yet)."""
+
+    retries: int = 5
+    backoff_ms: int = 100
+    max_backoff_ms: int = 2000
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        base = min(self.max_backoff_ms, self.backoff_ms * 2**attempt) / 1000
+        if retry_after is not None:
+            base = min(max(base, retry_after), self.max_backoff_ms / 1000)
+        return base * random.uniform(0.5, 1.0)
+
+
+def _retry_after(error: RaftlineError) -> float | None:
+    # Leader elections typically settle well under a second; the header's 1 s is an upper bound.
+    return 0.2 if error.code == "leader_unavailable" else None
+
+
+class _Metadata:
+    """Partition counts and leaders of topics, and the HTTP address of every node."""
+
+    def __init__(self) -> None:
+        self.partitions: dict[str, int] = {}
+        self.leaders: dict[tuple[str, int], int | None] = {}
+        self.nodes: dict[int, str] = {}
+        self.expires: dict[str, float] = {}
+
+    def fresh(self, topic: str) -> bool:
+        return self.expires.get(topic, 0.0) > time.monotonic()
+
+    def update(self, description: dict[str, Any], cluster: dict[str, Any]) -> None:
+        topic = description["name"]
+        self.partitions[topic] = len(description["partitions"])
+        for part in description["partitions"]:
+            self.leaders[(topic, int(part["partition"]))] = part.get("leader")
+        self.nodes = {
+            int(n["id"]): str(n["http"]) for n in cluster.get("nodes", []) if n.get("http")
+        }
+        self.expires[topic] = time.monotonic() + METADATA_TTL_S
+
+    def invalidate(self, topic: str) -> None:
+        self.expires.pop(topic, None)
+
+    def leader_url(self, topic: str, partition: int) -> str | None:
+        leader = self.leaders.get((topic, partition))
+        address = self.nodes.get(leader) if leader is not None else None
+        return f"http://{address}" if address else None
+
+
+class _Partitioner:
+    """Explicit partition > murmur2 of the key > one sticky partition until its batch is sent."""
+
+    def __init__(self) -> None:
+        self._sticky: dict[str, int] = {}
+        self._counter = itertools.count(random.randrange(1 << 16))
+
+    def choose(
+        self, topic: str, partitions: int, key: bytes | str | None, partition: int | None
+    ) -> int:
+        if partition is not None:
+            return partition
+        if key is not None:
+            raw = key.encode("utf-8") if isinstance(key, str) else key
+            return partition_for_key(raw, partitions)
+        if topic not in self._sticky:
+            self._sticky[topic] = next(self._counter) % partitions
+        return self._sticky[topic]
+
+    def batch_sent(self, topic: str) -> None:
+        self._sticky.pop(topic, None)
+
+
+@dataclass(slots=True)
+class _Pending:
+    message: dict[str, Any]
+    size: int
+    future: Any  # concurrent.futures.Future or asyncio.Future of Acked
+
+
+class _Accumulator:
+    """Messages waiting per partition; a batch is ready when full or older than linger_ms."""
+
+    def __init__(self, linger_ms: float, batch_bytes: int, batch_messages: int) -> None:
+        self.linger_s = linger_ms / 1000
+        self.batch_bytes = batch_bytes
+        self.batch_messages = batch_messages
+        self.batches: dict[int, list[_Pending]] = {}
+        self.started: dict[int, float] = {}
+
+    def add(self, partition: int, pending: _Pending) -> bool:
+        """Queue one message; True when its partition's batch became full."""
+        batch = self.batches.setdefault(partition, [])
+        if not batch:
+            self.started[partition] = time.monotonic()
+        batch.append(pending)
+        return self._full(batch)
+
+    def _full(self, batch: list[_Pending]) -> bool:
+        return len(batch) >= self.batch_messages or sum(p.size for p in batch) >= self.batch_bytes
+
+    def next_deadline(self) -> float | None:
+        return min((t + self.linger_s for t in self.started.values()), default=None)
+
+    def drain(self, everything: bool) -> list[tuple[int, list[_Pending]]]:
+        now = time.monotonic()
+        ready = [
+            p
+            for p, batch in self.batches.items()
+            if everything or self._full(batch) or now >= self.started[p] + self.linger_s
+        ]
+        out = [(p, self.batches.pop(p)) for p in ready]
+        for p in ready:
+            self.started.pop(p, None)
+        return out
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self.batches.values())
+
+
+# ---- sync --------------------------------------------------------------------------------
+
+
+class _ConnectionPool:
+    """Idle keep-alive http.client connections per host, shared by threads."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._idle: dict[str, list[http.client.HTTPConnection]] = {}
+        self._lock = threading.Lock()
+
+    def request(
+        self, url: str, method: str, path: str, body: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, dict[str, str], bytes]:
+        parsed = urllib.parse.urlsplit(url)
+        host = parsed.netloc
+        for reused in (True, False):
+            connection = self._take(host) if reused else None
+            fresh = connection is None
+            if connection is None:
+                connection = http.client.HTTPConnection(host, timeout=self.timeout)
+            try:
+                connection.request(method, path, body=body, headers=headers)
+                response = connection.getresponse()
+                raw = response.read()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                connection.close()
+                if fresh:
+                    raise
+                continue  # a stale idle connection the server had closed: once more, fresh
+            except BaseException:
+                connection.close()
+                raise
+            if response.will_close:
+                connection.close()
+            else:
+                self._give(host, connection)
+            return response.status, dict(response.getheaders()), raw
+        raise ConnectionError(f"{url}: no connection")
+
+    def _take(self, host: str) -> http.client.HTTPConnection | None:
+        with self._lock:
+            idle = self._idle.get(host)
+            return idle.pop() if idle else None
+
+    def _give(self, host: str, connection: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self._idle.setdefault(host, []).append(connection)
+
+    def close(self) -> None:
+        with self._lock:
+            for idle in self._idle.values():
+                for connection in idle:
+                    connection.close()
+            self._idle.clear()
+
+
+class Client:
+    """Blocking client. `url` may list several nodes separated by commas (bootstrap order)."""
+
+    def __init__(
+        self, url: str = DEFAULT_URL, *, timeout: float = 30.0, retry: RetryPolicy | None = None
+    ) -> None:
+        self.urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
+        self.retry = retry or RetryPolicy()
+        self.metadata = _Metadata()
+        self._pool = _ConnectionPool(timeout)
+        self._current = 0
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _once(
+        self, method: str, path: str, body: Any, params: dict[str, str] | None, url: str | None
+    ) -> Any:
+        base = url or self.urls[self._current % len(self.urls)]
+        target = path + ("?" + urllib.parse.urlencode(params) if params else "")
+        payload = None if body is None else json.dumps(body).encode("utf-8")
+        headers = {"Content-Type": "application/json"} if payload is not None else {}
+        try:
+            status, _, raw = self._pool.request(base, method, target, payload, headers)
+        except (OSError, http.client.HTTPException) as exc:
+            if url is None:
+                self._current += 1  # next bootstrap node on the next try
+            raise _connection_error(base, exc) from exc
+        if status >= 400:
+            raise _error_from(status, raw)
+        return json.loads(raw) if raw else {}
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: dict[str, str] | None = None,
+        url: str | None = None,
+    ) -> Any:
+        """One request with retries on retryable errors; raises RaftlineError."""
+        for attempt in itertools.count():
+            try:
+                return self._once(method, path, body, params, url)
+            except RaftlineError as error:
+                if not error.retryable or attempt >= self.retry.retries:
+                    raise
+                time.sleep(self.retry.delay(attempt, _retry_after(error)))
+                url = None  # after a failure, ask any node (it forwards to the leader)
+        raise AssertionError("unreachable")
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"name": name, "partitions": partitions}
+        if replication_factor is not None:
+            body["replication_factor"] = replication_factor
+        if config:
+            body["config"] = config
+        return self.call("POST", "/v1/topics", body)
+
+    def list_topics(self) -> list[dict[str, Any]]:
+        return self.call("GET", "/v1/topics")["topics"]
+
+    def describe_topic(self, name: str) -> dict[str, Any]:
+        return self.call("GET", _topic_path(name))
+
+    def delete_topic(self, name: str) -> None:
+        self.call("DELETE", _topic_path(name))
+
+    def cluster(self) -> dict[str, Any]:
+        return self.call("GET", "/v1/cluster")
+
+    def produce(
+        self, topic: str, messages: list[dict[str, Any]], acks: str = "all", url: str | None = None
+    ) -> list[Acked]:
+        """Send already-encoded messages (see encode_message) in one request."""
+        body = self.call(
+            "POST", _topic_path(topic, "messages"), {"acks": acks, "messages": messages}, url=url
+        )
+        return [Acked(int(o["partition"]), int(o["offset"])) for o in body.get("offsets", [])]
+
+    def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int | str = "earliest",
+        *,
+        max_messages: int = 500,
+        max_bytes: int = 1 << 20,
+        wait_ms: int = 0,
+    ) -> FetchResult:
+        body = self.call(
+            "GET",
+            _topic_path(topic, "partitions", str(partition), "messages"),
+            params=_fetch_params(offset, max_messages, max_bytes, wait_ms),
+        )
+        return parse_fetch(body)
+
+    def refresh_metadata(self, topic: str) -> None:
+        self.metadata.update(self.describe_topic(topic), self.cluster())
+
+    def partition_count(self, topic: str) -> int:
+        if not self.metadata.fresh(topic):
+            self.refresh_metadata(topic)
+        return self.metadata.partitions[topic]
+
+    def producer(self, topic: str, **options: Any) -> Producer:
+        return Producer(self, topic, **options)
+
+    def consumer(self, topic: str, **options: Any) -> Consumer:
+        return Consumer(self, topic, **options)
+
+
+class Producer:
+    """Batches messages per partition (linger_ms, batch_bytes) and sends each batch to the
+    partition leader from a background thread. send() returns a Future of Acked."""
+
+    def __init__(
+        self,
+        client: Client,
+        topic: str,
+        *,
+        acks: str = "all",
+        linger_ms: float = 5,
+        batch_bytes: int = 256 * 1024,
+        batch_messages: int = 1000,
+    ) -> None:
+        self.client = client
+        self.topic = topic
+        self.acks = acks
+        self._partitioner = _Partitioner()
+        self._accumulator = _Accumulator(linger_ms, batch_bytes, batch_messages)
+        self._wake = threading.Condition()
+        self._closed = False
+        self._in_flight = 0
+        self._flush_requested = False
+        self._thread = threading.Thread(target=self._run, name="raftline-producer", daemon=True)
+        self._thread.start()
+
+    def send(
+        self,
+        value: bytes | str | None,
+        key: bytes | str | None = None,
+        *,
+        partition: int | None = None,
+        headers: dict[str, str] | None = None,
+        timestamp: int | None = None,
+    ) -> concurrent.futures.Future[Acked]:
+        partitions = self.client.partition_count(self.topic)
+        chosen = self._partitioner.choose(self.topic, partitions, key, partition)
+        message = encode_message(value, key, partition=chosen, headers=headers, timestamp=timestamp)
+        future: concurrent.futures.Future[Acked] = concurrent.futures.Future()
+        size = len(value or b"") + len(key or b"") + 64
+        with self._wake:
+            if self._closed:
+                raise RuntimeError("producer is closed")
+            if self._accumulator.add(chosen, _Pending(message, size, future)):
+                self._partitioner.batch_sent(self.topic)
+            self._wake.notify()
+        return future
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued and wait for the answers."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._wake:
+            self._flush_requested = True
+            self._wake.notify()
+            while len(self._accumulator) or self._in_flight:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError("flush timed out")
+                self._wake.wait(remaining)
+
+    def close(self) -> None:
+        self.flush()
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        self._thread.join()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while True:
+                    everything = self._flush_requested or self._closed
+                    batches = self._accumulator.drain(everything)
+                    if batches or (self._closed and not len(self._accumulator)):
+                        break
+                    deadline = self._accumulator.next_deadline()
+                    self._wake.wait(None if deadline is None else deadline - time.monotonic())
+                self._flush_requested = False
+                self._in_flight += len(batches)
+                if not batches:
+                    return
+                self._partitioner.batch_sent(self.topic)
+            for partition, batch in batches:
+                self._send_batch(partition, batch)
+                with self._wake:
+                    self._in_flight -= 1
+                    self._wake.notify_all()
+
+    def _send_batch(self, partition: int, batch: list[_Pending]) -> None:
+        try:
+            if not self.client.metadata.fresh(self.topic):
+                self.client.refresh_metadata(self.topic)
+            url = self.client.metadata.leader_url(self.topic, partition)
+            try:
+                acked = self.client.produce(
+                    self.topic, [p.message for p in batch], self.acks, url=url
+                )
+            except RaftlineError as error:
+                if error.retryable:
+                    self.client.metadata.invalidate(self.topic)
+                raise
+        except Exception as exc:
+            for pending in batch:
+                pending.future.set_exception(exc)
+            return
+        for pending, where in itertools.zip_longest(batch, acked):
+            pending.future.set_result(where)
+
+
+class _Positions:
+    """Per-partition next offsets of a consumer and which partition long-polls next."""
+
+    def __init__(self, partitions: list[int], start: int | str) -> None:
+        self.next: dict[int, int | str] = dict.fromkeys(partitions, start)
+        self._turn = itertools.cycle(partitions)
+
+    def advance(self, partition: int, result: FetchResult) -> None:
+        self.next[partition] = result.next_offset
+
+    def long_poll_partition(self) -> int:
+        return next(self._turn)
+
+
+class Consumer:
+    """Reads partitions of a topic by offset; iterating long-polls forever."""
+
+    def __init__(
+        self,
+        client: Client,
+        topic: str,
+        *,
+        partitions: list[int] | None = None,
+        offset: int | str = "earliest",
+        wait_ms: int = 1000,
+        max_messages: int = 500,
+    ) -> None:
+        self.client = client
+        self.topic = topic
+        chosen = (
+            partitions if partitions is not None else list(range(client.partition_count(topic)))
+        )
+        self.positions = _Positions(chosen, offset)
+        self.wait_ms = wait_ms
+        self.max_messages = max_messages
+
+    def _fetch(self, partition: int, wait_ms: int) -> list[Message]:
+        result = self.client.fetch(
+            self.topic,
+            partition,
+            self.positions.next[partition],
+            max_messages=self.max_messages,
+            wait_ms=wait_ms,
+        )
+        self.positions.advance(partition, result)
+        return result.messages
+
+    def poll(self) -> list[Message]:
+        """Whatever is available on every partition; long-polls one partition when none has any."""
+        messages = [m for p in list(self.positions.next) for m in self._fetch(p, 0)]
+        if messages or self.wait_ms == 0:
+            return messages
+        return self._fetch(self.positions.long_poll_partition(), self.wait_ms)
+
+    def __iter__(self) -> Iterator[Message]:
+        while True:
+            yield from self.poll()
+
+
+# ---- asyncio -----------------------------------------------------------------------------
+
+
+class AsyncClient:
+    """asyncio client over one aiohttp ClientSession (keep-alive connections are reused)."""
+
+    def __init__(
+        self, url: str = DEFAULT_URL, *, timeout: float = 30.0, retry: RetryPolicy | None = None
+    ) -> None:
+        self.urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
+        self.retry = retry or RetryPolicy()
+        self.metadata = _Metadata()
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+        self._current = 0
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _once(
+        self, method: str, path: str, body: Any, params: dict[str, str] | None, url: str | None
+    ) -> Any:
+        base = url or self.urls[self._current % len(self.urls)]
+        try:
+            async with self._http().request(
+                method, base + path, json=body, params=params
+            ) as response:
+                raw = await response.read()
+                status = response.status
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            if url is None:
+                self._current += 1
+            raise _connection_error(base, exc) from exc
+        if status >= 400:
+            raise _error_from(status, raw)
+        return json.loads(raw) if raw else {}
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: dict[str, str] | None = None,
+        url: str | None = None,
+    ) -> Any:
+        for attempt in itertools.count():
+            try:
+                return await self._once(method, path, body, params, url)
+            except RaftlineError as error:
+                if not error.retryable or attempt >= self.retry.retries:
+                    raise
+                await asyncio.sleep(self.retry.delay(attempt, _retry_after(error)))
+                url = None
+        raise AssertionError("unreachable")
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"name": name, "partitions": partitions}
+        if replication_factor is not None:
+            body["replication_factor"] = replication_factor
+        if config:
+            body["config"] = config
+        return await self.call("POST", "/v1/topics", body)
+
+    async def list_topics(self) -> list[dict[str, Any]]:
+        return (await self.call("GET", "/v1/topics"))["topics"]
+
+    async def describe_topic(self, name: str) -> dict[str, Any]:
+        return await self.call("GET", _topic_path(name))
+
+    async def delete_topic(self, name: str) -> None:
+        await self.call("DELETE", _topic_path(name))
+
+    async def cluster(self) -> dict[str, Any]:
+        return await self.call("GET", "/v1/cluster")
+
+    async def produce(
+        self, topic: str, messages: list[dict[str, Any]], acks: str = "all", url: str | None = None
+    ) -> list[Acked]:
+        body = await self.call(
+            "POST", _topic_path(topic, "messages"), {"acks": acks, "messages": messages}, url=url
+        )
+        return [Acked(int(o["partition"]), int(o["offset"])) for o in body.get("offsets", [])]
+
+    async def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int | str = "earliest",
+        *,
+        max_messages: int = 500,
+        max_bytes: int = 1 << 20,
+        wait_ms: int = 0,
+    ) -> FetchResult:
+        body = await self.call(
+            "GET",
+            _topic_path(topic, "partitions", str(partition), "messages"),
+            params=_fetch_params(offset, max_messages, max_bytes, wait_ms),
+        )
+        return parse_fetch(body)
+
+    async def refresh_metadata(self, topic: str) -> None:
+        self.metadata.update(await self.describe_topic(topic), await self.cluster())
+
+    async def partition_count(self, topic: str) -> int:
+        if not self.metadata.fresh(topic):
+            await self.refresh_metadata(topic)
+        return self.metadata.partitions[topic]
+
+    def producer(self, topic: str, **options: Any) -> AsyncProducer:
+        return AsyncProducer(self, topic, **options)
+
+    def consumer(self, topic: str, **options: Any) -> AsyncConsumer:
+        return AsyncConsumer(self, topic, **options)
+
+
+class AsyncProducer:
+    """asyncio twin of Producer: `await send(...)` queues and returns a Future of Acked."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        topic: str,
+        *,
+        acks: str = "all",
+        linger_ms: float = 5,
+        batch_bytes: int = 256 * 1024,
+        batch_messages: int = 1000,
+    ) -> None:
+        self.client = client
+        self.topic = topic
+        self.acks = acks
+        self._partitioner = _Partitioner()
+        self._accumulator = _Accumulator(linger_ms, batch_bytes, batch_messages)
+        self._timer: asyncio.TimerHandle | None = None
+        self._in_flight: set[asyncio.Task[None]] = set()
+
+    async def send(
+        self,
+        value: bytes | str | None,
+        key: bytes | str | None = None,
+        *,
+        partition: int | None = None,
+        headers: dict[str, str] | None = None,
+        timestamp: int | None = None,
+    ) -> asyncio.Future[Acked]:
+        partitions = await self.client.partition_count(self.topic)
+        chosen = self._partitioner.choose(self.topic, partitions, key, partition)
+        message = encode_message(value, key, partition=chosen, headers=headers, timestamp=timestamp)
+        future: asyncio.Future[Acked] = asyncio.get_running_loop().create_future()
+        size = len(value or b"") + len(key or b"") + 64
+        if self._accumulator.add(chosen, _Pending(message, size, future)):
+            self._dispatch(everything=False)
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(
+                self._accumulator.linger_s, self._dispatch, False
+            )
+        return future
+
+    def _dispatch(self, everything: bool) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        batches = self._accumulator.drain(everything)
+        if batches:
+            self._partitioner.batch_sent(self.topic)
+        for partition, batch in batches:
+            task = asyncio.ensure_future(self._send_batch(partition, batch))
+            self._in_flight.add(task)
+            task.add_done_callback(self._in_flight.discard)
+        deadline = self._accumulator.next_deadline()
+        if deadline is not None:
+            self._timer = asyncio.get_running_loop().call_later(
+                max(0.0, deadline - time.monotonic()), self._dispatch, False
+            )
+
+    async def _send_batch(self, partition: int, batch: list[_Pending]) -> None:
+        try:
+            if not self.client.metadata.fresh(self.topic):
+                await self.client.refresh_metadata(self.topic)
+            url = self.client.metadata.leader_url(self.topic, partition)
+            try:
+                acked = await self.client.produce(
+                    self.topic, [p.message for p in batch], self.acks, url=url
+                )
+            except RaftlineError as error:
+                if error.retryable:
+                    self.client.metadata.invalidate(self.topic)
+                raise
+        except Exception as exc:
+            for pending in batch:
+                if not pending.future.done():
+                    pending.future.set_exception(exc)
+            return
+        for pending, where in itertools.zip_longest(batch, acked):
+            if not pending.future.done():
+                pending.future.set_result(where)
+
+    async def flush(self) -> None:
+        self._dispatch(everything=True)
+        while self._in_flight:
+            await asyncio.gather(*self._in_flight, return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.flush()
+
+    async def __aenter__(self) -> AsyncProducer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncConsumer:
+    """asyncio twin of Consumer; `async for message in consumer` long-polls forever."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        topic: str,
+        *,
+        partitions: list[int] | None = None,
+        offset: int | str = "earliest",
+        wait_ms: int = 1000,
+        max_messages: int = 500,
+    ) -> None:
+        self.client = client
+        self.topic = topic
+        self._partitions = partitions
+        self._start = offset
+        self._positions: _Positions | None = None
+        self.wait_ms = wait_ms
+        self.max_messages = max_messages
+
+    async def _ensure_positions(self) -> _Positions:
+        if self._positions is None:
+            chosen = (
+                self._partitions
+                if self._partitions is not None
+                else list(range(await self.client.partition_count(self.topic)))
+            )
+            self._positions = _Positions(chosen, self._start)
+        return self._positions
+
+    async def _fetch(self, positions: _Positions, partition: int, wait_ms: int) -> list[Message]:
+        result = await self.client.fetch(
+            self.topic,
+            partition,
+            positions.next[partition],
+            max_messages=self.max_messages,
+            wait_ms=wait_ms,
+        )
+        positions.advance(partition, result)
+        return result.messages
+
+    async def poll(self) -> list[Message]:
+        positions = await self._ensure_positions()
+        messages = [m for p in list(positions.next) for m in await self._fetch(positions, p, 0)]
+        if messages or self.wait_ms == 0:
+            return messages
+        return await self._fetch(positions, positions.long_poll_partition(), self.wait_ms)
+
+    async def __aiter__(self) -> AsyncIterator[Message]:
+        while True:
+            for message in await self.poll():
+                yield message
