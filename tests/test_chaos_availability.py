@@ -1,0 +1,62 @@
+"""Specification of availability accounting: fault windows, success shares and recovery time."""
+
+from __future__ import annotations
+
+from raftline.chaos.availability import NS, availability, fault_windows, timeline
+from raftline.chaos.history import NEMESIS, Op, index_ops
+
+
+def nemesis(f: str, at_s: float) -> list[Op]:
+    value = {"fault": "partition"}
+    t = int(at_s * NS)
+    return [Op(NEMESIS, "invoke", f, value, time=t), Op(NEMESIS, "ok", f, value, time=t)]
+
+
+def send(process: int, at_s: float, outcome: str, took_s: float = 0.1) -> list[Op]:
+    start, end = int(at_s * NS), int((at_s + took_s) * NS)
+    value = {"key": "t/0", "value": process}
+    return [
+        Op(process, "invoke", "send", value, time=start),
+        Op(process, outcome, "send", value, time=end),
+    ]  # type: ignore[arg-type]
+
+
+def faulty_run() -> list[Op]:
+    return index_ops(
+        send(1, 0.0, "ok")
+        + nemesis("start", 1.0)
+        + send(1, 2.0, "fail")
+        + send(2, 3.0, "info")
+        + nemesis("stop", 4.0)
+        + send(1, 4.5, "fail")
+        + send(1, 5.0, "ok", took_s=0.5)
+    )
+
+
+def test_start_and_stop_of_a_fault_make_one_window() -> None:
+    (window,) = fault_windows(faulty_run())
+    assert (window.fault, window.start, window.end) == ("partition", 1 * NS, 4 * NS)
+
+
+def test_success_share_is_split_by_fault_window() -> None:
+    result = availability(faulty_run())
+    assert result["during_faults"] == {"ops": 2, "ok": 0, "ok_share": 0.0}
+    assert result["after_faults"] == {"ops": 2, "ok": 1, "ok_share": 0.5}
+    assert result["overall"]["ops"] == 5
+
+
+def test_recovery_time_runs_from_heal_to_first_success_invoked_after_it() -> None:
+    (fault,) = availability(faulty_run())["faults"]
+    assert fault["recovery_s"] == 1.5
+
+
+def test_fault_never_healed_has_no_recovery_time() -> None:
+    ops = index_ops(nemesis("start", 1.0) + send(1, 2.0, "ok"))
+    assert availability(ops)["faults"][0]["recovery_s"] is None
+
+
+def test_timeline_counts_outcomes_and_latency_per_second() -> None:
+    rows = {row["t"]: row for row in timeline(faulty_run())}
+    assert rows[5.0]["ok"] == 1
+    assert rows[5.0]["p50_ms"] == 500.0
+    assert rows[2.0]["fail"] == 1
