@@ -1,0 +1,510 @@
+"""The partition log: a directory of Kafka record-batch segments, also its group's Raft log.
+
+Owns offset assignment, reads by offset and time, suffix truncation, prefix drops, rolling,
+retention, the fsync policy with group commit, and crash recovery on open.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from raftline.raftlog.batch import BatchHeader, CorruptBatchError, parse_header, stamp
+from raftline.raftlog.segment import (
+    MAX_RELATIVE_OFFSET,
+    MAX_SEGMENT_BYTES,
+    BatchInfo,
+    Bytes,
+    FileCache,
+    Segment,
+    fsync_dir,
+)
+
+logger = logging.getLogger(__name__)
+
+FsyncPolicy = Literal["always", "interval", "never"]
+LOG_START_FILE = "log-start-offset.checkpoint"
+_DAY_MS = 24 * 3600 * 1000
+
+
+class CorruptLogError(Exception):
+    """Damage that recovery must not silently drop: a bad batch inside a sealed segment,
+    overlapping or missing segments."""
+
+
+class OffsetOutOfRangeError(ValueError):
+    """An offset below the log start offset or beyond the next offset."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Kafka's defaults (LogConfig.java) except fsync, which defaults to every append."""
+
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * _DAY_MS
+    retention_ms: int = 7 * _DAY_MS  # -1: keep forever
+    retention_bytes: int = -1  # -1: no size limit
+    index_interval_bytes: int = 4096
+    fsync: FsyncPolicy = "always"
+    flush_interval_ms: int = 100  # "interval": fsync once this old ...
+    flush_interval_bytes: int = 256 * 1024  # ... or once this many bytes are unsynced
+
+    def __post_init__(self) -> None:
+        if self.fsync not in ("always", "interval", "never"):
+            raise ValueError(f"unknown fsync policy {self.fsync!r}")
+        if not 0 < self.segment_bytes <= MAX_SEGMENT_BYTES:
+            raise ValueError(f"segment_bytes must be in 1..{MAX_SEGMENT_BYTES}")
+        if self.segment_ms <= 0 or self.index_interval_bytes <= 0:
+            raise ValueError("segment_ms and index_interval_bytes must be positive")
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    """What opening the log found and repaired."""
+
+    directory: str
+    segments: int = 0
+    log_start_offset: int = 0
+    next_offset: int = 0
+    truncated_bytes: int = 0  # cut from the tail of the last segment
+    truncated_reason: str | None = None
+    rebuilt_indexes: list[str] = field(default_factory=list)
+    removed_segments: list[str] = field(default_factory=list)  # wholly below the log start
+
+    @property
+    def clean(self) -> bool:
+        return not (self.truncated_bytes or self.rebuilt_indexes or self.removed_segments)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Write temp, fsync, rename over `path`, fsync the directory."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+_shared_files: FileCache | None = None
+
+
+def shared_file_cache() -> FileCache:
+    """The node-wide handle cache logs use unless given one."""
+    global _shared_files
+    if _shared_files is None:
+        _shared_files = FileCache()
+    return _shared_files
+
+
+class PartitionLog:
+    """An append-only log of record batches stored as Kafka segment files in `directory`.
+
+    Thread-safe: appends, reads and truncations serialize on one lock; fsync runs outside
+    it so appends continue while a group commit is in flight.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        config: LogConfig | None = None,
+        files: FileCache | None = None,
+        clock: Callable[[], int] = _now_ms,
+    ) -> None:
+        self.directory = Path(directory)
+        self.config = config or LogConfig()
+        self.files = files or shared_file_cache()
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._synced = threading.Condition(self._lock)
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self._log_start = 0
+        self._durable = 0
+        self._syncing = False
+        self._truncations = 0  # bumped by truncation: an fsync in flight then proves nothing
+        self._unsynced_bytes = 0
+        self._last_sync_ms = clock()
+        self.recovery = self._open()
+        logger.info("opened %s: %s", self.directory, self.recovery)
+
+    # --- state -----------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start
+
+    @property
+    def next_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def durable_offset(self) -> int:
+        """Every offset below this one has been fsynced."""
+        return self._durable
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segment_bases(self) -> list[int]:
+        return list(self._bases)
+
+    # --- appending ---------------------------------------------------------------------------
+
+    def append(self, batch: Bytes, term: int, base_offset: int | None = None) -> int:
+        """Append one record batch, stamping offsets and the Raft term; return its base offset.
+
+        `base_offset` (a follower copying the leader) must equal the next offset.
+        """
+        return self.append_many([(batch, term)], base_offset)
+
+    def append_many(
+        self, batches: Sequence[tuple[Bytes, int]], base_offset: int | None = None
+    ) -> int:
+        """Append (batch, term) pairs back to back; fsync once per the policy. Returns the
+        first batch's base offset."""
+        if not batches:
+            raise ValueError("nothing to append")
+        with self._lock:
+            first = self.next_offset
+            if base_offset is not None and base_offset != first:
+                raise ValueError(f"append at offset {base_offset}, but the next offset is {first}")
+            self._unsynced_bytes += self._write(batches)
+        self._sync_per_policy()
+        return first
+
+    def _write(self, batches: Sequence[tuple[Bytes, int]]) -> int:
+        active = self._segments[-1]
+        offset = active.next_offset
+        if active.size == 0:
+            active.created_ms = self.clock()  # a segment ages from its first batch
+        buffers: list[Bytes] = []
+        infos: list[BatchInfo] = []
+        pending = 0
+        total = 0
+        for data, term in batches:
+            header = parse_header(data)
+            if len(data) != header.size:
+                raise CorruptBatchError(f"batch of {len(data)} bytes declares {header.size}")
+            last_offset = offset + header.last_offset_delta
+            if self._should_roll(active, pending, header.size, last_offset - active.base_offset):
+                if buffers:
+                    active.write(buffers, infos)
+                    buffers, infos, pending = [], [], 0
+                active = self._roll()
+            buffers.extend(self._stamped(data, offset, term))
+            infos.append(BatchInfo(last_offset, header.max_timestamp, header.size))
+            offset = last_offset + 1
+            pending += header.size
+            total += header.size
+        active.write(buffers, infos)
+        return total
+
+    @staticmethod
+    def _stamped(data: Bytes, offset: int, term: int) -> list[Bytes]:
+        """The batch with offset and term stamped: in place if mutable, else in a header copy
+        written before the untouched rest (the payload is never copied)."""
+        if isinstance(data, bytearray):
+            stamp(data, offset, term)
+            return [data]
+        view = memoryview(data)
+        head = bytearray(view[:16])  # baseOffset, batchLength, partitionLeaderEpoch
+        stamp(head, offset, term)
+        return [head, view[16:]]
+
+    def _should_roll(self, active: Segment, pending: int, incoming: int, relative: int) -> bool:
+        """Whether a batch of `incoming` bytes whose last offset is `relative` to the active
+        segment's base must start a new segment (`pending` bytes are queued for it)."""
+        occupied = active.size + pending
+        if occupied == 0:
+            return False
+        return (
+            occupied + incoming > self.config.segment_bytes
+            or relative > MAX_RELATIVE_OFFSET
+            or self.clock() - active.created_ms >= self.config.segment_ms
+        )
+
+    def _roll(self) -> Segment:
+        """Seal the active segment (indexes written, data fsynced) and start a new one."""
+        old = self._segments[-1]
+        old.write_indexes()
+        old.sync()
+        segment = Segment.create(
+            self.directory,
+            old.next_offset,
+            self.files,
+            self.config.index_interval_bytes,
+            self.clock(),
+        )
+        fsync_dir(self.directory)
+        self._segments.append(segment)
+        self._bases.append(segment.base_offset)
+        return segment
+
+    # --- durability --------------------------------------------------------------------------
+
+    def sync(self) -> int:
+        """Fsync everything appended so far (group commit) and return the durable offset.
+
+        A caller arriving while another thread's fsync runs waits for it, then one thread
+        issues a single fsync covering every caller that arrived meanwhile.
+        """
+        with self._lock:
+            target = self.next_offset
+            truncations = self._truncations
+            while self._durable < target and truncations == self._truncations:
+                if self._syncing:
+                    self._synced.wait()
+                    continue
+                self._syncing = True
+                covered, segment, before = self.next_offset, self._segments[-1], self._truncations
+                self._unsynced_bytes = 0
+                self._lock.release()
+                try:
+                    segment.sync()
+                finally:
+                    self._lock.acquire()
+                    self._syncing = False
+                    self._synced.notify_all()
+                if before == self._truncations:
+                    self._durable = max(self._durable, covered)
+                    self._last_sync_ms = self.clock()
+            return self._durable
+
+    def maybe_sync(self) -> None:
+        """Fsync if the "interval" policy says it is due; the owner calls this periodically."""
+        if self.config.fsync != "interval" or self._durable >= self.next_offset:
+            return
+        due = self.clock() - self._last_sync_ms >= self.config.flush_interval_ms
+        if due or self._unsynced_bytes >= self.config.flush_interval_bytes:
+            self.sync()
+
+    def _sync_per_policy(self) -> None:
+        if self.config.fsync == "always":
+            self.sync()
+        else:
+            self.maybe_sync()
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def _segment_index(self, offset: int) -> int:
+        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
+
+    def _check_range(self, offset: int) -> None:
+        if not self._log_start <= offset <= self.next_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} outside [{self._log_start}, {self.next_offset}]"
+            )
+
+    def read(self, offset: int, max_bytes: int, upto: int | None = None) -> bytes:
+        """Raw bytes of whole batches starting with the one containing `offset`.
+
+        Stops before `max_bytes` would be exceeded but returns at least one whole batch;
+        stops before the batch containing `upto` (e.g. the high watermark). Reads one
+        segment per call; empty at the end of the log.
+        """
+        with self._lock:
+            self._check_range(offset)
+            for segment in self._segments[self._segment_index(offset) :]:
+                start, header = segment.locate(offset)
+                if header is None:
+                    continue
+                end = segment.size
+                if upto is not None:
+                    if upto <= header.base_offset:
+                        return b""
+                    end = segment.locate(upto)[0]
+                if end - start > max_bytes:
+                    end = segment.boundary_at_most(start, start + max_bytes)
+                return segment.read(start, end)
+            return b""
+
+    def header_at(self, offset: int) -> BatchHeader:
+        """Header of the batch containing `offset`."""
+        with self._lock:
+            self._check_range(offset)
+            if offset < self.next_offset:
+                segment = self._segments[self._segment_index(offset)]
+                _, header = segment.locate(offset)
+                if header is not None:
+                    return header
+            raise OffsetOutOfRangeError(f"no batch contains offset {offset}")
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """Base offset of the first batch whose max timestamp is >= `timestamp`
+        (never below the log start), or None if there is none."""
+        with self._lock:
+            for segment in self._segments:
+                if segment.max_timestamp < timestamp or segment.next_offset <= self._log_start:
+                    continue
+                found = segment.first_at_or_after(timestamp, self._log_start)
+                if found is not None:
+                    return found
+            return None
+
+    # --- truncation and trimming ---------------------------------------------------------------
+
+    def truncate_suffix(self, offset: int) -> int:
+        """Remove every batch at or after the one containing `offset` (a Raft conflict).
+
+        Returns the new next offset (the removed batch's base offset).
+        """
+        with self._lock:
+            if offset >= self.next_offset:
+                return self.next_offset
+            if offset < self._log_start:
+                raise OffsetOutOfRangeError(f"cannot truncate below log start {self._log_start}")
+            keep = self._segment_index(offset)
+            doomed = self._segments[keep + 1 :]
+            segment = self._segments[keep]
+            position, _ = segment.locate(offset)
+            del self._segments[keep + 1 :], self._bases[keep + 1 :]
+            for old in doomed:
+                old.delete()
+            if doomed:
+                segment.remove_index_files()  # it is the active segment again
+                fsync_dir(self.directory)  # truncated batches must not come back after a crash
+            segment.truncate(position)
+            self._truncations += 1
+            self._durable = min(self._durable, segment.next_offset)
+            self._synced.notify_all()
+            return segment.next_offset
+
+    def drop_prefix(self, offset: int) -> int:
+        """Move the log start up to `offset`, deleting segments wholly below it.
+
+        At or past the end, the log restarts empty at `offset` (e.g. a snapshot installed
+        on a lagging follower). Returns the new log start offset.
+        """
+        with self._lock:
+            if offset <= self._log_start:
+                return self._log_start
+            _write_atomically(self.directory / LOG_START_FILE, b"%d\n" % offset)
+            self._log_start = offset
+            if offset >= self.next_offset:
+                doomed = self._segments
+                if doomed[-1].base_offset == offset:  # empty active segment already there
+                    fresh = doomed.pop()
+                else:
+                    fresh = Segment.create(
+                        self.directory,
+                        offset,
+                        self.files,
+                        self.config.index_interval_bytes,
+                        self.clock(),
+                    )
+                self._segments, self._bases = [fresh], [offset]
+                self._truncations += 1
+                self._durable = offset
+                self._synced.notify_all()
+            else:
+                keep = self._segment_index(offset)
+                doomed = self._segments[:keep]
+                del self._segments[:keep], self._bases[:keep]
+            for old in doomed:
+                old.delete()
+            fsync_dir(self.directory)
+            return offset
+
+    def retention_point(self, now_ms: int | None = None) -> int:
+        """The log start offset retention would leave: sealed segments older than
+        retention_ms or beyond retention_bytes go, oldest first; never the active one."""
+        now = self.clock() if now_ms is None else now_ms
+        cfg = self.config
+        with self._lock:
+            point = self._log_start
+            excess = self.size_bytes - cfg.retention_bytes if cfg.retention_bytes >= 0 else -1
+            for segment in self._segments[:-1]:
+                expired = cfg.retention_ms >= 0 and segment.max_timestamp < now - cfg.retention_ms
+                oversize = excess >= segment.size
+                if not (expired or oversize):
+                    break
+                excess -= segment.size
+                point = max(point, segment.next_offset)
+            return point
+
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        """Delete what retention allows; returns the new log start offset."""
+        return self.drop_prefix(self.retention_point(now_ms))
+
+    def close(self) -> None:
+        """Persist the active segment's indexes, fsync unless the policy is "never",
+        and release file handles."""
+        with self._lock:
+            segments = list(self._segments)
+        if self.config.fsync != "never":
+            self.sync()
+        segments[-1].write_indexes()
+        for segment in segments:
+            self.files.forget(segment.path)
+
+    # --- recovery ----------------------------------------------------------------------------
+
+    def _open(self) -> RecoveryReport:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        report = RecoveryReport(directory=str(self.directory))
+        start_file = self.directory / LOG_START_FILE
+        if start_file.exists():
+            self._log_start = int(start_file.read_text().strip() or 0)
+        bases = sorted(int(p.stem) for p in self.directory.glob("*.log") if p.stem.isdigit())
+        # A crash during a prefix drop can leave segments wholly below the log start.
+        while len(bases) > 1 and bases[1] <= self._log_start:
+            stale = Segment(self.directory, bases.pop(0), self.files, 1, 0)
+            stale.delete()
+            report.removed_segments.append(stale.path.name)
+        interval = self.config.index_interval_bytes
+        now = self.clock()
+        for i, base in enumerate(bases):
+            segment = Segment(self.directory, base, self.files, interval, now)
+            if i < len(bases) - 1:
+                try:
+                    if segment.load_sealed():
+                        report.rebuilt_indexes.append(segment.index_path.name)
+                except CorruptBatchError as exc:
+                    raise CorruptLogError(f"{segment.path}: {exc}") from exc
+            else:
+                cut, reason = segment.recover_tail()
+                report.truncated_bytes, report.truncated_reason = cut, reason
+                if cut:
+                    logger.warning("cut %d bytes from %s: %s", cut, segment.path, reason)
+            if self._segments and self._segments[-1].next_offset != base:
+                raise CorruptLogError(
+                    f"{segment.path.name} starts at {base}, but the previous segment ends at "
+                    f"{self._segments[-1].next_offset}"
+                )
+            first_timestamp = segment.first_timestamp()
+            if first_timestamp is not None and first_timestamp >= 0:
+                segment.created_ms = first_timestamp
+            self._segments.append(segment)
+            self._bases.append(base)
+        if not self._segments or self._segments[-1].next_offset < self._log_start:
+            for old in self._segments:
+                old.delete()
+                report.removed_segments.append(old.path.name)
+            fresh = Segment.create(self.directory, self._log_start, self.files, interval, now)
+            self._segments, self._bases = [fresh], [self._log_start]
+            fsync_dir(self.directory)
+        self._log_start = max(self._log_start, self._bases[0])
+        if self._segments[-1].size:
+            self._segments[-1].sync()  # whatever survived is durable from here on
+        self._durable = self.next_offset
+        report.segments = len(self._segments)
+        report.log_start_offset = self._log_start
+        report.next_offset = self.next_offset
+        return report

@@ -1,0 +1,434 @@
+"""One segment of a partition log: a `.log` file of Kafka record batches and its sparse indexes.
+
+Owns positional I/O on segment files, index upkeep, tail scans and the node-wide LRU of handles.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from raftline.raftlog.batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    CorruptBatchError,
+    batch_size_at,
+    check_crc,
+    parse_header,
+)
+from raftline.raftlog.index import (
+    OFFSET_ENTRY,
+    TIME_ENTRY,
+    IndexDamagedError,
+    SparseIndex,
+    offset_index,
+    time_index,
+)
+
+Bytes = bytes | bytearray | memoryview
+
+NO_TIMESTAMP = -1
+MAX_SEGMENT_BYTES = (1 << 31) - 1  # index positions are int32
+MAX_RELATIVE_OFFSET = (1 << 31) - 1  # index relative offsets are int32
+_SCAN_CHUNK = 1 << 20
+_IOV_MAX = 1024
+
+
+def segment_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+def fsync_dir(path: Path) -> None:
+    """Make creations, renames and unlinks inside `path` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _Handle:
+    __slots__ = ("closed", "fd", "pins")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.pins = 0
+        self.closed = False  # evicted or forgotten: close once the last pin is released
+
+
+class FileCache:
+    """An LRU of open segment file descriptors shared by every log on a node.
+
+    At most `limit` descriptors stay open; a descriptor in use (pinned) by another thread
+    when evicted is closed as soon as that thread releases it, so the bound can be exceeded
+    only by the number of concurrent users.
+    """
+
+    def __init__(self, limit: int = 1024) -> None:
+        if limit < 1:
+            raise ValueError(f"file handle limit must be >= 1, got {limit}")
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._handles: OrderedDict[Path, _Handle] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._handles)
+
+    @contextmanager
+    def pin(self, path: Path) -> Iterator[int]:
+        """Yield an open read/write descriptor for `path`; it stays open until released."""
+        with self._lock:
+            handle = self._handles.get(path)
+            if handle is None:
+                handle = _Handle(os.open(path, os.O_RDWR | os.O_CLOEXEC))
+                self._handles[path] = handle
+                self._evict_over_limit()
+            else:
+                self._handles.move_to_end(path)
+            handle.pins += 1
+        try:
+            yield handle.fd
+        finally:
+            with self._lock:
+                handle.pins -= 1
+                if handle.closed and handle.pins == 0:
+                    os.close(handle.fd)
+
+    def forget(self, path: Path) -> None:
+        """Close the descriptor of a file about to be deleted, renamed or replaced."""
+        with self._lock:
+            handle = self._handles.pop(path, None)
+            if handle is not None:
+                self._retire(handle)
+
+    def close_all(self) -> None:
+        with self._lock:
+            for handle in self._handles.values():
+                self._retire(handle)
+            self._handles.clear()
+
+    def _evict_over_limit(self) -> None:
+        while len(self._handles) > self.limit:
+            _, handle = self._handles.popitem(last=False)
+            self._retire(handle)
+
+    @staticmethod
+    def _retire(handle: _Handle) -> None:
+        handle.closed = True
+        if handle.pins == 0:
+            os.close(handle.fd)
+
+
+@dataclass(slots=True, frozen=True)
+class BatchInfo:
+    """What the segment needs from a batch header to place and index it."""
+
+    last_offset: int
+    max_timestamp: int
+    size: int
+
+
+def _pwrite_all(fd: int, buffers: Sequence[Bytes], position: int) -> None:
+    for start in range(0, len(buffers), _IOV_MAX):
+        chunk = buffers[start : start + _IOV_MAX]
+        total = sum(memoryview(b).nbytes for b in chunk)
+        written = os.pwritev(fd, chunk, position)
+        if written < total:  # short write (signal, huge request): finish it byte-wise
+            rest = b"".join(bytes(b) for b in chunk)[written:]
+            while rest:
+                n = os.pwrite(fd, rest, position + written)
+                written += n
+                rest = rest[n:]
+        position += total
+
+
+class Segment:
+    """A `.log` file starting at `base_offset` and its in-memory `.index` / `.timeindex`.
+
+    Index entries follow Kafka: an offset-index entry maps a batch's last offset (relative)
+    to the batch's start position; a time-index entry records the largest timestamp seen so
+    far with the last offset at that point. Both are added once `index_interval` bytes were
+    written since the previous entry.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        files: FileCache,
+        index_interval: int,
+        created_ms: int,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.files = files
+        self.index_interval = index_interval
+        self.created_ms = created_ms
+        self.path = directory / segment_name(base_offset, ".log")
+        self.size = 0
+        self.next_offset = base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        self.offsets = offset_index()
+        self.times = time_index()
+        self._bytes_since_index = 0
+
+    @property
+    def index_path(self) -> Path:
+        return self.directory / segment_name(self.base_offset, ".index")
+
+    @property
+    def timeindex_path(self) -> Path:
+        return self.directory / segment_name(self.base_offset, ".timeindex")
+
+    @classmethod
+    def create(
+        cls, directory: Path, base_offset: int, files: FileCache, index_interval: int, now_ms: int
+    ) -> Segment:
+        segment = cls(directory, base_offset, files, index_interval, now_ms)
+        fd = os.open(segment.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        os.close(fd)
+        return segment
+
+    # --- writing -------------------------------------------------------------------------
+
+    def write(self, buffers: Sequence[Bytes], batches: Sequence[BatchInfo]) -> None:
+        """Append whole batches (their bytes given as `buffers`) at the end of the file."""
+        start = self.size
+        with self.files.pin(self.path) as fd:
+            try:
+                _pwrite_all(fd, buffers, start)
+            except OSError:
+                os.ftruncate(fd, start)  # never leave half a batch behind a failed write
+                raise
+        position = start
+        for info in batches:
+            self._index(position, info)
+            position += info.size
+        self.size = position
+        self.next_offset = batches[-1].last_offset + 1
+
+    def _index(self, position: int, info: BatchInfo) -> None:
+        if info.max_timestamp > self.max_timestamp:
+            self.max_timestamp = info.max_timestamp
+        if self._bytes_since_index >= self.index_interval:
+            relative = info.last_offset - self.base_offset
+            self.offsets.append(relative, position)
+            last_time = self.times.last()
+            if last_time is None or self.max_timestamp > last_time[0]:
+                self.times.append(self.max_timestamp, relative)
+            self._bytes_since_index = 0
+        self._bytes_since_index += info.size
+
+    def truncate(self, position: int) -> None:
+        """Cut the file at `position`, a batch boundary, and drop index entries past it."""
+        with self.files.pin(self.path) as fd:
+            os.ftruncate(fd, position)
+            self.size = position
+            self.offsets.truncate_values_from(position)
+            restart = self.offsets.last()
+            scan_from = restart[1] if restart else 0
+            # Time entries are added together with offset entries: keep those not past `restart`.
+            self.times.truncate_values_from(restart[0] + 1 if restart else 0)
+            last_time = self.times.last()
+            self.max_timestamp = last_time[0] if last_time else NO_TIMESTAMP
+            self.next_offset = self.base_offset
+            if restart is not None:
+                self.next_offset = self.base_offset + restart[0] + 1
+            for _, header in self._scan(fd, scan_from, position, verify=False):
+                self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+                self.next_offset = header.last_offset + 1
+        self._bytes_since_index = position - scan_from if restart else position
+
+    def sync(self) -> None:
+        with self.files.pin(self.path) as fd:
+            os.fdatasync(fd)
+
+    def write_indexes(self) -> None:
+        self.offsets.write(self.index_path)
+        self.times.write(self.timeindex_path)
+
+    def delete(self) -> None:
+        self.files.forget(self.path)
+        for path in (self.path, self.index_path, self.timeindex_path):
+            path.unlink(missing_ok=True)
+
+    def remove_index_files(self) -> None:
+        """The on-disk indexes go stale when a sealed segment becomes active again."""
+        self.index_path.unlink(missing_ok=True)
+        self.timeindex_path.unlink(missing_ok=True)
+
+    # --- reading -------------------------------------------------------------------------
+
+    def _scan(
+        self, fd: int, start: int, end: int, *, verify: bool
+    ) -> Iterator[tuple[int, BatchHeader]]:
+        """Yield (position, header) of each batch in [start, end), reading in large chunks.
+
+        Raises CorruptBatchError at the first batch that is not sane (or fails its CRC).
+        """
+        position = start
+        buf = b""
+        buf_start = start
+        while position < end:
+            rel = position - buf_start
+            if rel + HEADER_SIZE > len(buf):
+                buf = os.pread(fd, min(_SCAN_CHUNK, end - position), position)
+                buf_start, rel = position, 0
+            header = parse_header(buf, rel)
+            if position + header.size > end:
+                raise CorruptBatchError(f"batch at {position} runs past the end of the segment")
+            if verify:
+                if rel + header.size > len(buf):
+                    buf = os.pread(fd, max(_SCAN_CHUNK, header.size), position)
+                    buf_start, rel = position, 0
+                check_crc(memoryview(buf)[rel : rel + header.size], header)
+            yield position, header
+            position += header.size
+
+    def locate(self, offset: int) -> tuple[int, BatchHeader | None]:
+        """Position and header of the batch containing `offset`; (size, None) past the end."""
+        if offset >= self.next_offset:
+            return self.size, None
+        entry = self.offsets.floor(offset - self.base_offset)
+        start = entry[1] if entry else 0
+        with self.files.pin(self.path) as fd:
+            for position, header in self._scan(fd, start, self.size, verify=False):
+                if header.last_offset >= offset:
+                    return position, header
+        return self.size, None
+
+    def boundary_at_most(self, start: int, limit: int) -> int:
+        """The last batch boundary <= `limit` after `start`, but at least one batch past it."""
+        entry = self.offsets.floor_value(limit)
+        position = max(start, entry[1]) if entry else start
+        with self.files.pin(self.path) as fd:
+            while position < self.size:
+                size = batch_size_at(os.pread(fd, LOG_OVERHEAD, position))
+                if size is None:
+                    raise CorruptBatchError(f"truncated batch prefix at {position}")
+                if position + size > limit and position > start:
+                    break
+                position += size
+        return position
+
+    def read(self, start: int, end: int) -> bytes:
+        with self.files.pin(self.path) as fd:
+            return os.pread(fd, end - start, start)
+
+    def first_at_or_after(self, timestamp: int, from_offset: int) -> int | None:
+        """Base offset of the first batch at or after `from_offset` with max timestamp >= t."""
+        entry = self.times.last_below(timestamp)
+        start_offset = max(from_offset, self.base_offset + entry[1] + 1 if entry else 0)
+        position, header = self.locate(start_offset)
+        if header is None:
+            return None
+        with self.files.pin(self.path) as fd:
+            for _, header in self._scan(fd, position, self.size, verify=False):
+                if header.max_timestamp >= timestamp:
+                    return max(header.base_offset, from_offset)
+        return None
+
+    # --- recovery ------------------------------------------------------------------------
+
+    def recover_tail(self) -> tuple[int, str | None]:
+        """Scan the whole file with CRC checks, rebuild the indexes and cut a bad tail.
+
+        Returns (bytes cut, reason) where reason is None if the file was intact.
+        """
+        self.offsets, self.times = offset_index(), time_index()
+        self._bytes_since_index = 0
+        self.max_timestamp = NO_TIMESTAMP
+        self.next_offset = self.base_offset
+        with self.files.pin(self.path) as fd:
+            file_size = os.fstat(fd).st_size
+            good_end, reason = 0, None
+            try:
+                for position, header in self._scan(fd, 0, file_size, verify=True):
+                    if header.base_offset != self.next_offset:
+                        raise CorruptBatchError(
+                            f"batch at {position} has base offset {header.base_offset}, "
+                            f"expected {self.next_offset}"
+                        )
+                    self._index(position, self._info(header))
+                    self.next_offset = header.last_offset + 1
+                    good_end = position + header.size
+            except CorruptBatchError as exc:
+                reason = str(exc)
+            if good_end < file_size:
+                os.ftruncate(fd, good_end)
+        self.size = good_end
+        return file_size - good_end, reason
+
+    def load_sealed(self) -> bool:
+        """Load a sealed segment's indexes, rebuilding them if missing or damaged.
+
+        Returns True if the indexes were rebuilt. Raises CorruptBatchError if the data
+        itself is damaged: a sealed segment was fsynced whole, so damage is real corruption.
+        """
+        with self.files.pin(self.path) as fd:
+            self.size = os.fstat(fd).st_size
+            try:
+                self._load_indexes(fd)
+                rebuilt = False
+            except (IndexDamagedError, CorruptBatchError):
+                self._rebuild_indexes(fd)
+                rebuilt = True
+        if rebuilt:
+            self.write_indexes()
+        return rebuilt
+
+    def _load_indexes(self, fd: int) -> None:
+        offsets = SparseIndex.load(OFFSET_ENTRY, self.index_path)
+        times = SparseIndex.load(TIME_ENTRY, self.timeindex_path)
+        last = offsets.last()
+        start = 0
+        self.max_timestamp = NO_TIMESTAMP
+        if last is not None:
+            start = last[1]
+            if start >= self.size:
+                raise IndexDamagedError(f"index points past the end of {self.path.name}")
+            header = parse_header(os.pread(fd, HEADER_SIZE, start))
+            if header.last_offset != self.base_offset + last[0]:
+                raise IndexDamagedError(f"last index entry of {self.path.name} is stale")
+        last_time = times.last()
+        if last_time is not None:
+            if last is None or last_time[1] > last[0]:
+                raise IndexDamagedError(f"time index of {self.path.name} is ahead of its index")
+            self.max_timestamp = last_time[0]
+        self.offsets, self.times = offsets, times
+        self.next_offset = self.base_offset + (last[0] + 1 if last else 0)
+        for _, header in self._scan(fd, start, self.size, verify=False):
+            self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+            self.next_offset = header.last_offset + 1
+        self._bytes_since_index = self.size - start if last else self.size
+
+    def _rebuild_indexes(self, fd: int) -> None:
+        self.offsets, self.times = offset_index(), time_index()
+        self._bytes_since_index = 0
+        self.max_timestamp = NO_TIMESTAMP
+        self.next_offset = self.base_offset
+        for position, header in self._scan(fd, 0, self.size, verify=False):
+            if header.base_offset != self.next_offset:
+                raise CorruptBatchError(
+                    f"batch at {position} of {self.path.name} has base offset "
+                    f"{header.base_offset}, expected {self.next_offset}"
+                )
+            self._index(position, self._info(header))
+            self.next_offset = header.last_offset + 1
+
+    @staticmethod
+    def _info(header: BatchHeader) -> BatchInfo:
+        return BatchInfo(header.last_offset, header.max_timestamp, header.size)
+
+    def first_timestamp(self) -> int | None:
+        """Max timestamp of the first batch: the age a reopened segment is rolled by."""
+        if self.size == 0:
+            return None
+        with self.files.pin(self.path) as fd:
+            return parse_header(os.pread(fd, HEADER_SIZE, 0)).max_timestamp
