@@ -42,6 +42,7 @@ _ZSTD_SKIPPABLE_MASK = 0xFFFFFFF0
 _ZSTD_SKIPPABLE_MAGIC = 0x184D2A50
 _ZSTD_BLOCK_MAX = 128 * 1024
 _U32 = struct.Struct("<I")
+_LZ4_STEP = 1 << 20
 _ZSTD_DICT_ID_SIZES = (0, 1, 2, 4)
 _ZSTD_FCS_SIZES = (0, 2, 4, 8)
 
@@ -162,13 +163,21 @@ def _gunzip(view: memoryview, max_size: int) -> bytes:
 
 
 def _lz4_decompress(view: memoryview, max_size: int) -> bytes:
+    # Inflate in steps: asking for max_size at once makes the library allocate all of it.
     inflater = lz4.frame.LZ4FrameDecompressor()
-    out = inflater.decompress(view, max_length=max_size + 1)
-    if len(out) > max_size:
-        raise CorruptBatchError(f"lz4 records section inflates past {max_size} bytes")
-    if not inflater.eof or inflater.unused_data:
-        raise CorruptBatchError("truncated lz4 frame or data after it")
-    return out
+    out = bytearray()
+    pending: BytesLike = view
+    while not inflater.eof:
+        step = min(_LZ4_STEP, max_size + 1 - len(out))
+        out += inflater.decompress(pending, max_length=step)
+        pending = b""
+        if len(out) > max_size:
+            raise CorruptBatchError(f"lz4 records section inflates past {max_size} bytes")
+        if inflater.needs_input and not inflater.eof:
+            raise CorruptBatchError("truncated lz4 frame")
+    if inflater.unused_data:
+        raise CorruptBatchError("data after the lz4 frame")
+    return bytes(out)
 
 
 def _zstd_decompress(view: memoryview, max_size: int) -> bytes:

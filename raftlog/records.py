@@ -132,37 +132,28 @@ def _zigzag(v: int) -> bytes:
     return _SMALL_ZIGZAG[u] if u < 0x4000 else _encode_unsigned(u)
 
 
-def _read_unsigned(data: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
-    """Read a base-128 varint of at most `max_bytes` bytes; IndexError when data runs out."""
-    result = 0
-    for i in range(max_bytes):
-        b = data[pos + i]
-        result |= (b & 0x7F) << (7 * i)
+def _read_zigzag(data: bytes, pos: int, bits: int = 32) -> tuple[int, int]:
+    """Read a zigzag varint of at most `bits` bits (32: Java's readVarint, 64: readVarlong).
+
+    Raises IndexError when the data runs out, CorruptBatchError when the varint is too long.
+    """
+    b = data[pos]
+    if b < 0x80:  # one byte: the common case for deltas, counts and short lengths
+        return (b >> 1) ^ -(b & 1), pos + 1
+    u = b & 0x7F
+    shift = 7
+    while True:
+        pos += 1
+        b = data[pos]
+        u |= (b & 0x7F) << shift
         if b < 0x80:
-            return result, pos + i + 1
-    raise CorruptBatchError(f"varint longer than {max_bytes} bytes at {pos}")
-
-
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    """A zigzag int32 (Java ByteUtils.readVarint): at most 5 bytes and 32 bits."""
-    b = data[pos]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    u, pos = _read_unsigned(data, pos, 5)
-    if u >> 32:
-        raise CorruptBatchError("varint exceeds 32 bits")
-    return (u >> 1) ^ -(u & 1), pos
-
-
-def _read_varlong(data: bytes, pos: int) -> tuple[int, int]:
-    """A zigzag int64 (Java ByteUtils.readVarlong): at most 10 bytes and 64 bits."""
-    b = data[pos]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    u, pos = _read_unsigned(data, pos, 10)
-    if u >> 64:
-        raise CorruptBatchError("varlong exceeds 64 bits")
-    return (u >> 1) ^ -(u & 1), pos
+            break
+        shift += 7
+        if shift >= bits:
+            raise CorruptBatchError(f"varint longer than {bits} bits at {pos}")
+    if u >> bits:
+        raise CorruptBatchError(f"varint exceeds {bits} bits at {pos}")
+    return (u >> 1) ^ -(u & 1), pos + 1
 
 
 # ---------------------------------------------------------------------------- encoding
@@ -354,19 +345,19 @@ def _decode_records(data: bytes, header: BatchHeader) -> list[DecodedRecord]:
     records: list[DecodedRecord] = []
     pos = 0
     for _ in range(header.records_count):
-        length, pos = _read_varint(data, pos)
+        length, pos = _read_zigzag(data, pos)
         record_end = pos + length
         if length < _MIN_RECORD_SIZE - 1 or record_end > end:
             raise CorruptBatchError(f"record length {length} out of range at {pos}")
         pos += 1  # record attributes: no bits are defined
-        timestamp_delta, pos = _read_varlong(data, pos)
-        offset_delta, pos = _read_varint(data, pos)
+        timestamp_delta, pos = _read_zigzag(data, pos, 64)
+        offset_delta, pos = _read_zigzag(data, pos)
         if not previous_delta < offset_delta <= last_offset_delta:
             raise CorruptBatchError(f"offset delta {offset_delta} out of order or range")
         previous_delta = offset_delta
         key, pos = _read_bytes(data, pos, record_end)
         value, pos = _read_bytes(data, pos, record_end)
-        header_count, pos = _read_varint(data, pos)
+        header_count, pos = _read_zigzag(data, pos)
         if not 0 <= header_count <= (record_end - pos) // 2:
             raise CorruptBatchError(f"header count {header_count} out of range")
         headers: list[Header] = []
@@ -396,7 +387,7 @@ def _decode_records(data: bytes, header: BatchHeader) -> list[DecodedRecord]:
 
 
 def _read_bytes(data: bytes, pos: int, limit: int) -> tuple[bytes | None, int]:
-    size, pos = _read_varint(data, pos)
+    size, pos = _read_zigzag(data, pos)
     if size < 0:
         if size != -1:
             raise CorruptBatchError(f"negative length {size}")
