@@ -83,11 +83,11 @@ class RecoveryReport:
         return not (self.truncated_bytes or self.rebuilt_indexes or self.removed_segments)
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes) -> None:
     """Write temp, fsync, rename over `path`, fsync the directory."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
@@ -123,7 +123,7 @@ class PartitionLog:
         directory: str | os.PathLike[str],
         config: LogConfig | None = None,
         files: FileCache | None = None,
-        clock: Callable[[], int] = _now_ms,
+        clock: Callable[[], int] = now_ms,
     ) -> None:
         self.directory = Path(directory)
         self.config = config or LogConfig()
@@ -395,7 +395,7 @@ class PartitionLog:
         with self._lock:
             if offset <= self._log_start:
                 return self._log_start
-            _write_atomically(self.directory / LOG_START_FILE, b"%d\n" % offset)
+            write_atomically(self.directory / LOG_START_FILE, b"%d\n" % offset)
             self._log_start = offset
             if offset >= self.next_offset:
                 doomed = self._segments
