@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 from aiohttp import web
@@ -23,7 +23,10 @@ from raftline.api.errors import ApiError, from_broker_error, invalid
 from raftline.api.forward import FORWARDED_HEADER, Forwarder, LeaderMoved, LeaderUnreachable
 from raftline.api.openapi import openapi_document
 from raftline.api.partitioner import partition_for_key
-from raftline.node.broker import Broker, BrokerError, NotLeader
+from raftline.node.errors import BrokerError, NotLeader
+
+if TYPE_CHECKING:
+    from raftline.node.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +114,6 @@ class ApiState:
             delay = min(delay * 2, 0.4)
 
 
-BROKER_KEY = web.AppKey("broker", Broker)
 STATE_KEY = web.AppKey("api_state", ApiState)
 
 
@@ -455,7 +457,6 @@ def create_app(broker: Broker, *, self_http: str | None = None) -> web.Applicati
     """The HTTP app for `broker`; `self_http` is this node's HOST:PORT (never forwarded to)."""
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[error_middleware])
     state = ApiState(broker, self_http)
-    app[BROKER_KEY] = broker
     app[STATE_KEY] = state
 
     async def close_forwarder(_: web.Application) -> None:
