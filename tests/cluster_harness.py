@@ -1,0 +1,309 @@
+"""Real `raftline serve` processes on loopback for cluster tests: start, wait, SIGKILL, restart.
+
+Owns free-port allocation, per-node temp data dirs and logs, readiness waits and certain cleanup.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+READY_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def serve_command() -> list[str]:
+    """The installed console script when present, else the same entry point through python."""
+    script = Path(sys.executable).parent / "raftline"
+    if script.exists():
+        return [str(script), "serve"]
+    return [sys.executable, "-c", "from raftline.clients.cli import main; main()", "serve"]
+
+
+def http_json(url: str, method: str = "GET", body: Any = None, timeout: float = 5.0) -> Any:
+    """One request; returns (status, parsed body). Connection failures raise OSError."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            raw = response.read()
+            return response.status, json.loads(raw) if raw else {}
+    except urllib.error.HTTPError as error:
+        raw = error.read()
+        try:
+            return error.code, json.loads(raw) if raw else {}
+        except ValueError:
+            return error.code, {"raw": raw.decode("utf-8", "replace")}
+
+
+class Node:
+    def __init__(self, node_id: int, root: Path, peers: str) -> None:
+        self.node_id = node_id
+        self.http = f"127.0.0.1:{free_port()}"
+        self.raft = f"127.0.0.1:{free_port()}"
+        self.data_dir = root / f"node-{node_id}"
+        self.log_path = root / f"node-{node_id}.log"
+        self.peers = peers
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.http}"
+
+    def start(self) -> None:
+        command = [
+            *serve_command(),
+            "--node-id", str(self.node_id),
+            "--data-dir", str(self.data_dir),
+            "--http", self.http,
+            "--raft", self.raft,
+            "--peers", self.peers,
+        ]  # fmt: skip
+        log = open(self.log_path, "ab")  # noqa: SIM115 (the child keeps it; closed on reap)
+        self.process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no goodbye."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM and wait for a clean exit (SIGKILL if it does not come)."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def ready(self) -> bool:
+        try:
+            status, _ = http_json(f"{self.url}/readyz", timeout=1.0)
+        except OSError:
+            return False
+        return status == 200
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+class Cluster:
+    """N nodes listing each other in --peers; every node's data and log under `root`."""
+
+    def __init__(self, root: Path, size: int = 3) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        ids = range(1, size + 1)
+        raft = {i: f"127.0.0.1:{free_port()}" for i in ids}
+        peers = ",".join(f"{i}={address}" for i, address in raft.items())
+        self.nodes = [Node(i, root, peers) for i in ids]
+        for node in self.nodes:
+            node.raft = raft[node.node_id]
+
+    def node(self, node_id: int) -> Node:
+        return next(n for n in self.nodes if n.node_id == node_id)
+
+    @property
+    def urls(self) -> str:
+        return ",".join(n.url for n in self.nodes)
+
+    def start(self) -> None:
+        for node in self.nodes:
+            node.start()
+        self.wait_ready()
+
+    def wait_ready(self, nodes: list[Node] | None = None, timeout: float = READY_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        for node in nodes or self.nodes:
+            while not node.ready():
+                if not node.running:
+                    raise RuntimeError(f"node {node.node_id} exited:\n{node.log_tail()}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"node {node.node_id} not ready:\n{node.log_tail()}")
+                time.sleep(0.1)
+
+    def live(self) -> list[Node]:
+        return [n for n in self.nodes if n.running]
+
+    def describe(self, topic: str) -> dict[str, Any]:
+        """The topic as any live node describes it."""
+        last: Any = None
+        for node in self.live():
+            try:
+                status, body = http_json(f"{node.url}/v1/topics/{topic}")
+            except OSError as error:
+                last = error
+                continue
+            if status == 200:
+                return body
+            last = body
+        raise RuntimeError(f"no live node describes {topic}: {last}")
+
+    def wait_for_leader(self, topic: str, partition: int, timeout: float = 20.0) -> int:
+        """The id of a live node that currently leads the partition."""
+        deadline = time.monotonic() + timeout
+        live_ids = {n.node_id for n in self.live()}
+        while time.monotonic() < deadline:
+            with_errors = None
+            try:
+                leader = self.describe(topic)["partitions"][partition].get("leader")
+            except RuntimeError as error:
+                with_errors, leader = error, None
+            if leader in live_ids:
+                return int(leader)
+            time.sleep(0.1)
+        raise TimeoutError(f"no leader for {topic}/{partition}: {with_errors}")
+
+    def controller(self, timeout: float = 20.0) -> int:
+        deadline = time.monotonic() + timeout
+        live_ids = {n.node_id for n in self.live()}
+        while time.monotonic() < deadline:
+            for node in self.live():
+                try:
+                    status, body = http_json(f"{node.url}/v1/cluster")
+                except OSError:
+                    continue
+                if status == 200 and body.get("controller") in live_ids:
+                    return int(body["controller"])
+            time.sleep(0.1)
+        raise TimeoutError("no live controller")
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.stop(timeout=10)
+
+
+@contextmanager
+def running_cluster(root: Path, size: int = 3) -> Iterator[Cluster]:
+    """A started cluster that is always torn down, logs shown when the body failed."""
+    cluster = Cluster(root, size)
+    try:
+        cluster.start()
+        yield cluster
+    except BaseException:
+        for node in cluster.nodes:
+            sys.stderr.write(f"--- node {node.node_id} log ---\n{node.log_tail()}\n")
+        raise
+    finally:
+        cluster.close()
+        for node in cluster.nodes:
+            if node.running:
+                os.killpg(node.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
+
+
+class ContinuousProducer:
+    """Sends one uniquely numbered message per request (acks=all) from a thread, to any live
+    node, never resending a message: every acknowledged message must then be stored once."""
+
+    def __init__(self, cluster: Cluster, topic: str, partition: int = 0) -> None:
+        self.cluster = cluster
+        self.topic = topic
+        self.partition = partition
+        self.acked: list[tuple[str, int, float]] = []  # (value, offset, acknowledged at)
+        self.failures: list[tuple[float, str]] = []
+        self._stop = False
+        self._sequence = 0
+        self._thread = threading.Thread(target=self._run, name="continuous-producer", daemon=True)
+
+    def start(self) -> ContinuousProducer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop = True
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        turn = 0
+        while not self._stop:
+            live = self.cluster.live()
+            if not live:
+                time.sleep(0.05)
+                continue
+            node = live[turn % len(live)]
+            value = f"m-{self._sequence:08d}"
+            self._sequence += 1
+            body = {
+                "acks": "all",
+                "messages": [{"value": value, "partition": self.partition}],
+            }
+            try:
+                status, answer = http_json(
+                    f"{node.url}/v1/topics/{self.topic}/messages", "POST", body, timeout=10.0
+                )
+            except OSError as error:
+                self.failures.append((time.monotonic(), f"node {node.node_id}: {error}"))
+                turn += 1
+                time.sleep(0.02)
+                continue
+            if status == 200:
+                self.acked.append((value, int(answer["offsets"][0]["offset"]), time.monotonic()))
+            else:
+                self.failures.append((time.monotonic(), f"{status} {answer}"))
+                turn += 1
+                time.sleep(0.02)
+
+    def wait_for_acks(self, count: int, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.acked) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {len(self.acked)} acks; failures {self.failures[-3:]}")
+            time.sleep(0.02)
+
+    def first_ack_after(self, moment: float, timeout: float = 20.0) -> float:
+        """Seconds from `moment` to the first acknowledgement completed after it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            later = [at for _, _, at in self.acked if at > moment]
+            if later:
+                return min(later) - moment
+            time.sleep(0.01)
+        raise TimeoutError(f"no ack after the kill; failures {self.failures[-3:]}")
+
+
+def read_partition(node: Node, topic: str, partition: int, wait_ms: int = 0) -> list[Any]:
+    """Every committed message of a partition through `node`'s API (forwarded to the leader)."""
+    messages: list[Any] = []
+    offset: int | str = "earliest"
+    while True:
+        status, body = http_json(
+            f"{node.url}/v1/topics/{topic}/partitions/{partition}/messages"
+            f"?offset={offset}&max_messages=5000&wait_ms={wait_ms}",
+            timeout=10.0,
+        )
+        if status != 200:
+            raise RuntimeError(f"fetch failed: {status} {body}")
+        messages.extend(body["messages"])
+        if body["next_offset"] >= body["high_watermark"] or not body["messages"]:
+            return messages
+        offset = body["next_offset"]
