@@ -98,6 +98,10 @@ class ApiState:
                     if forwarded:
                         raise from_broker_error(exc) from None
                     hint = exc.leader_http
+                except BrokerError as exc:
+                    # A leader elected a moment ago serves once its term has committed.
+                    if exc.code != "leader_unavailable" or time.monotonic() >= deadline:
+                        raise
             if hint is not None and hint != self.self_http:
                 try:
                     return await remote(hint)
@@ -257,10 +261,13 @@ async def cluster(request: web.Request) -> web.Response:
 async def create_topic(request: web.Request) -> web.Response:
     state = _state(request)
     spec = validation.create_topic_request(await read_body(request))
-    replication = spec.replication_factor
-    if replication is None:
-        nodes = (await state.broker.cluster()).get("nodes") or [None]
-        replication = min(3, len(nodes))
+    nodes = len((await state.broker.cluster()).get("nodes") or [None])
+    replication = spec.replication_factor or min(3, nodes)
+    if replication > nodes:
+        raise ApiError(
+            "not_enough_replicas",
+            f"replication_factor {replication} needs {replication} nodes; the cluster has {nodes}",
+        )
     description = await state.broker.create_topic(
         spec.name, spec.partitions, replication, spec.config
     )
@@ -398,8 +405,9 @@ async def _fetch_local(
         decoded = codec.decode_batches(
             batches, partition, offset, spec.max_messages, spec.max_bytes
         )
-        # Batches holding only control records move the offset on; keep waiting past them.
-        if decoded.messages or decoded.next_offset == offset or wait_ms == 0:
+        # Batches holding only control records move the offset on: read (and wait) past them.
+        caught_up = decoded.next_offset >= high_watermark and wait_ms == 0
+        if decoded.messages or decoded.next_offset == offset or caught_up:
             return {
                 "messages": decoded.messages,
                 "next_offset": decoded.next_offset,

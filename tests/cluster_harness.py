@@ -304,6 +304,6 @@ def read_partition(node: Node, topic: str, partition: int, wait_ms: int = 0) -> 
         if status != 200:
             raise RuntimeError(f"fetch failed: {status} {body}")
         messages.extend(body["messages"])
-        if body["next_offset"] >= body["high_watermark"] or not body["messages"]:
+        if body["next_offset"] >= body["high_watermark"] or body["next_offset"] == offset:
             return messages
         offset = body["next_offset"]
