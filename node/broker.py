@@ -1,0 +1,488 @@
+"""The broker facade the HTTP layer talks to: topics, produce, fetch, cluster view, health, metrics.
+
+Owns the node's wiring: runtime, metadata replica, local partition replicas and controller calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+import uuid
+from typing import Any
+
+from raftline.node.config import NodeConfig
+from raftline.node.controller import MetaReplica, encode_command, leadership_moves
+from raftline.node.errors import BrokerError, NotLeader
+from raftline.node.metadata import (
+    META_GROUP,
+    MetadataError,
+    TopicInfo,
+    check_topic_name,
+    place_replicas,
+    validate_topic_config,
+)
+from raftline.node.partition import PartitionReplica
+from raftline.node.runtime import Runtime
+from raftline.node.transport import RemoteError
+from raftline.raftlog.log import LogConfig
+from raftline.raftlog.raft import NotLeaderError
+from raftline.raftlog.storage import RaftStorage
+
+__all__ = ["Broker", "BrokerError", "NotLeader"]
+
+log = logging.getLogger(__name__)
+
+MAINTAIN_S = 0.2  # period of registration, bootstrap and controller rounds
+BARRIER_S = 3.0  # how long a metadata read waits for the read barrier
+CREATE_WAIT_S = 5.0  # create_topic waits this long for its partitions to elect leaders
+
+
+class Broker:
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.runtime = Runtime(config, on_rpc=self._on_rpc)
+        self.meta = MetaReplica(on_change=self._metadata_changed)
+        self.partitions: dict[str, PartitionReplica] = {}
+        self._reconciling: asyncio.Task[None] | None = None
+        self._reconcile_again = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._leader_seen: dict[str, tuple[int | None, float]] = {}
+        self.counters: dict[str, int] = {
+            "produce_requests": 0,
+            "produce_bytes": 0,
+            "fetch_requests": 0,
+            "fetch_bytes": 0,
+            "leadership_moves": 0,
+        }
+
+    # lifecycle
+
+    async def start(self) -> None:
+        data_dir = self.config.data_dir
+        await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
+        await self.runtime.start()
+        storage = await self.runtime.run_on_disk(self._open_storage, data_dir / META_GROUP, {})
+        members = sorted(self.config.members())
+        # Replay the whole metadata log into the in-memory state machine (it is small).
+        self.runtime.add_group(META_GROUP, storage, members, self.meta, applied=-1)
+        if members == [self.node_id]:
+            self.runtime.campaign(META_GROUP)
+        self._tasks.append(asyncio.ensure_future(self._maintain()))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self._reconciling is not None:
+            self._reconciling.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for replica in self.partitions.values():
+            replica.close()
+        await self.runtime.stop()
+
+    def _open_storage(self, path: Any, topic_config: dict[str, str]) -> RaftStorage:
+        settings: dict[str, Any] = {"fsync": self.config.fsync}
+        if "segment.bytes" in topic_config:
+            settings["segment_bytes"] = int(topic_config["segment.bytes"])
+        if "retention.ms" in topic_config:
+            settings["retention_ms"] = int(topic_config["retention.ms"])
+        if "retention.bytes" in topic_config:
+            settings["retention_bytes"] = int(topic_config["retention.bytes"])
+        return RaftStorage(path, LogConfig(**settings))
+
+    # local replicas follow the applied metadata
+
+    def _metadata_changed(self) -> None:
+        for node in self.meta.state.nodes.values():
+            self.runtime.transport.add_peer(node.id, node.raft)
+        if self._reconciling is not None and not self._reconciling.done():
+            self._reconcile_again = True
+            return
+        self._reconciling = asyncio.ensure_future(self._reconcile())
+
+    async def _reconcile(self) -> None:
+        """Start the partition replicas the metadata places here; stop and delete the others."""
+        self._reconcile_again = True
+        while self._reconcile_again:
+            self._reconcile_again = False
+            wanted = self.meta.state.groups_of(self.node_id)
+            for group in [g for g in self.partitions if g not in wanted]:
+                replica = self.partitions.pop(group)
+                replica.close()
+                await self.runtime.remove_group(group)
+                await self.runtime.run_on_disk(shutil.rmtree, self._partition_dir(group), True)
+            for group, (topic, partition) in wanted.items():
+                if group not in self.partitions:
+                    await self._start_partition(group, topic, partition)
+
+    def _partition_dir(self, group: str) -> Any:
+        return self.config.data_dir / "partitions" / group
+
+    async def _start_partition(self, group: str, topic: TopicInfo, partition: int) -> None:
+        try:
+            storage = await self.runtime.run_on_disk(
+                self._open_storage, self._partition_dir(group), topic.config
+            )
+        except Exception:
+            log.exception("cannot open the log of %s", group)
+            return
+        if group not in self.meta.state.groups_of(self.node_id):
+            await self.runtime.run_on_disk(storage.close)
+            return
+        commit = storage.hard_state.commit
+        replica = PartitionReplica(
+            self.runtime,
+            group,
+            topic.name,
+            partition,
+            storage.log,
+            commit,
+            self._http_of,
+            self.config.request_timeout_s,
+        )
+        self.partitions[group] = replica
+        replicas = topic.replicas[partition]
+        self.runtime.add_group(group, storage, replicas, replica, applied=commit)
+        fresh = storage.last_index() < 0
+        if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
+            self.runtime.campaign(group)
+
+    # background: registration, bootstrap, controller
+
+    async def _maintain(self) -> None:
+        while True:
+            await asyncio.sleep(MAINTAIN_S)
+            try:
+                await self._maintain_once()
+            except (BrokerError, RemoteError) as exc:
+                log.debug("maintenance round: %s", exc)
+            except Exception:
+                log.exception("maintenance round failed")
+
+    async def _maintain_once(self) -> None:
+        state = self.meta.state
+        if self.meta.role == "leader" and state.cluster_id is None:
+            await self._propose_meta({"op": "bootstrap", "cluster_id": str(uuid.uuid4())})
+        me = state.nodes.get(self.node_id)
+        wanted = {
+            "id": self.node_id,
+            "raft": self.config.raft,
+            "http": self.config.http,
+            "rack": self.config.rack,
+        }
+        if me is None or (me.raft, me.http, me.rack) != (
+            self.config.raft,
+            self.config.http,
+            self.config.rack,
+        ):
+            await self._controller("register_node", wanted)
+        now = time.monotonic()
+        for group in self._all_groups():
+            leader = self.runtime.leader_of(group)
+            if self._leader_seen.get(group, (None, 0.0))[0] != leader:
+                self._leader_seen[group] = (leader, now)
+        settled = now - self.meta.leader_since > self.config.leader_settle_s
+        if self.meta.role == "leader" and settled:
+            await self._balance_leaders(now)
+
+    def _all_groups(self) -> list[str]:
+        return [
+            topic.group(p)
+            for topic in self.meta.state.topics.values()
+            for p in range(len(topic.replicas))
+        ]
+
+    async def _balance_leaders(self, now: float) -> None:
+        since = {g: t for g, (_, t) in self._leader_seen.items()}
+        for group, current, preferred in leadership_moves(
+            self.meta.state,
+            self._live_leader,
+            self.runtime.transport.alive,
+            since,
+            now,
+            self.config.leader_settle_s,
+        ):
+            self.counters["leadership_moves"] += 1
+            self._leader_seen[group] = (current, now)
+            if current == self.node_id:
+                self._transfer(group, preferred)
+            else:
+                with contextlib.suppress(RemoteError):
+                    await self.runtime.transport.call(
+                        current, "transfer", [group, preferred], BARRIER_S
+                    )
+
+    def _transfer(self, group: str, to: int) -> None:
+        if group in self.runtime.groups and self.runtime.groups[group].role == "leader":
+            self.runtime.transfer_leadership(group, to)
+
+    # metadata commands go through the controller (the metadata leader)
+
+    async def _on_rpc(self, peer: int, method: str, args: Any) -> Any:
+        if method == "transfer":
+            group, to = args
+            self._transfer(str(group), int(to))
+            return None
+        if method == "offsets":
+            return {g: self._local_offsets(g) for g in args if g in self.partitions}
+        return await self._controller_local(method, args)
+
+    async def _controller(self, method: str, args: Any) -> dict[str, Any]:
+        """Run a controller operation on the metadata leader, wherever it is."""
+        deadline = time.monotonic() + self.config.request_timeout_s
+        while True:
+            leader = self.runtime.leader_of(META_GROUP)
+            try:
+                if leader == self.node_id and self.meta.role == "leader":
+                    return await self._controller_local(method, args)
+                if leader is not None and self.runtime.transport.alive(leader):
+                    result: dict[str, Any] = await self.runtime.transport.call(
+                        leader, method, args, self.config.request_timeout_s
+                    )
+                    return result
+            except RemoteError as exc:
+                if exc.code not in ("leader_unavailable", "timeout"):
+                    raise BrokerError(exc.code, exc.message) from None
+            except BrokerError as exc:
+                if exc.code != "leader_unavailable":
+                    raise
+            if time.monotonic() > deadline:
+                raise BrokerError("leader_unavailable", "no metadata leader (controller) reachable")
+            await asyncio.sleep(0.05)
+
+    async def _controller_local(self, method: str, args: Any) -> dict[str, Any]:
+        if self.meta.role != "leader":
+            raise BrokerError("leader_unavailable", f"node {self.node_id} is not the controller")
+        try:
+            if method == "register_node":
+                return await self._propose_meta({"op": "register_node", "node": args})
+            if method == "create_topic":
+                name = check_topic_name(args["name"])
+                config = validate_topic_config(args["config"])
+                replicas = place_replicas(
+                    self.meta.state, int(args["partitions"]), int(args["replication_factor"])
+                )
+                command = {"op": "create_topic", "name": name, "config": config}
+                return await self._propose_meta({**command, "replicas": replicas})
+            if method == "delete_topic":
+                return await self._propose_meta({"op": "delete_topic", "name": args["name"]})
+        except MetadataError as exc:
+            raise BrokerError(exc.code, exc.message) from None
+        raise BrokerError("invalid_request", f"unknown controller method {method!r}")
+
+    async def _propose_meta(self, command: dict[str, Any]) -> dict[str, Any]:
+        applied: list[asyncio.Future[dict[str, Any]]] = []
+
+        def accepted(index: int, term: int) -> None:
+            applied.append(self.meta.expect(index, term))
+
+        appended = self.runtime.propose(META_GROUP, encode_command(command), on_accept=accepted)
+        try:
+            await asyncio.wait_for(appended, self.config.request_timeout_s)
+            return await asyncio.wait_for(applied[0], self.config.request_timeout_s)
+        except TimeoutError:
+            raise BrokerError("timeout", "the metadata change did not commit in time") from None
+        except BrokerError:
+            raise
+        except Exception as exc:  # NotLeaderError: leadership moved under us
+            raise BrokerError("leader_unavailable", f"controller changed: {exc}") from None
+
+    async def _barrier(self) -> None:
+        """Make the local metadata at least as new as anything committed before this call."""
+        deadline = time.monotonic() + BARRIER_S
+        while True:
+            try:
+                await self.runtime.read_barrier(META_GROUP, max(deadline - time.monotonic(), 0))
+                return
+            except TimeoutError:
+                break
+            except NotLeaderError:  # no leader known yet: an election is under way
+                if time.monotonic() >= deadline:
+                    break
+                await asyncio.sleep(0.05)
+        raise BrokerError("leader_unavailable", "metadata unreachable (no quorum)")
+
+    async def _topic(self, name: str, current: bool) -> TopicInfo:
+        if current:
+            await self._barrier()
+        topic = self.meta.state.topics.get(name)
+        if topic is None and not current:
+            await self._barrier()
+            topic = self.meta.state.topics.get(name)
+        if topic is None:
+            raise BrokerError("unknown_topic", f"unknown topic {name!r}")
+        return topic
+
+    # the HTTP layer's interface
+
+    async def create_topic(
+        self, name: str, partitions: int, replication_factor: int, config: dict[str, str]
+    ) -> dict[str, Any]:
+        try:
+            check_topic_name(name)
+            validate_topic_config(config)
+        except MetadataError as exc:
+            raise BrokerError(exc.code, exc.message) from None
+        args = {
+            "name": name,
+            "partitions": partitions,
+            "replication_factor": replication_factor,
+            "config": config,
+        }
+        await self._controller("create_topic", args)
+        topic = await self._topic(name, current=True)
+        deadline = time.monotonic() + CREATE_WAIT_S
+        groups = [topic.group(p) for p in range(len(topic.replicas))]
+        while time.monotonic() < deadline and any(self._live_leader(g) is None for g in groups):
+            await asyncio.sleep(0.05)
+        return await self.describe_topic(name)
+
+    async def list_topics(self) -> list[dict[str, Any]]:
+        await self._barrier()
+        return [
+            {
+                "name": t.name,
+                "partitions": len(t.replicas),
+                "replication_factor": t.replication_factor,
+            }
+            for t in sorted(self.meta.state.topics.values(), key=lambda t: t.name)
+        ]
+
+    async def describe_topic(self, name: str) -> dict[str, Any]:
+        topic = await self._topic(name, current=True)
+        groups = [topic.group(p) for p in range(len(topic.replicas))]
+        offsets = await self._offsets(groups)
+        alive = self.runtime.transport.alive
+        return {
+            "name": topic.name,
+            "config": dict(topic.config),
+            "replication_factor": topic.replication_factor,
+            "partitions": [
+                {
+                    "partition": p,
+                    "leader": self._live_leader(group),
+                    "replicas": list(topic.replicas[p]),
+                    "in_sync": [r for r in topic.replicas[p] if alive(r)],
+                    "log_start_offset": offsets.get(group, (0, 0))[0],
+                    "high_watermark": offsets.get(group, (0, 0))[1],
+                }
+                for p, group in enumerate(groups)
+            ],
+        }
+
+    def _live_leader(self, group: str) -> int | None:
+        leader = self.runtime.leader_of(group)
+        return leader if leader is not None and self.runtime.transport.alive(leader) else None
+
+    def _local_offsets(self, group: str) -> tuple[int, int]:
+        replica = self.partitions[group]
+        return replica.log_start_offset, replica.high_watermark
+
+    async def _offsets(self, groups: list[str]) -> dict[str, tuple[int, int]]:
+        """(log start, high watermark) per group, asked of each partition's leader."""
+        by_leader: dict[int, list[str]] = {}
+        out: dict[str, tuple[int, int]] = {}
+        for group in groups:
+            leader = self._live_leader(group)
+            if leader == self.node_id or (leader is None and group in self.partitions):
+                out[group] = self._local_offsets(group)
+            elif leader is not None:
+                by_leader.setdefault(leader, []).append(group)
+        for leader, asked in by_leader.items():
+            try:
+                answer = await self.runtime.transport.call(leader, "offsets", asked, 1.0)
+                out.update({g: (int(v[0]), int(v[1])) for g, v in answer.items()})
+            except (RemoteError, TypeError, ValueError, AttributeError):
+                out.update({g: self._local_offsets(g) for g in asked if g in self.partitions})
+        return out
+
+    async def delete_topic(self, name: str) -> None:
+        await self._controller("delete_topic", {"name": name})
+
+    async def topic_partition_count(self, name: str) -> int:
+        return len((await self._topic(name, current=False)).replicas)
+
+    async def _replica(self, topic_name: str, partition: int) -> PartitionReplica:
+        topic = await self._topic(topic_name, current=False)
+        if not 0 <= partition < len(topic.replicas):
+            raise BrokerError(
+                "unknown_partition", f"topic {topic_name!r} has no partition {partition}"
+            )
+        group = topic.group(partition)
+        replica = self.partitions.get(group)
+        if replica is None or group not in self.runtime.groups:
+            leader = self._live_leader(group)
+            raise NotLeader(
+                f"node {self.node_id} holds no replica of {topic_name}/{partition}",
+                self._http_of(None if leader == self.node_id else leader),
+            )
+        return replica
+
+    async def produce(self, topic: str, partition: int, batch: bytes, acks: str) -> int:
+        replica = await self._replica(topic, partition)
+        self.counters["produce_requests"] += 1
+        self.counters["produce_bytes"] += len(batch)
+        return await replica.produce(batch, acks)
+
+    async def fetch(
+        self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int
+    ) -> tuple[list[bytes], int, int]:
+        replica = await self._replica(topic, partition)
+        self.counters["fetch_requests"] += 1
+        batches, log_start, high_watermark = await replica.fetch(offset, max_bytes, wait_ms)
+        self.counters["fetch_bytes"] += sum(len(b) for b in batches)
+        return batches, log_start, high_watermark
+
+    async def cluster(self) -> dict[str, Any]:
+        state = self.meta.state
+        return {
+            "cluster_id": state.cluster_id,
+            "controller": self._live_leader(META_GROUP),
+            "nodes": [
+                {
+                    "id": node.id,
+                    "http": node.http,
+                    "raft": node.raft,
+                    "rack": node.rack,
+                    "alive": self.runtime.transport.alive(node.id),
+                }
+                for node in sorted(state.nodes.values(), key=lambda n: n.id)
+            ],
+        }
+
+    def _http_of(self, node: int | None) -> str | None:
+        info = self.meta.state.nodes.get(node) if node is not None else None
+        return info.http if info is not None else None
+
+    def ready(self) -> bool:
+        """Joined: a metadata leader is known and this node's registration has been applied."""
+        return (
+            self._live_leader(META_GROUP) is not None
+            and self.meta.state.cluster_id is not None
+            and self.node_id in self.meta.state.nodes
+        )
+
+    def metrics_text(self) -> str:
+        runtime, transport = self.runtime, self.runtime.transport
+        values = {
+            **{f"raftline_{k}_total": v for k, v in self.counters.items()},
+            **{f"raftline_raft_{k}_total": v for k, v in runtime.stats.items()},
+            "raftline_frames_sent_total": transport.frames_sent,
+            "raftline_frames_received_total": transport.frames_received,
+            "raftline_frames_dropped_total": transport.frames_dropped,
+            "raftline_bad_frames_total": transport.bad_frames,
+            "raftline_raft_groups": len(runtime.groups),
+            "raftline_raft_groups_quiet": runtime.quiet_groups(),
+            "raftline_raft_groups_leading": sum(
+                g.role == "leader" for g in runtime.groups.values()
+            ),
+            "raftline_ready": int(self.ready()),
+        }
+        lines = []
+        for name, value in values.items():
+            kind = "counter" if name.endswith("_total") else "gauge"
+            lines += [f"# TYPE {name} {kind}", f'{name}{{node="{self.node_id}"}} {value}']
+        return "\n".join(lines) + "\n"

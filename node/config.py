@@ -1,0 +1,70 @@
+"""How one broker node is configured: identity, addresses, initial members, durability, timing.
+
+Owns NodeConfig and parsing of the `HOST:PORT` and `1=HOST:PORT,...` forms of flags and env.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FSYNC_MODES = ("always", "interval", "never")
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """Split `HOST:PORT` (IPv6 hosts in brackets); raises ValueError on anything else."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def parse_peers(text: str) -> dict[int, str]:
+    """Parse `1=H:P,2=H:P` into {node id: raft address}; an empty string means no peers."""
+    peers: dict[int, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        node, sep, address = item.partition("=")
+        if not sep or not node.strip().isdigit():
+            raise ValueError(f"expected ID=HOST:PORT in --peers, got {item!r}")
+        parse_address(address)
+        node_id = int(node)
+        if node_id in peers:
+            raise ValueError(f"node {node_id} listed twice in --peers")
+        peers[node_id] = address.strip()
+    return peers
+
+
+@dataclass
+class NodeConfig:
+    node_id: int = 1
+    data_dir: Path = Path("./raftline-data")
+    http: str = "127.0.0.1:8080"  # HOST:PORT the HTTP API listens on
+    raft: str = "127.0.0.1:9090"  # HOST:PORT for node-to-node traffic
+    # Raft addresses of the initial members, this node included; empty = a single node.
+    peers: dict[int, str] = field(default_factory=dict)
+    fsync: str = "always"  # always | interval | never
+    tick_ms: int = 50
+    rack: str | None = None
+    election_ticks: int = 10  # randomized in [n, 2n) by the core
+    quiet_after_ticks: int = 6  # idle ticks before a leader lets its group go quiet
+    leader_settle_s: float = 10.0  # the controller waits this long before moving leadership
+    request_timeout_s: float = 10.0  # produce/metadata requests waiting on Raft give up after this
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+        if self.node_id < 0:
+            raise ValueError(f"node id must be >= 0, got {self.node_id}")
+        parse_address(self.http)
+        parse_address(self.raft)
+        for address in self.peers.values():
+            parse_address(address)
+        if self.peers and self.node_id not in self.peers:
+            raise ValueError(f"--peers must include this node ({self.node_id})")
+        if self.fsync not in FSYNC_MODES:
+            raise ValueError(f"fsync must be one of {FSYNC_MODES}, got {self.fsync!r}")
+        if self.tick_ms <= 0 or self.election_ticks < 2:
+            raise ValueError("tick_ms must be > 0 and election_ticks >= 2")
+
+    def members(self) -> dict[int, str]:
+        """The initial members' Raft addresses: the peers, or just this node."""
+        return dict(self.peers) if self.peers else {self.node_id: self.raft}

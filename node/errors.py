@@ -1,0 +1,50 @@
+"""Errors the broker raises to the HTTP layer, each carrying one of API.md's error codes.
+
+Owns the code -> (HTTP status, retryable) defaults and the not-the-leader signal for forwarding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_DEFAULTS: dict[str, tuple[int, bool]] = {
+    "invalid_request": (400, False),
+    "unknown_topic": (404, False),
+    "unknown_partition": (404, False),
+    "topic_exists": (409, False),
+    "message_too_large": (413, False),
+    "offset_out_of_range": (416, False),
+    "internal_error": (500, True),
+    "not_enough_replicas": (503, True),
+    "leader_unavailable": (503, True),
+    "timeout": (504, True),
+}
+
+
+class BrokerError(Exception):
+    """A request the broker cannot serve; `extra` adds fields to the error body."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        retryable: bool | None = None,
+        status: int | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        default_status, default_retryable = _DEFAULTS.get(code, (500, True))
+        self.code = code
+        self.message = message
+        self.retryable = default_retryable if retryable is None else retryable
+        self.status = default_status if status is None else status
+        self.extra = dict(extra or {})
+
+
+class NotLeader(BrokerError):
+    """This node does not lead the partition; `leader_http` is where the leader serves, if known."""
+
+    def __init__(self, message: str, leader_http: str | None) -> None:
+        super().__init__("leader_unavailable", message, extra={"leader_http": leader_http})
+        self.leader_http = leader_http

@@ -1,0 +1,222 @@
+"""The cluster metadata state machine replicated by the "__meta" Raft group, and replica placement.
+
+Owns the node registry, topics, topic configs and replica sets, and the pure rules that change them.
+
+Every replica applies the same JSON commands in log order with `MetadataState.apply`; a command
+that breaks a rule changes nothing and yields the same MetadataError everywhere, so all replicas
+stay identical. Placement runs on the controller before it proposes a topic, so apply stays pure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+META_GROUP = "__meta"
+TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+MAX_PARTITIONS = 10_000
+MAX_MESSAGE_BYTES = 10 * 1024 * 1024
+DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
+COMPRESSION_TYPES = ("producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd")
+_INTEGER_CONFIGS = ("retention.ms", "retention.bytes", "max.message.bytes", "segment.bytes")
+
+
+class MetadataError(Exception):
+    """A command or request that breaks a metadata rule; `code` is one of API.md's error codes."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    id: int
+    raft: str
+    http: str
+    rack: str | None = None
+
+
+@dataclass(slots=True)
+class TopicInfo:
+    name: str
+    topic_id: int  # unique per creation, so a re-created topic never reuses old replicas' data
+    config: dict[str, str]
+    replicas: list[list[int]]  # per partition; the first replica is the preferred leader
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.replicas[0])
+
+    def group(self, partition: int) -> str:
+        """The partition's Raft group name; `~` never occurs in topic names, so names are unique."""
+        return f"{self.name}~{self.topic_id}~{partition}"
+
+
+def validate_topic_config(config: Any) -> dict[str, str]:
+    """Check Kafka-named topic settings; returns them as a str -> str dict."""
+    if not isinstance(config, dict):
+        raise MetadataError("invalid_request", "config must be an object")
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        text = str(value)
+        if key in _INTEGER_CONFIGS:
+            if not re.fullmatch(r"-?\d{1,19}", text):
+                raise MetadataError("invalid_request", f"{key} must be an integer, got {text!r}")
+            if key == "max.message.bytes" and not 0 < int(text) <= MAX_MESSAGE_BYTES:
+                raise MetadataError(
+                    "invalid_request", f"max.message.bytes must be 1..{MAX_MESSAGE_BYTES}"
+                )
+            if key == "segment.bytes" and int(text) < 1024:
+                raise MetadataError("invalid_request", "segment.bytes must be at least 1024")
+        elif key == "cleanup.policy":
+            if text not in ("delete", "compact", "compact,delete", "delete,compact"):
+                raise MetadataError("invalid_request", f"bad cleanup.policy {text!r}")
+        elif key == "compression.type":
+            if text not in COMPRESSION_TYPES:
+                raise MetadataError("invalid_request", f"bad compression.type {text!r}")
+        else:
+            raise MetadataError("invalid_request", f"unknown topic config {key!r}")
+        out[str(key)] = text
+    return out
+
+
+def check_topic_name(name: Any) -> str:
+    if not isinstance(name, str) or not TOPIC_NAME.match(name):
+        raise MetadataError(
+            "invalid_request", f"topic names are 1-249 of [A-Za-z0-9._-], got {name!r}"
+        )
+    return name
+
+
+@dataclass
+class MetadataState:
+    cluster_id: str | None = None
+    nodes: dict[int, NodeInfo] = field(default_factory=dict)
+    topics: dict[str, TopicInfo] = field(default_factory=dict)
+    next_topic_id: int = 1
+
+    def apply(self, command: dict[str, Any]) -> dict[str, Any]:
+        """Apply one command; a broken rule raises MetadataError and changes nothing."""
+        op = command.get("op")
+        handler = getattr(self, f"_apply_{op}", None) if isinstance(op, str) else None
+        if handler is None:
+            raise MetadataError("invalid_request", f"unknown metadata command {op!r}")
+        return handler(command)
+
+    def apply_bytes(self, data: bytes) -> dict[str, Any]:
+        try:
+            command = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise MetadataError("invalid_request", f"undecodable metadata command: {exc}") from exc
+        if not isinstance(command, dict):
+            raise MetadataError("invalid_request", "a metadata command is a JSON object")
+        return self.apply(command)
+
+    def _apply_bootstrap(self, command: dict[str, Any]) -> dict[str, Any]:
+        if self.cluster_id is None:
+            self.cluster_id = str(command["cluster_id"])
+        return {"cluster_id": self.cluster_id}
+
+    def _apply_register_node(self, command: dict[str, Any]) -> dict[str, Any]:
+        node = command.get("node")
+        if not isinstance(node, dict) or type(node.get("id")) is not int:
+            raise MetadataError("invalid_request", "register_node needs a node with an integer id")
+        rack = node.get("rack")
+        info = NodeInfo(
+            node["id"], str(node["raft"]), str(node["http"]), None if rack is None else str(rack)
+        )
+        self.nodes[info.id] = info
+        return {"node": info.id}
+
+    def _apply_create_topic(self, command: dict[str, Any]) -> dict[str, Any]:
+        name = check_topic_name(command.get("name"))
+        if name in self.topics:
+            raise MetadataError("topic_exists", f"topic {name!r} already exists")
+        config = validate_topic_config(command.get("config", {}))
+        replicas = command.get("replicas")
+        if not isinstance(replicas, list) or not 0 < len(replicas) <= MAX_PARTITIONS:
+            raise MetadataError("invalid_request", f"a topic has 1..{MAX_PARTITIONS} partitions")
+        factor = len(replicas[0]) if isinstance(replicas[0], list) else 0
+        for replica_set in replicas:
+            if (
+                not isinstance(replica_set, list)
+                or len(replica_set) != factor
+                or factor == 0
+                or len(set(replica_set)) != factor
+                or any(r not in self.nodes for r in replica_set)
+            ):
+                raise MetadataError("invalid_request", f"bad replica set {replica_set!r}")
+        topic = TopicInfo(name, self.next_topic_id, config, [list(r) for r in replicas])
+        self.topics[name] = topic
+        self.next_topic_id += 1
+        return {"name": name, "topic_id": topic.topic_id}
+
+    def _apply_delete_topic(self, command: dict[str, Any]) -> dict[str, Any]:
+        name = command.get("name")
+        if name not in self.topics:
+            raise MetadataError("unknown_topic", f"unknown topic {name!r}")
+        del self.topics[name]
+        return {"name": name}
+
+    def topic(self, name: str) -> TopicInfo:
+        try:
+            return self.topics[name]
+        except KeyError:
+            raise MetadataError("unknown_topic", f"unknown topic {name!r}") from None
+
+    def groups_of(self, node_id: int) -> dict[str, tuple[TopicInfo, int]]:
+        """Partition groups with a replica on `node_id`: group name -> (topic, partition)."""
+        return {
+            topic.group(p): (topic, p)
+            for topic in self.topics.values()
+            for p, replica_set in enumerate(topic.replicas)
+            if node_id in replica_set
+        }
+
+
+def place_replicas(state: MetadataState, partitions: int, factor: int) -> list[list[int]]:
+    """Replica sets for a new topic, spreading replicas and preferred leaders evenly over the
+    registered nodes (counting existing topics) and each set over as many racks as possible."""
+    if not 0 < partitions <= MAX_PARTITIONS:
+        raise MetadataError("invalid_request", f"partitions must be 1..{MAX_PARTITIONS}")
+    nodes = sorted(state.nodes)
+    if not 0 < factor <= len(nodes):
+        raise MetadataError(
+            "invalid_request",
+            f"replication_factor {factor} needs 1..{len(nodes)} (registered nodes)",
+        )
+    replica_load: Counter[int] = Counter()
+    leader_load: Counter[int] = Counter()
+    for topic in state.topics.values():
+        for replica_set in topic.replicas:
+            leader_load[replica_set[0]] += 1
+            replica_load.update(replica_set)
+
+    def rack(node: int) -> str:
+        return state.nodes[node].rack or f"node-{node}"
+
+    placement = []
+    for _ in range(partitions):
+        leader = min(nodes, key=lambda n: (leader_load[n], replica_load[n], n))
+        chosen = [leader]
+        while len(chosen) < factor:
+            used_racks = {rack(n) for n in chosen}
+            chosen.append(
+                min(
+                    (n for n in nodes if n not in chosen),
+                    key=lambda n: (
+                        rack(n) in used_racks,
+                        replica_load[n],
+                        (n - leader) % (nodes[-1] + 1),
+                    ),
+                )
+            )
+        leader_load[leader] += 1
+        replica_load.update(chosen)
+        placement.append(chosen)
+    return placement

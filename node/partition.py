@@ -1,0 +1,177 @@
+"""One local replica of a partition: produce through Raft, committed-only fetch and long-poll.
+
+Owns the high watermark, the produce waiters (acks), and the wakeup of long-polling fetches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from raftline.node.errors import BrokerError, NotLeader
+from raftline.node.runtime import Runtime
+from raftline.raftlog.batch import CorruptBatchError, iter_headers, parse_header
+from raftline.raftlog.types import Entry
+
+ACKS = ("all", "leader", "none")
+
+
+class PartitionReplica:
+    def __init__(
+        self,
+        runtime: Runtime,
+        group: str,
+        topic: str,
+        partition: int,
+        log: Any,  # raftlog.log.PartitionLog: thread-safe reads of raw batches
+        commit: int,
+        http_of: Callable[[int | None], str | None],
+        timeout_s: float,
+    ) -> None:
+        self.runtime = runtime
+        self.group = group
+        self.topic = topic
+        self.partition = partition
+        self.log = log
+        self.high_watermark = commit + 1  # the persisted commit index survives restarts
+        self._http_of = http_of
+        self._timeout = timeout_s
+        self._role = "follower"
+        self._term = 0
+        self._term_committed = False  # a leader serves reads once an entry of its term committed
+        self._waiters: dict[int, tuple[int, asyncio.Future[int]]] = {}
+        self._new_data = asyncio.Event()
+
+    # Raft callbacks
+
+    def on_commit(self, entries: list[Entry]) -> None:
+        for entry in entries:
+            waiter = self._waiters.pop(entry.index, None)
+            if waiter is not None:
+                term, fut = waiter
+                if fut.done():
+                    continue
+                if entry.term == term:
+                    fut.set_result(entry.index)
+                else:
+                    fut.set_exception(self._lost())
+            if entry.term == self._term:
+                self._term_committed = True
+        last = entries[-1].last_index
+        # A proposal whose offset now lies under a different committed entry was overwritten.
+        for index in [i for i in self._waiters if i <= last]:
+            _, fut = self._waiters.pop(index)
+            if not fut.done():
+                fut.set_exception(self._lost())
+        self.high_watermark = last + 1
+        self._new_data.set()
+        self._new_data = asyncio.Event()
+
+    def on_role(self, role: str, leader: int | None, term: int) -> None:
+        if term != self._term:
+            self._term_committed = False
+        self._role, self._term = role, term
+        if role != "leader":
+            self._new_data.set()  # long-polls return and the API layer finds the new leader
+            self._new_data = asyncio.Event()
+
+    def _lost(self) -> BrokerError:
+        return BrokerError(
+            "leader_unavailable",
+            f"leadership of {self.topic}/{self.partition} changed before the write committed",
+        )
+
+    def _require_leader(self) -> None:
+        if self._role != "leader":
+            leader = self.runtime.leader_of(self.group)
+            raise NotLeader(
+                f"node {self.runtime.node_id} does not lead {self.topic}/{self.partition}",
+                self._http_of(None if leader == self.runtime.node_id else leader),
+            )
+
+    @property
+    def log_start_offset(self) -> int:
+        return int(self.log.log_start_offset)
+
+    # requests
+
+    async def produce(self, batch: bytes, acks: str) -> int:
+        """Append one record batch; returns its base offset (-1 for acks=none)."""
+        if acks not in ACKS:
+            raise BrokerError("invalid_request", f"acks must be one of {ACKS}")
+        try:
+            header = parse_header(batch)
+        except CorruptBatchError as exc:
+            raise BrokerError("invalid_request", f"bad record batch: {exc}") from exc
+        if header.size != len(batch):
+            raise BrokerError("invalid_request", "the body must hold exactly one record batch")
+        self._require_leader()
+        loop = asyncio.get_running_loop()
+        committed: asyncio.Future[int] = loop.create_future()
+
+        def accepted(index: int, term: int) -> None:
+            if acks == "all":
+                self._waiters[index] = (term, committed)
+
+        appended = self.runtime.propose(self.group, batch, header.offset_count, on_accept=accepted)
+        if acks == "none":
+            appended.add_done_callback(_consume_error)
+            return -1
+        try:
+            index, _ = await asyncio.wait_for(appended, self._timeout)
+            if acks == "leader":
+                return index
+            return await asyncio.wait_for(committed, self._timeout)
+        except TimeoutError:
+            raise BrokerError("timeout", "the write did not commit in time") from None
+        except BrokerError:
+            raise
+        except Exception as exc:  # NotLeaderError from the core, or the group went away
+            leader = self.runtime.leader_of(self.group)
+            raise NotLeader(str(exc) or "not the leader", self._http_of(leader)) from exc
+
+    async def fetch(
+        self, offset: int, max_bytes: int, wait_ms: int
+    ) -> tuple[list[bytes], int, int]:
+        self._require_leader()
+        if not self._term_committed:
+            raise BrokerError("leader_unavailable", "the new leader has not committed yet")
+        self._check_offset(offset)
+        if offset == self.high_watermark and wait_ms > 0:
+            event = self._new_data
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), wait_ms / 1000)
+            self._require_leader()
+            self._check_offset(offset)
+        high_watermark = self.high_watermark
+        if offset == high_watermark:
+            return [], self.log_start_offset, high_watermark
+        data = await self.runtime.run_on_disk(
+            self.log.read, offset, max(max_bytes, 1), high_watermark
+        )
+        view = memoryview(data)
+        batches = [bytes(view[pos : pos + h.size]) for pos, h in iter_headers(view)]
+        return batches, self.log_start_offset, high_watermark
+
+    def _check_offset(self, offset: int) -> None:
+        start, high_watermark = self.log_start_offset, self.high_watermark
+        if not start <= offset <= high_watermark:
+            raise BrokerError(
+                "offset_out_of_range",
+                f"offset {offset} outside [{start}, {high_watermark}]",
+                extra={"log_start_offset": start, "high_watermark": high_watermark},
+            )
+
+    def close(self) -> None:
+        for _, fut in self._waiters.values():
+            if not fut.done():
+                fut.set_exception(BrokerError("leader_unavailable", "the partition was closed"))
+        self._waiters.clear()
+        self._new_data.set()
+
+
+def _consume_error(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()

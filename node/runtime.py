@@ -1,0 +1,564 @@
+"""The multi-Raft driver: all Raft groups of a node on one asyncio loop, one timer, one disk thread.
+
+Owns group lifecycle, driver rounds with group commit, proposals, read barriers, leader views and
+quiescence of idle groups.
+
+A driver round: (1) on the loop, feed each touched group its ticks, messages, proposals and read
+requests and collect the Readys; (2) on the disk thread, write every Ready's entries and hard
+state, then fsync each touched log once; (3) on the loop, send all messages (one frame per peer),
+apply committed entries, answer read barriers and advance. Inputs arriving during (2) wait for the
+next round, which is what batches concurrent proposals into one append and one fsync. The loop
+never touches a group's storage or core while (2) runs.
+
+Quiescence. A leader whose group had no proposals and no replication traffic (anything but
+heartbeats) for `quiet_after_ticks` ticks stops ticking it and tells each follower node
+("q", group, term, commit, last index). A follower whose term, leader, commit and persisted last
+index all match stops ticking too (no heartbeats expected, so no election timer runs); one that
+does not match answers ("w", group) and the leader resumes ticking. Any Raft message, proposal,
+read, leadership transfer or link change (peer up or down) for the group wakes it again; in
+particular followers of a quiet group wake as soon as the transport declares the leader's node
+down (connection lost, or no frame for `dead_after_s` while every live node pings each tick).
+Safety never depends on this: a quiet replica is just a replica that receives no ticks, and Raft
+tolerates any delay; only liveness relies on the node-pair link noticing a dead leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import random
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from raftline.node import wire
+from raftline.node.config import NodeConfig
+from raftline.node.transport import RpcHandler, Transport
+from raftline.raftlog.raft import RaftConfig, RaftNode
+from raftline.raftlog.types import Entry, EntryKind, HardState, LogView, Message, MessageType, Ready
+
+log = logging.getLogger(__name__)
+
+_HEARTBEATS = (MessageType.HEARTBEAT, MessageType.HEARTBEAT_RESP)
+
+
+class GroupStopped(Exception):
+    """The group was removed or the node is stopping before the request completed."""
+
+
+class GroupStorage(LogView, Protocol):
+    """What the driver needs from a group's durable log (raftlog.storage.RaftStorage)."""
+
+    @property
+    def hard_state(self) -> HardState: ...
+    def append(self, entries: list[Entry]) -> Any: ...
+    def save(self, hard_state: HardState) -> None: ...
+    def install(self, meta: Any) -> Any: ...
+    def fsync(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class Replica(Protocol):
+    """The state machine a group drives (a partition or the metadata)."""
+
+    def on_commit(self, entries: list[Entry]) -> None: ...
+    def on_role(self, role: str, leader: int | None, term: int) -> None: ...
+
+
+Accepted = Callable[[int, int], None]
+
+
+@dataclass(slots=True)
+class _Proposal:
+    data: bytes
+    count: int
+    kind: EntryKind
+    future: asyncio.Future[tuple[int, int]]
+    on_accept: Accepted | None
+
+
+@dataclass(eq=False)
+class Group:
+    name: str
+    core: RaftNode
+    storage: GroupStorage
+    replica: Replica
+    applied: int
+    inbox: list[Message] = field(default_factory=list)
+    notices: list[tuple[int, list[Any]]] = field(default_factory=list)
+    proposals: list[_Proposal] = field(default_factory=list)
+    reads: list[tuple[bytes, asyncio.Future[None]]] = field(default_factory=list)
+    pending_reads: dict[bytes, asyncio.Future[None]] = field(default_factory=dict)
+    waiting_reads: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
+    ticks: int = 0
+    campaign: bool = False
+    transfer_to: int | None = None
+    quiet: bool = False
+    idle_ticks: int = 0
+    role: str = "follower"
+    leader: int | None = None
+    term: int = 0
+
+    def peers(self, me: int) -> set[int]:
+        return set(self.core.voters | self.core.learners) - {me}
+
+
+@dataclass
+class _Round:
+    group: Group
+    ready: Ready | None
+    accepted: list[tuple[asyncio.Future[tuple[int, int]], int, int]]
+
+
+class Runtime:
+    def __init__(
+        self, config: NodeConfig, on_rpc: RpcHandler, rng: random.Random | None = None
+    ) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.groups: dict[str, Group] = {}
+        # group -> (leader node, term) as last announced; covers groups this node does not host.
+        self.leader_view: dict[str, tuple[int, int]] = {}
+        self._rng = rng or random.Random()
+        self._active: set[str] = set()  # groups that receive ticks (not quiet)
+        self._dirty: set[str] = set()
+        self._notices: dict[int, list[list[Any]]] = defaultdict(list)
+        self._wakeup = asyncio.Event()
+        self._disk_idle = asyncio.Event()
+        self._disk_idle.set()
+        self._disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftline-disk")
+        self._read_ids = itertools.count(1)
+        self._tasks: list[asyncio.Task[None]] = []
+        self.transport = Transport(
+            config.node_id,
+            config.raft,
+            config.members(),
+            on_raft=self._on_raft,
+            on_rpc=on_rpc,
+            on_link=self._on_link,
+            dead_after_s=2 * config.election_ticks * config.tick_ms / 1000,
+        )
+        self.stats: dict[str, int] = defaultdict(int)
+
+    # lifecycle
+
+    async def start(self) -> None:
+        await self.transport.start()
+        self._tasks = [asyncio.ensure_future(self._drive()), asyncio.ensure_future(self._tick())]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.transport.stop()
+        await self._disk_idle.wait()
+        groups = list(self.groups.values())
+        self.groups.clear()
+        for group in groups:
+            self._fail_waiters(group, "node stopping")
+        await asyncio.get_running_loop().run_in_executor(self._disk, _close_all, groups)
+        self._disk.shutdown(wait=True)
+
+    def add_group(
+        self,
+        name: str,
+        storage: GroupStorage,
+        voters: Iterable[int],
+        replica: Replica,
+        applied: int,
+    ) -> Group:
+        raft_config = RaftConfig(election_ticks=self.config.election_ticks)
+        core = RaftNode(
+            self.node_id,
+            storage,
+            storage.hard_state,
+            voters,
+            config=raft_config,
+            rng=random.Random(self._rng.random()),
+            applied=applied,
+        )
+        group = Group(name, core, storage, replica, applied=applied, term=core.term)
+        self.groups[name] = group
+        self._active.add(name)
+        self._touch(group)
+        return group
+
+    async def remove_group(self, name: str) -> GroupStorage | None:
+        """Stop driving a group and close its storage (after any round using it); returns it."""
+        group = self.groups.pop(name, None)
+        if group is None:
+            return None
+        self._active.discard(name)
+        self._dirty.discard(name)
+        self._fail_waiters(group, f"group {name} removed")
+        while not self._disk_idle.is_set():
+            await self._disk_idle.wait()
+        await asyncio.get_running_loop().run_in_executor(self._disk, group.storage.close)
+        return group.storage
+
+    async def run_on_disk(self, fn: Any, *args: Any) -> Any:
+        """Run blocking storage work on the disk thread, after the current round's writes."""
+        return await asyncio.get_running_loop().run_in_executor(self._disk, fn, *args)
+
+    async def disk_idle(self) -> None:
+        """Wait until no round is writing (storage reads are then safe until the next await)."""
+        while not self._disk_idle.is_set():
+            await self._disk_idle.wait()
+
+    # inputs
+
+    def propose(
+        self,
+        name: str,
+        data: bytes,
+        count: int = 1,
+        kind: EntryKind = EntryKind.DATA,
+        on_accept: Accepted | None = None,
+    ) -> asyncio.Future[tuple[int, int]]:
+        """Queue a proposal; the future gets (base offset, term) once the leader persisted it, or
+        NotLeaderError. Proposals queued in the same round share one append and one fsync.
+        `on_accept(offset, term)` runs as soon as the core accepts it, before anything commits."""
+        group = self.groups[name]
+        fut: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
+        group.proposals.append(_Proposal(data, count, kind, fut, on_accept))
+        self._touch(group)
+        return fut
+
+    async def read_barrier(self, name: str, timeout: float) -> None:
+        """Return once this replica has applied everything committed when the call was made."""
+        group = self.groups[name]
+        context = next(self._read_ids).to_bytes(8, "big")
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        group.reads.append((context, fut))
+        self._touch(group)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        finally:
+            group.pending_reads.pop(context, None)
+
+    def campaign(self, name: str) -> None:
+        group = self.groups[name]
+        group.campaign = True
+        self._touch(group)
+
+    def transfer_leadership(self, name: str, to: int) -> None:
+        group = self.groups[name]
+        group.transfer_to = to
+        self._touch(group)
+
+    def leader_of(self, name: str) -> int | None:
+        """The group's leader as known here: the local replica's view, else the last announced."""
+        group = self.groups.get(name)
+        if group is not None and group.leader is not None:
+            return group.leader
+        seen = self.leader_view.get(name)
+        return seen[0] if seen else None
+
+    def _touch(self, group: Group) -> None:
+        if group.quiet:
+            self._wake(group)
+        self._dirty.add(group.name)
+        self._wakeup.set()
+
+    def _wake(self, group: Group) -> None:
+        group.quiet = False
+        group.idle_ticks = 0
+        self._active.add(group.name)
+
+    # transport callbacks
+
+    def _on_raft(self, peer: int, messages: list[Message], notices: list[list[Any]]) -> None:
+        for msg in messages:
+            group = self.groups.get(msg.group)
+            if group is None or msg.dst != self.node_id or msg.src != peer:
+                self.stats["messages_dropped"] += 1
+                continue
+            group.inbox.append(msg)
+            self._touch(group)
+        for notice in notices:
+            if notice and notice[0] == "l" and len(notice) == 4:
+                self._learn_leader(str(notice[1]), notice[2], notice[3])
+            elif len(notice) >= 2 and (group := self.groups.get(str(notice[1]))) is not None:
+                group.notices.append((peer, notice))
+                self._dirty.add(group.name)
+        self.stats["messages_received"] += len(messages)
+        self._wakeup.set()
+
+    def _on_link(self, peer: int, up: bool) -> None:
+        for group in self.groups.values():
+            if group.quiet and peer in group.peers(self.node_id):
+                self._touch(group)
+        if up:
+            for group in self.groups.values():
+                if group.role == "leader":
+                    self._notices[peer].append(["l", group.name, self.node_id, group.term])
+            self._flush_notices()
+
+    def _learn_leader(self, name: str, node: Any, term: Any) -> None:
+        if type(node) is not int or type(term) is not int:
+            return
+        seen = self.leader_view.get(name)
+        if seen is None or term >= seen[1]:
+            self.leader_view[name] = (node, term)
+
+    # timer
+
+    async def _tick(self) -> None:
+        interval = self.config.tick_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            self.transport.tick()
+            for name in self._active:
+                self.groups[name].ticks += 1
+            self._dirty.update(self._active)
+            self._wakeup.set()
+            self._flush_notices()
+
+    # driver rounds
+
+    async def _drive(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            rounds = [self._feed(g) for n in self._take_dirty() if (g := self.groups.get(n))]
+            readies = [r for r in rounds if r.ready is not None]
+            if readies:
+                self._disk_idle.clear()
+                try:
+                    await loop.run_in_executor(self._disk, self._persist, readies)
+                except Exception:
+                    # A log that cannot be written must not acknowledge anything: stop the node.
+                    log.critical("persisting Raft state failed; stopping the driver", exc_info=True)
+                    raise
+                finally:
+                    self._disk_idle.set()
+            self._finish(rounds)
+
+    def _take_dirty(self) -> list[str]:
+        dirty = list(self._dirty)
+        self._dirty.clear()
+        return dirty
+
+    def _feed(self, group: Group) -> _Round:
+        core = group.core
+        ticks, group.ticks = min(group.ticks, self.config.election_ticks), 0
+        busy = bool(group.proposals) or bool(group.reads)
+        for _ in range(ticks):
+            self._guard(group, core.tick)
+        for msg in group.inbox:
+            busy |= msg.type not in _HEARTBEATS
+            self._guard(group, core.step, msg)
+        group.inbox.clear()
+        for peer, notice in group.notices:
+            self._on_notice(group, peer, notice)
+        group.notices.clear()
+        if group.campaign:
+            group.campaign = False
+            self._guard(group, core.campaign)
+        if group.transfer_to is not None:
+            busy = True
+            to, group.transfer_to = group.transfer_to, None
+            self._guard(group, core.transfer_leadership, to)
+        accepted = []
+        for proposal in group.proposals:
+            try:
+                index = core.propose(proposal.data, proposal.count, proposal.kind)
+            except Exception as exc:  # NotLeaderError, or a proposal the core refuses
+                if not proposal.future.done():
+                    proposal.future.set_exception(exc)
+                continue
+            accepted.append((proposal.future, index, core.term))
+            if proposal.on_accept is not None:
+                proposal.on_accept(index, core.term)
+        group.proposals.clear()
+        for context, read in group.reads:
+            if read.done():
+                continue
+            try:
+                core.read_index(context)
+            except Exception as exc:  # no known leader to confirm the read
+                read.set_exception(exc)
+                continue
+            group.pending_reads[context] = read
+        group.reads.clear()
+        group.idle_ticks = 0 if busy else group.idle_ticks + ticks
+        return _Round(group, core.ready() if core.has_ready() else None, accepted)
+
+    @staticmethod
+    def _guard(group: Group, fn: Callable[..., None], *args: Any) -> None:
+        """Feed one input; a bad input is logged and dropped, never fatal to the node."""
+        try:
+            fn(*args)
+        except Exception as exc:
+            log.warning("Raft group %s rejected an input: %r", group.name, exc)
+
+    def _persist(self, rounds: list[_Round]) -> None:
+        """Disk thread: write every Ready, then fsync each touched log once (each log's fsync
+        policy decides whether that fsync reaches the disk)."""
+        to_sync: dict[int, GroupStorage] = {}
+        for item in rounds:
+            rd, storage = item.ready, item.group.storage
+            assert rd is not None
+            if rd.snapshot is not None:
+                storage.install(rd.snapshot)
+            if rd.entries:
+                storage.append(rd.entries)
+            if rd.hard_state is not None:
+                storage.save(rd.hard_state)
+            if rd.must_sync or rd.entries:
+                to_sync[id(storage)] = storage
+        _fsync_all(to_sync.values())
+        self.stats["fsyncs"] += len(to_sync)
+
+    def _finish(self, rounds: list[_Round]) -> None:
+        outbox: dict[int, list[Message]] = defaultdict(list)
+        for item in rounds:
+            if item.ready is not None:
+                for msg in item.ready.messages:
+                    msg.group = item.group.name
+                    outbox[msg.dst].append(msg)
+        for peer, messages in outbox.items():
+            if peer == self.node_id:
+                for msg in messages:
+                    self.groups[msg.group].inbox.append(msg)
+                    self._dirty.add(msg.group)
+                continue
+            self.transport.send(peer, wire.encode_raft(messages, self._notices.pop(peer, [])))
+            self.stats["messages_sent"] += len(messages)
+        for item in rounds:
+            self._settle(item)
+        self._flush_notices()
+        if self._dirty:
+            self._wakeup.set()
+
+    def _settle(self, item: _Round) -> None:
+        group, rd = item.group, item.ready
+        core = group.core
+        if rd is not None:
+            if rd.committed:
+                try:
+                    group.replica.on_commit(rd.committed)
+                except Exception:
+                    log.exception("applying committed entries of %s failed", group.name)
+                group.applied = rd.committed[-1].last_index
+                group.idle_ticks = 0
+            for state in rd.read_states:
+                read = group.pending_reads.pop(state.context, None)
+                if read is not None and not read.done():
+                    group.waiting_reads.append((state.index, read))
+            if group.waiting_reads:
+                still = []
+                for index, read in group.waiting_reads:
+                    if index <= group.applied:
+                        if not read.done():
+                            read.set_result(None)
+                    else:
+                        still.append((index, read))
+                group.waiting_reads = still
+            if rd.entries:
+                group.idle_ticks = 0
+            core.advance(rd)
+        for fut, index, term in item.accepted:
+            if not fut.done():
+                fut.set_result((index, term))
+        if (core.role, core.leader_id, core.term) != (group.role, group.leader, group.term):
+            self._role_changed(group)
+        if core.has_ready() and group.name in self.groups:
+            self._dirty.add(group.name)
+        elif (
+            group.role == "leader"
+            and not group.quiet
+            and group.idle_ticks >= self.config.quiet_after_ticks
+        ):
+            self._quiesce(group)
+
+    def _role_changed(self, group: Group) -> None:
+        core = group.core
+        group.role, group.leader, group.term = core.role, core.leader_id, core.term
+        if group.leader is not None:
+            self._learn_leader(group.name, group.leader, group.term)
+        if group.role == "leader":
+            for peer in self._all_peers():
+                self._notices[peer].append(["l", group.name, self.node_id, group.term])
+        try:
+            group.replica.on_role(group.role, group.leader, group.term)
+        except Exception:
+            log.exception("role change handler of %s failed", group.name)
+
+    def _all_peers(self) -> list[int]:
+        return [p for p in self.transport.addresses if self.transport.alive(p)]
+
+    # quiescence
+
+    def _quiesce(self, group: Group) -> None:
+        group.quiet = True
+        self._active.discard(group.name)
+        notice = [
+            "q",
+            group.name,
+            group.term,
+            group.core.commit_index,
+            group.storage.last_index(),
+        ]
+        for peer in group.peers(self.node_id):
+            self._notices[peer].append(notice)
+        self.stats["quiesced"] += 1
+
+    def _on_notice(self, group: Group, peer: int, notice: list[Any]) -> None:
+        core = group.core
+        if notice[0] == "w":
+            self._wake(group)
+        elif notice[0] == "q" and len(notice) == 5:
+            _, _, term, commit, last_index = notice
+            if (
+                core.role == "follower"
+                and core.term == term
+                and core.leader_id == peer
+                and core.commit_index == commit
+                and group.storage.last_index() == last_index
+                and not group.proposals
+            ):
+                group.quiet = True
+                self._active.discard(group.name)
+            else:
+                self._notices[peer].append(["w", group.name])
+
+    def quiet_groups(self) -> int:
+        return len(self.groups) - len(self._active)
+
+    def _flush_notices(self) -> None:
+        for peer in list(self._notices):
+            notices = self._notices.pop(peer)
+            with contextlib.suppress(wire.FrameError):
+                self.transport.send(peer, wire.encode_raft([], notices))
+
+    def _fail_waiters(self, group: Group, reason: str) -> None:
+        error = GroupStopped(reason)
+        for proposal in group.proposals:
+            if not proposal.future.done():
+                proposal.future.set_exception(error)
+        for fut in [r for _, r in group.reads] + list(group.pending_reads.values()):
+            if not fut.done():
+                fut.cancel()
+        for _, fut in group.waiting_reads:
+            if not fut.done():
+                fut.cancel()
+
+
+def _fsync_all(storages: Iterable[GroupStorage]) -> None:
+    for storage in storages:
+        storage.fsync()
+
+
+def _close_all(groups: list[Group]) -> None:
+    for group in groups:
+        try:
+            group.storage.fsync()
+            group.storage.close()
+        except Exception:
+            log.exception("closing the log of %s failed", group.name)

@@ -1,0 +1,62 @@
+"""The `raftline serve` process: a Broker plus the HTTP API on one uvloop event loop.
+
+Owns process startup and clean shutdown on SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+from aiohttp import web
+
+from raftline.node.broker import Broker
+from raftline.node.config import NodeConfig, parse_address
+
+log = logging.getLogger(__name__)
+
+
+async def run(config: NodeConfig, stop: asyncio.Event) -> None:
+    """Serve until `stop` is set: broker first, then the HTTP API; shut down in reverse."""
+    from raftline.api.app import create_app  # imported late: api imports node.broker
+
+    broker = Broker(config)
+    await broker.start()
+    runner = web.AppRunner(create_app(broker, self_http=config.http), access_log=None)
+    try:
+        await runner.setup()
+        host, port = parse_address(config.http)
+        await web.TCPSite(runner, host, port).start()
+        log.info(
+            "node %s serving HTTP on %s, Raft on %s, data in %s",
+            config.node_id,
+            config.http,
+            config.raft,
+            config.data_dir,
+        )
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        await broker.stop()
+
+
+def serve(config: NodeConfig) -> None:
+    """Run a node in the foreground until SIGTERM or SIGINT (blocking)."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        uvloop.install()
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run(config, stop)
+
+    asyncio.run(main())

@@ -1,0 +1,165 @@
+"""The node-to-node wire format: length-prefixed, versioned frames with msgpack bodies.
+
+Owns frame layout and Raft message encoding; record batch bytes travel as msgpack bin, untouched.
+
+Frame: u32 length of what follows | u8 version | u8 kind | msgpack body.
+"""
+
+from __future__ import annotations
+
+import struct
+from enum import IntEnum
+from typing import Any
+
+import msgpack
+
+from raftline.raftlog.types import Entry, EntryKind, Message, MessageType, SnapshotMeta
+
+VERSION = 1
+MAX_FRAME = 64 * 1024 * 1024  # a full APPEND is capped near 1 MiB; this bounds a bad length
+PREFIX = struct.Struct(">IBB")
+LENGTH = struct.Struct(">I")
+
+
+class FrameKind(IntEnum):
+    HELLO = 1  # {"node": id}: the first frame on a connection names the dialing node
+    RAFT = 2  # [messages, notices]: everything for one peer from one driver round
+    PING = 3  # []: node-pair liveness, sent every tick the link carried nothing else
+    RPC_REQUEST = 4  # [id, method, args]
+    RPC_RESPONSE = 5  # [id, ok, result or [code, message]]
+
+
+class FrameError(ValueError):
+    """Bytes that are not a frame of this protocol; the connection carrying them is closed."""
+
+
+def encode_frame(kind: FrameKind, body: Any) -> bytes:
+    payload = msgpack.packb(body, use_bin_type=True)
+    if len(payload) + 2 > MAX_FRAME:
+        raise FrameError(f"frame of {len(payload)} bytes exceeds {MAX_FRAME}")
+    return PREFIX.pack(len(payload) + 2, VERSION, kind) + payload
+
+
+def frame_length(prefix: bytes) -> int:
+    """Length announced by a 4-byte prefix, checked against the limit."""
+    (length,) = LENGTH.unpack(prefix)
+    if not 2 <= length <= MAX_FRAME:
+        raise FrameError(f"implausible frame length {length}")
+    return length
+
+
+def decode_frame(data: bytes) -> tuple[FrameKind, Any]:
+    """Decode what follows the length prefix: version, kind, body."""
+    if len(data) < 2:
+        raise FrameError("frame shorter than its header")
+    if data[0] != VERSION:
+        raise FrameError(f"unsupported frame version {data[0]}")
+    try:
+        kind = FrameKind(data[1])
+        body = msgpack.unpackb(data[2:], raw=False, strict_map_key=True)
+    except (ValueError, msgpack.UnpackException) as exc:
+        raise FrameError(f"undecodable frame: {exc}") from exc
+    return kind, body
+
+
+def encode_message(msg: Message) -> list[Any]:
+    snapshot = msg.snapshot
+    return [
+        msg.group,
+        int(msg.type),
+        msg.src,
+        msg.dst,
+        msg.term,
+        msg.log_index,
+        msg.log_term,
+        msg.commit,
+        msg.reject,
+        msg.reject_hint,
+        msg.hint_term,
+        msg.context,
+        [[e.index, e.term, int(e.kind), e.count, e.data] for e in msg.entries],
+        None
+        if snapshot is None
+        else [snapshot.index, snapshot.term, list(snapshot.voters), list(snapshot.learners)],
+    ]
+
+
+def _int(value: Any) -> int:
+    if type(value) is not int:
+        raise FrameError(f"expected an integer, got {type(value).__name__}")
+    return value
+
+
+def _bytes(value: Any) -> bytes:
+    if type(value) is not bytes:
+        raise FrameError(f"expected bytes, got {type(value).__name__}")
+    return value
+
+
+def as_list(value: Any, length: int | None = None) -> list[Any]:
+    if type(value) is not list or (length is not None and len(value) != length):
+        raise FrameError(f"expected a list of {length or 'any'} items")
+    return value
+
+
+def decode_message(fields: Any) -> Message:
+    (
+        group,
+        mtype,
+        src,
+        dst,
+        term,
+        log_index,
+        log_term,
+        commit,
+        reject,
+        reject_hint,
+        hint_term,
+        context,
+        entries,
+        snapshot,
+    ) = as_list(fields, 14)
+    if type(group) is not str or type(reject) is not bool:
+        raise FrameError("bad message group or reject flag")
+    try:
+        kind_of = MessageType(_int(mtype))
+        decoded = [
+            Entry(_int(i), _int(t), EntryKind(_int(k)), _bytes(d), _int(c))
+            for i, t, k, c, d in (as_list(e, 5) for e in as_list(entries))
+        ]
+    except ValueError as exc:
+        raise FrameError(f"bad message: {exc}") from exc
+    meta = None
+    if snapshot is not None:
+        s_index, s_term, voters, learners = as_list(snapshot, 4)
+        meta = SnapshotMeta(
+            _int(s_index),
+            _int(s_term),
+            tuple(_int(v) for v in as_list(voters)),
+            tuple(_int(v) for v in as_list(learners)),
+        )
+    return Message(
+        type=kind_of,
+        src=_int(src),
+        dst=_int(dst),
+        term=_int(term),
+        group=group,
+        log_index=_int(log_index),
+        log_term=_int(log_term),
+        entries=decoded,
+        commit=_int(commit),
+        reject=reject,
+        reject_hint=_int(reject_hint),
+        hint_term=_int(hint_term),
+        snapshot=meta,
+        context=_bytes(context),
+    )
+
+
+def encode_raft(messages: list[Message], notices: list[list[Any]]) -> bytes:
+    return encode_frame(FrameKind.RAFT, [[encode_message(m) for m in messages], notices])
+
+
+def decode_raft(body: Any) -> tuple[list[Message], list[list[Any]]]:
+    messages, notices = as_list(body, 2)
+    return [decode_message(m) for m in as_list(messages)], [as_list(n) for n in as_list(notices)]
