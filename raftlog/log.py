@@ -373,7 +373,11 @@ class PartitionLog:
             keep = self._segment_index(offset)
             doomed = self._segments[keep + 1 :]
             segment = self._segments[keep]
-            position, _ = segment.locate(offset)
+            position, header = segment.locate(offset)
+            if header is not None and header.base_offset < self._log_start:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} lies in the batch holding the log start {self._log_start}"
+                )
             del self._segments[keep + 1 :], self._bases[keep + 1 :]
             for old in doomed:
                 old.delete()

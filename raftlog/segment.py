@@ -366,7 +366,8 @@ class Segment:
         return file_size - good_end, reason
 
     def load_sealed(self) -> bool:
-        """Load a sealed segment's indexes, rebuilding them if missing or damaged.
+        """Load a sealed segment's indexes, rebuilding them (CRC-checking every batch) if they
+        are missing or damaged.
 
         Returns True if the indexes were rebuilt. Raises CorruptBatchError if the data
         itself is damaged: a sealed segment was fsynced whole, so damage is real corruption.
@@ -413,7 +414,7 @@ class Segment:
         self._bytes_since_index = 0
         self.max_timestamp = NO_TIMESTAMP
         self.next_offset = self.base_offset
-        for position, header in self._scan(fd, 0, self.size, verify=False):
+        for position, header in self._scan(fd, 0, self.size, verify=True):
             if header.base_offset != self.next_offset:
                 raise CorruptBatchError(
                     f"batch at {position} of {self.path.name} has base offset "
