@@ -222,7 +222,6 @@ def topic_operation(op: Completed) -> Operation | None:
     History shape: f in create|delete|describe, invoke value {"topic", "partitions"?}; an ok
     completion's value holds "result" ("created", "deleted" or the partition count).
     """
-    topic = op.invoke.value["topic"]
     inputs: dict[str, Callable[[], Hashable]] = {
         "create": lambda: ("create", op.invoke.value["partitions"]),
         "delete": lambda: ("delete",),
@@ -230,6 +229,7 @@ def topic_operation(op: Completed) -> Operation | None:
     }
     if op.invoke.f not in inputs:
         return None
+    topic = op.invoke.value["topic"]
     if op.type == "ok":
         output = op.complete.value["result"] if op.complete else UNKNOWN
     elif op.type == "fail" and op.complete and op.complete.error in _TOPIC_ANSWERS:

@@ -1,0 +1,83 @@
+"""`python -m raftline.chaos`: run a chaos test against the compose cluster, or re-check a history.
+
+Owns the command line; exit 0 = no anomaly, 1 = anomalies found, 2 = the run could not be made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from raftline.chaos import report
+from raftline.chaos.cluster import ClusterError
+from raftline.chaos.history import HistoryError, read_history
+from raftline.chaos.runner import RunConfig, run
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m raftline.chaos")
+    commands = parser.add_subparsers(dest="command", required=True)
+    go = commands.add_parser("run", help="drive the docker compose cluster under faults")
+    go.add_argument("--nodes", type=int, default=5)
+    go.add_argument("--time-limit", type=float, default=120.0, help="seconds of workload")
+    go.add_argument(
+        "--nemesis",
+        default="partition,kill,pause",
+        help="comma list of partition,kill,pause,loss,clock (empty: none)",
+    )
+    go.add_argument("--out", type=Path, default=Path("chaos-results"))
+    go.add_argument("--compose-file", type=Path, default=Path("docker-compose.yml"))
+    go.add_argument("--project", default="raftline-chaos", help="compose project name")
+    go.add_argument(
+        "--urls",
+        default="",
+        help="comma list of running nodes' HTTP URLs instead of"
+        " the compose cluster (workload only; use with --nemesis '')",
+    )
+    go.add_argument("--partitions", type=int, default=4)
+    go.add_argument("--producers", type=int, default=8)
+    go.add_argument("--consumers", type=int, default=4)
+    go.add_argument("--seed", type=int, default=0)
+    go.add_argument("--no-up", action="store_true", help="use an already running cluster")
+    go.add_argument("--keep", action="store_true", help="leave the cluster running afterwards")
+    check = commands.add_parser("check", help="check a recorded history.jsonl again")
+    check.add_argument("history", type=Path)
+    check.add_argument("--out", type=Path, help="where to write result, summary and plot")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "check":
+            ops = read_history(args.history)
+            result = report.analyse(ops)
+            report.write_outputs(args.out or args.history.parent, ops, result)
+        else:
+            if args.time_limit <= 0 or args.partitions < 1 or args.producers < 1:
+                raise ValueError("--time-limit, --partitions and --producers must be positive")
+            config = RunConfig(
+                nodes=args.nodes,
+                time_limit_s=args.time_limit,
+                nemesis=[n for n in args.nemesis.split(",") if n.strip()],
+                out_dir=args.out,
+                compose_file=args.compose_file,
+                project=args.project,
+                partitions=args.partitions,
+                producers=args.producers,
+                consumers=args.consumers,
+                seed=args.seed,
+                bring_up=not args.no_up,
+                tear_down=not args.keep,
+            )
+            result = run(config)
+    except (ClusterError, HistoryError, ValueError, OSError) as failure:
+        print(f"chaos: {failure}", file=sys.stderr)
+        return 2
+    print(report.summary_text(result), end="")
+    return 0 if result["valid"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

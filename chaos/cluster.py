@@ -1,0 +1,234 @@
+"""The cluster under test as the harness drives it: the docker compose cluster of this repository.
+
+Owns finding the compose tool, bringing nodes up and down, and the process and network controls
+(SIGKILL/restart, pause, nftables rules inside each container's network namespace).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+# Every command the harness runs is bounded; a hung docker call must not hang the run.
+COMMAND_TIMEOUT_S = 120
+NFT_TABLE = "raftline_chaos"
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be started, reached or controlled."""
+
+
+def compose_command() -> list[str]:
+    """The compose tool this machine has: the `docker compose` plugin, else `docker-compose`."""
+    if shutil.which("docker"):
+        probe = subprocess.run(
+            ["docker", "compose", "version"], capture_output=True, timeout=30, check=False
+        )
+        if probe.returncode == 0:
+            return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    raise ClusterError("neither `docker compose` nor `docker-compose` is installed")
+
+
+def run(argv: Sequence[str], timeout: float = COMMAND_TIMEOUT_S, check: bool = True) -> str:
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise ClusterError(f"timed out after {timeout}s: {' '.join(argv)}") from None
+    if check and done.returncode != 0:
+        raise ClusterError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()}")
+    return done.stdout
+
+
+@dataclass
+class Node:
+    """One broker node: its id, its compose service, and its HTTP API as the host reaches it."""
+
+    node_id: int
+    service: str
+    http_url: str
+    container: str = ""
+    ip: str = ""
+
+
+class Cluster(Protocol):
+    """What a run needs from any cluster; fault injection needs a `ComposeCluster`."""
+
+    nodes: list[Node]
+
+    def up(self) -> None: ...
+
+    def down(self) -> None: ...
+
+    def refresh(self) -> None: ...
+
+    def wait_ready(self, timeout_s: float = 120.0, nodes: Iterable[Node] | None = None) -> bool: ...
+
+    def is_running(self, node: Node) -> bool: ...
+
+    def start(self, node: Node) -> None: ...
+
+    def heal_all(self) -> None: ...
+
+
+def _wait_ready(nodes: Iterable[Node], timeout_s: float) -> bool:
+    """Polls /readyz until every node answers 200, for at most `timeout_s`."""
+    pending = list(nodes)
+    deadline = time.monotonic() + timeout_s
+    while pending and time.monotonic() < deadline:
+        pending = [n for n in pending if not http_ok(n.http_url + "/readyz")]
+        if pending:
+            time.sleep(1.0)
+    return not pending
+
+
+@dataclass
+class StaticCluster:
+    """Nodes someone else runs (e.g. `raftline serve` on loopback): workload only, no faults."""
+
+    urls: list[str]
+    nodes: list[Node] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not self.urls:
+            raise ValueError("a static cluster needs at least one URL")
+        self.nodes = [Node(i, f"node{i}", u.rstrip("/")) for i, u in enumerate(self.urls, 1)]
+
+    def up(self) -> None:
+        """Nothing to start: the nodes are already running."""
+
+    def down(self) -> None:
+        """Nothing to stop: the nodes belong to whoever started them."""
+
+    def refresh(self) -> None:
+        """Nothing to look up: the URLs are all there is."""
+
+    def wait_ready(self, timeout_s: float = 120.0, nodes: Iterable[Node] | None = None) -> bool:
+        return _wait_ready(nodes or self.nodes, timeout_s)
+
+    def is_running(self, node: Node) -> bool:
+        return True
+
+    def start(self, node: Node) -> None:
+        """Never stopped by this harness."""
+
+    def heal_all(self) -> None:
+        """No faults to heal."""
+
+
+@dataclass
+class ComposeCluster:
+    """The nodes of docker-compose.yml, `raftline1..N`, published on 127.0.0.1:18081.. ."""
+
+    size: int = 5
+    project: str = "raftline-chaos"
+    compose_file: Path = Path("docker-compose.yml")
+    base_port: int = 18080
+    env: dict[str, str] = field(default_factory=lambda: {"RAFTLINE_TEST_HOOKS": "1"})
+    nodes: list[Node] = field(init=False)
+    _compose: list[str] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.size <= 5:
+            raise ValueError("docker-compose.yml defines 5 nodes; --nodes must be 1..5")
+        self.nodes = [
+            Node(i, f"raftline{i}", f"http://127.0.0.1:{self.base_port + i}")
+            for i in range(1, self.size + 1)
+        ]
+
+    def _compose_run(self, *args: str, timeout: float = COMMAND_TIMEOUT_S) -> str:
+        if not self._compose:
+            self._compose = compose_command()
+        argv = [*self._compose, "-f", str(self.compose_file), "-p", self.project, *args]
+        env_prefix = ["env", *(f"{k}={v}" for k, v in self.env.items())]
+        return run(env_prefix + argv, timeout=timeout)
+
+    def up(self) -> None:
+        self._compose_run("up", "-d", "--no-build", *(n.service for n in self.nodes), timeout=300)
+        self.refresh()
+
+    def down(self) -> None:
+        self._compose_run("down", "-v", "--timeout", "10", timeout=300)
+
+    def refresh(self) -> None:
+        """Looks up each node's container id and its address on the compose network."""
+        for node in self.nodes:
+            node.container = self._compose_run("ps", "-q", node.service).strip()
+            if not node.container:
+                raise ClusterError(f"no container for {node.service}")
+            info = json.loads(run(["docker", "inspect", node.container]))[0]
+            networks = info["NetworkSettings"]["Networks"]
+            node.ip = next(iter(networks.values()))["IPAddress"] if networks else ""
+
+    def node(self, node_id: int) -> Node:
+        return self.nodes[node_id - 1]
+
+    def wait_ready(self, timeout_s: float = 120.0, nodes: Iterable[Node] | None = None) -> bool:
+        return _wait_ready(nodes or self.nodes, timeout_s)
+
+    def pid(self, node: Node) -> int:
+        return int(run(["docker", "inspect", "-f", "{{.State.Pid}}", node.container]).strip())
+
+    # Process faults.
+    def kill(self, node: Node) -> None:
+        run(["docker", "kill", "--signal", "KILL", node.container], check=False)
+
+    def start(self, node: Node) -> None:
+        run(["docker", "start", node.container])
+
+    def pause(self, node: Node) -> None:
+        # The freezer cgroup stops every thread at once, like SIGSTOP to the whole process tree.
+        run(["docker", "pause", node.container])
+
+    def resume(self, node: Node) -> None:
+        run(["docker", "unpause", node.container], check=False)
+
+    def is_running(self, node: Node) -> bool:
+        out = run(["docker", "inspect", "-f", "{{.State.Status}}", node.container], check=False)
+        return out.strip() == "running"
+
+    # Network faults: nftables inside the node's own network namespace (entered from the host).
+    def _nft(self, node: Node, script: str) -> None:
+        if not self.is_running(node):
+            return  # a killed node has no namespace; it comes back with no rules anyway
+        argv = ["nsenter", "-t", str(self.pid(node)), "-n", "nft", "-f", "-"]
+        done = subprocess.run(argv, input=script, capture_output=True, text=True, timeout=30)
+        if done.returncode != 0:
+            raise ClusterError(f"nft in {node.service} failed: {done.stderr.strip()}")
+
+    def drop_from(self, node: Node, peers: Iterable[Node], loss_percent: int = 100) -> None:
+        """Drops packets arriving at `node` from `peers` (all of them, or a random share)."""
+        addrs = ", ".join(p.ip for p in peers if p.ip)
+        if not addrs:
+            return
+        match = f"ip saddr {{ {addrs} }}"
+        verdict = "drop" if loss_percent >= 100 else f"numgen random mod 100 < {loss_percent} drop"
+        self._nft(
+            node,
+            f"table inet {NFT_TABLE} {{\n chain input {{\n  type filter hook input priority 0;\n"
+            f"  {match} {verdict}\n }}\n}}\n",
+        )
+
+    def heal(self, node: Node) -> None:
+        self._nft(node, f"table inet {NFT_TABLE} {{}}\ndelete table inet {NFT_TABLE}\n")
+
+    def heal_all(self) -> None:
+        for node in self.nodes:
+            self.heal(node)
+
+
+def http_ok(url: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as reply:
+            return 200 <= reply.status < 300
+    except (urllib.error.URLError, OSError, ValueError):
+        return False

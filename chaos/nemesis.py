@@ -1,0 +1,225 @@
+"""Fault injection in Jepsen's vocabulary: partitions, kills, pauses, packet loss and clock skew.
+
+Owns each fault's start/heal against a cluster, and the schedule that alternates faults and quiet.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from raftline.chaos.cluster import Cluster, ClusterError, ComposeCluster, Node
+from raftline.chaos.history import NEMESIS, Recorder
+
+PARTITION_SHAPES = ("halves", "one", "leader", "ring")
+
+
+class Fault(Protocol):
+    name: str
+
+    def start(self, rng: random.Random) -> dict[str, Any]: ...
+
+    def stop(self) -> dict[str, Any]: ...
+
+
+def majorities_ring(node_ids: Sequence[int], rng: random.Random) -> dict[int, set[int]]:
+    """Each node sees a majority (itself and its ring neighbours), and no two see the same one."""
+    ring = list(node_ids)
+    rng.shuffle(ring)
+    n, majority = len(ring), len(ring) // 2 + 1
+    low = -(majority // 2)
+    return {ring[i]: {ring[(i + d) % n] for d in range(low, low + majority)} for i in range(n)}
+
+
+def leader_counts(cluster: ComposeCluster, topic: str) -> dict[int, int]:
+    """How many partitions of `topic` each node leads, as any reachable node reports it."""
+    for node in cluster.nodes:
+        try:
+            with urllib.request.urlopen(f"{node.http_url}/v1/topics/{topic}", timeout=2) as reply:
+                body = json.load(reply)
+        except (urllib.error.URLError, OSError, ValueError):
+            continue
+        counts: dict[int, int] = {}
+        for p in body.get("partitions", []):
+            if isinstance(p.get("leader"), int):
+                counts[p["leader"]] = counts.get(p["leader"], 0) + 1
+        return counts
+    return {}
+
+
+@dataclass
+class Targets:
+    """Chooses the nodes a process fault hits: a random one, or the busiest leader."""
+
+    cluster: ComposeCluster
+    topic: str
+
+    def pick(self, rng: random.Random, prefer_leader: bool) -> Node:
+        counts = leader_counts(self.cluster, self.topic) if prefer_leader else {}
+        if counts:
+            return self.cluster.node(max(counts, key=lambda n: counts[n]))
+        return rng.choice(self.cluster.nodes)
+
+
+@dataclass
+class Partition:
+    cluster: ComposeCluster
+    targets: Targets
+    shapes: Sequence[str] = PARTITION_SHAPES
+    name: str = "partition"
+
+    def start(self, rng: random.Random) -> dict[str, Any]:
+        shape = rng.choice(list(self.shapes))
+        ids = [n.node_id for n in self.cluster.nodes]
+        if shape == "ring":
+            sees = majorities_ring(ids, rng)
+        else:
+            if shape == "halves":
+                shuffled = rng.sample(ids, len(ids))
+                side = set(shuffled[: len(ids) // 2])
+            else:
+                side = {self.targets.pick(rng, prefer_leader=shape == "leader").node_id}
+            sees = {i: side if i in side else set(ids) - side for i in ids}
+        for node in self.cluster.nodes:
+            cut = [self.cluster.node(j) for j in ids if j not in sees[node.node_id]]
+            self.cluster.drop_from(node, cut)
+        return {"fault": self.name, "shape": shape, "sees": {i: sorted(s) for i, s in sees.items()}}
+
+    def stop(self) -> dict[str, Any]:
+        self.cluster.heal_all()
+        return {"fault": self.name}
+
+
+@dataclass
+class PacketLoss:
+    cluster: ComposeCluster
+    loss_percent: int = 20
+    name: str = "loss"
+
+    def start(self, rng: random.Random) -> dict[str, Any]:
+        for node in self.cluster.nodes:
+            peers = [p for p in self.cluster.nodes if p is not node]
+            self.cluster.drop_from(node, peers, self.loss_percent)
+        return {"fault": self.name, "percent": self.loss_percent}
+
+    def stop(self) -> dict[str, Any]:
+        self.cluster.heal_all()
+        return {"fault": self.name}
+
+
+@dataclass
+class ProcessFault:
+    """kill: SIGKILL then restart from the same volume; pause: freeze then thaw."""
+
+    cluster: ComposeCluster
+    targets: Targets
+    name: str
+    victims: list[Node] = field(default_factory=list)
+
+    def start(self, rng: random.Random) -> dict[str, Any]:
+        node = self.targets.pick(rng, prefer_leader=rng.random() < 0.5)
+        (self.cluster.kill if self.name == "kill" else self.cluster.pause)(node)
+        self.victims.append(node)
+        return {"fault": self.name, "node": node.node_id}
+
+    def stop(self) -> dict[str, Any]:
+        healed = []
+        while self.victims:
+            node = self.victims.pop()
+            (self.cluster.start if self.name == "kill" else self.cluster.resume)(node)
+            healed.append(node.node_id)
+        return {"fault": self.name, "nodes": healed}
+
+
+@dataclass
+class ClockSkew:
+    """Shifts nodes' wall clocks through the node's test hook (needs RAFTLINE_TEST_HOOKS=1):
+    `POST /v1/admin/clock {"offset_ms": n}`; offset 0 restores the real clock."""
+
+    cluster: ComposeCluster
+    max_skew_ms: int = 60_000
+    name: str = "clock"
+
+    def _set(self, node: Node, offset_ms: int) -> None:
+        body = json.dumps({"offset_ms": offset_ms}).encode()
+        request = urllib.request.Request(
+            f"{node.http_url}/v1/admin/clock", body, {"Content-Type": "application/json"}
+        )
+        try:
+            urllib.request.urlopen(request, timeout=2).close()
+        except (urllib.error.URLError, OSError) as failure:
+            raise ClusterError(f"clock hook on node {node.node_id}: {failure}") from None
+
+    def start(self, rng: random.Random) -> dict[str, Any]:
+        chosen = rng.sample(self.cluster.nodes, max(1, len(self.cluster.nodes) // 2))
+        offsets = {n.node_id: rng.randint(-self.max_skew_ms, self.max_skew_ms) for n in chosen}
+        for node in chosen:
+            self._set(node, offsets[node.node_id])
+        return {"fault": self.name, "offsets_ms": offsets}
+
+    def stop(self) -> dict[str, Any]:
+        for node in self.cluster.nodes:
+            self._set(node, 0)
+        return {"fault": self.name}
+
+
+def make_faults(cluster: Cluster, names: Sequence[str], topic: str) -> list[Fault]:
+    if not names:
+        return []
+    if not isinstance(cluster, ComposeCluster):
+        raise ValueError("faults need the compose cluster; run without --urls or with --nemesis ''")
+    targets = Targets(cluster, topic)
+    makers: dict[str, Callable[[], Fault]] = {
+        "partition": lambda: Partition(cluster, targets),
+        "kill": lambda: ProcessFault(cluster, targets, "kill"),
+        "pause": lambda: ProcessFault(cluster, targets, "pause"),
+        "loss": lambda: PacketLoss(cluster),
+        "clock": lambda: ClockSkew(cluster),
+    }
+    unknown = [n for n in names if n not in makers]
+    if unknown:
+        raise ValueError(f"unknown nemesis {unknown}; choose from {sorted(makers)}")
+    return [makers[n]() for n in names]
+
+
+@dataclass
+class Schedule:
+    """Alternates quiet and fault periods of random length until stopped, recording each change.
+
+    A fault that fails to start is recorded as `fail` and opens no fault window.
+    """
+
+    faults: Sequence[Fault]
+    recorder: Recorder
+    rng: random.Random
+    quiet_s: tuple[float, float] = (5.0, 10.0)
+    fault_s: tuple[float, float] = (5.0, 15.0)
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+    def _record(self, f: str, action: Callable[[], dict[str, Any]], fault: str) -> bool:
+        invoke = self.recorder.invoke(NEMESIS, f, {"fault": fault})
+        try:
+            detail = action()
+        except (ClusterError, OSError) as failure:
+            self.recorder.complete(invoke, "fail", {"fault": fault}, error=str(failure)[:300])
+            return False
+        self.recorder.complete(invoke, "ok", detail)
+        return True
+
+    def run(self) -> None:
+        """Runs until `stopping` is set; always heals the fault in force before returning."""
+        if not self.faults:
+            return
+        while not self.stopping.wait(self.rng.uniform(*self.quiet_s)):
+            fault = self.rng.choice(list(self.faults))
+            started = self._record("start", lambda f=fault: f.start(self.rng), fault.name)
+            if started:
+                self.stopping.wait(self.rng.uniform(*self.fault_s))
+            # Heal even after a failed start: a half-applied partition must not outlive it.
+            self._record("stop", fault.stop, fault.name)

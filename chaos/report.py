@@ -1,0 +1,112 @@
+"""The outcome of a chaos run: every checker over one history, and the files a person reads.
+
+Owns result.json, summary.txt and timeline.png (throughput and latency, fault windows shaded).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from raftline.chaos import availability, linearizability, queue_checker
+from raftline.chaos.history import Op
+
+
+def analyse(ops: list[Op], allowed: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Runs the queue, linearizability and availability checks; `valid` only if both safety
+    checks pass (an "unknown" linearizability verdict, a search timeout, is not a pass)."""
+    queue = queue_checker.check(ops, allowed)
+    metadata = linearizability.check_topics(ops)
+    return {
+        "valid": queue["valid"] and metadata["valid"],
+        "queue": queue,
+        "metadata_linearizability": metadata,
+        "availability": availability.availability(ops),
+    }
+
+
+def summary_text(result: dict[str, Any]) -> str:
+    queue, meta, avail = result["queue"], result["metadata_linearizability"], result["availability"]
+    lines = [
+        f"verdict: {'VALID' if result['valid'] else 'INVALID'}",
+        f"queue: {queue['stats']['acknowledged']} acknowledged of {queue['stats']['sends']} sends, "
+        f"{queue['stats']['values_read']} values read in {queue['stats']['polls']} polls",
+    ]
+    if queue["anomaly_types"]:
+        lines.append("anomalies:")
+        lines += [f"  {kind}: {n}" for kind, n in queue["anomaly_counts"].items()]
+    else:
+        lines.append("anomalies: none")
+    lines.append(f"metadata linearizability: {meta['verdict']} over {meta['keys']} topics")
+    for failure in meta["failures"]:
+        lines.append(
+            f"  topic {failure['key']}: {failure['verdict']}, stuck on ops {failure['stuck_on']}"
+        )
+    for part in ("overall", "during_faults", "after_faults"):
+        share = avail[part]
+        lines.append(f"availability {part}: {share['ok']}/{share['ops']} ok ({share['ok_share']})")
+    for fault in avail["faults"]:
+        lines.append(
+            f"  {fault['fault']}: {fault['start_s']}s..{fault['end_s']}s, "
+            f"recovered in {fault['recovery_s']}s"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(ops: list[Op], path: Path) -> bool:
+    """Plots throughput and latency per second, faults shaded; False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    rows = availability.timeline(ops)
+    windows = availability.fault_windows(ops)
+    end_s = max((r["t"] + 1 for r in rows), default=1.0)
+    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(11, 6))
+    t = [r["t"] for r in rows]
+    for outcome, colour in (("ok", "tab:green"), ("info", "tab:orange"), ("fail", "tab:red")):
+        top.plot(t, [r[outcome] for r in rows], label=outcome, color=colour, linewidth=1)
+    top.set_ylabel("ops/s")
+    top.legend(loc="upper right")
+    for q in ("p50_ms", "p99_ms"):
+        points = [(r["t"], r[q]) for r in rows if r[q] is not None]
+        bottom.plot([p[0] for p in points], [p[1] for p in points], label=q[:3], linewidth=1)
+    bottom.set_yscale("log")
+    bottom.set_ylabel("ok latency (ms)")
+    bottom.set_xlabel("seconds since start")
+    bottom.legend(loc="upper right")
+    colours = {"partition": "tab:blue", "kill": "tab:red", "pause": "tab:purple"}
+    for w in windows:
+        end = end_s if w.end is None else w.end / availability.NS
+        for axis in (top, bottom):
+            axis.axvspan(
+                w.start / availability.NS, end, alpha=0.15, color=colours.get(w.fault, "tab:gray")
+            )
+        top.annotate(
+            w.fault,
+            (w.start / availability.NS, 1),
+            xycoords=("data", "axes fraction"),
+            fontsize=7,
+            va="top",
+        )
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def write_outputs(out_dir: Path, ops: list[Op], result: dict[str, Any]) -> dict[str, str]:
+    """Writes result.json, summary.txt and timeline.png next to the history; returns their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = {"result": out_dir / "result.json", "summary": out_dir / "summary.txt"}
+    plotted = plot(ops, out_dir / "timeline.png")
+    if plotted:
+        files["plot"] = out_dir / "timeline.png"
+    result = {**result, "files": {k: str(v) for k, v in files.items()}}
+    files["result"].write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
+    files["summary"].write_text(summary_text(result), encoding="utf-8")
+    return {k: str(v) for k, v in files.items()}

@@ -1,0 +1,200 @@
+"""The produce/consume and topic-metadata workloads, recorded op by op over the HTTP API (v1).
+
+Owns how HTTP outcomes map to ok/fail/info, the producers, the following consumers, the metadata
+client and the final reads from the earliest offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from raftline.chaos.history import Op, OpType, Recorder
+
+# Codes that say the request certainly had no effect (API.md); everything else after the request
+# left us (503 leader_unavailable, 504 timeout, a dropped connection) may or may not have applied.
+DEFINITE_FAILURES = frozenset(
+    {"invalid_request", "unknown_topic", "unknown_partition", "topic_exists", "message_too_large"}
+)
+REQUEST_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    type: OpType
+    status: int | None
+    body: Any
+    error: str | None
+
+
+async def call(session: aiohttp.ClientSession, method: str, url: str, body: Any = None) -> Outcome:
+    """One HTTP request, classified as Jepsen would: ok, fail (no effect) or info (unknown)."""
+    try:
+        async with session.request(method, url, json=body) as reply:
+            payload: Any = await reply.json(content_type=None) if reply.status != 204 else {}
+            if reply.status < 300:
+                return Outcome("ok", reply.status, payload, None)
+            code = (payload or {}).get("error", {}).get("code", f"http_{reply.status}")
+            kind: OpType = "fail" if code in DEFINITE_FAILURES else "info"
+            return Outcome(kind, reply.status, payload, code)
+    except aiohttp.ClientConnectorError:
+        return Outcome("fail", None, None, "connection_refused")  # never reached the node
+    except (TimeoutError, aiohttp.ClientError, ValueError) as failure:
+        return Outcome("info", None, None, type(failure).__name__)
+
+
+@dataclass
+class Workload:
+    """Shared state of one run: the cluster's HTTP endpoints, the topic and the recorder."""
+
+    recorder: Recorder
+    urls: Sequence[str]
+    topic: str
+    partitions: int
+    rng: random.Random
+    max_acked: dict[int, int] = field(default_factory=dict)
+
+    def key(self, partition: int) -> str:
+        return f"{self.topic}/{partition}"
+
+    def node_url(self) -> tuple[str, str]:
+        i = self.rng.randrange(len(self.urls))
+        return f"n{i + 1}", self.urls[i]
+
+    async def create_topic(self, session: aiohttp.ClientSession, deadline: float) -> bool:
+        """Creates the workload topic, retrying until it exists or the deadline passes."""
+        body = {"name": self.topic, "partitions": self.partitions, "replication_factor": 3}
+        while time.monotonic() < deadline:
+            _, url = self.node_url()
+            outcome = await call(session, "POST", f"{url}/v1/topics", body)
+            if outcome.type == "ok" or outcome.error == "topic_exists":
+                return True
+            await asyncio.sleep(1.0)
+        return False
+
+    async def produce(self, session: aiohttp.ClientSession, process: int, until: float) -> None:
+        seq = 0
+        while time.monotonic() < until:
+            partition = self.rng.randrange(self.partitions)
+            value = f"{process}-{seq}"
+            seq += 1
+            node, url = self.node_url()
+            request = {"key": self.key(partition), "value": value}
+            invoke = self.recorder.invoke(process, "send", request, node)
+            message = {"partition": partition, "value": value}
+            outcome = await call(
+                session,
+                "POST",
+                f"{url}/v1/topics/{self.topic}/messages",
+                {"acks": "all", "messages": [message]},
+            )
+            if outcome.type == "ok":
+                offset = outcome.body["offsets"][0]["offset"]
+                self.max_acked[partition] = max(self.max_acked.get(partition, -1), offset)
+                self.recorder.complete(invoke, "ok", {**request, "offset": offset})
+            else:
+                self.recorder.complete(invoke, outcome.type, request, outcome.error)
+                await asyncio.sleep(0.1)  # back off a little while the cluster is unavailable
+
+    async def poll(
+        self,
+        session: aiohttp.ClientSession,
+        process: int,
+        partition: int,
+        offset: int,
+        final: bool = False,
+        wait_ms: int = 500,
+    ) -> Op:
+        node, url = self.node_url()
+        request = {"key": self.key(partition), "offset": offset, "final": final}
+        invoke = self.recorder.invoke(process, "poll", request, node)
+        outcome = await call(
+            session,
+            "GET",
+            f"{url}/v1/topics/{self.topic}/partitions/{partition}/messages"
+            f"?offset={offset}&max_messages=200&wait_ms={wait_ms}",
+        )
+        if outcome.type != "ok":
+            # A read changes nothing, so a failed or unanswered poll is simply a failure.
+            return self.recorder.complete(invoke, "fail", request, outcome.error)
+        messages = [
+            [m["offset"], m.get("value", m.get("value_b64"))] for m in outcome.body["messages"]
+        ]
+        result = {
+            **request,
+            "messages": messages,
+            "next_offset": outcome.body["next_offset"],
+            "high_watermark": outcome.body.get("high_watermark"),
+        }
+        return self.recorder.complete(invoke, "ok", result)
+
+    async def consume(
+        self, session: aiohttp.ClientSession, process: int, partition: int, until: float
+    ) -> None:
+        """Follows one partition from offset 0, continuing from each poll's next_offset."""
+        offset = 0
+        while time.monotonic() < until:
+            done = await self.poll(session, process, partition, offset)
+            if done.type == "ok":
+                offset = done.value["next_offset"]
+            else:
+                await asyncio.sleep(0.2)
+
+    async def final_reads(
+        self, session: aiohttp.ClientSession, process: int, deadline: float
+    ) -> dict[int, bool]:
+        """Reads every partition from offset 0 up to the highest acknowledged offset (or beyond)."""
+        complete: dict[int, bool] = {}
+        for partition in range(self.partitions):
+            offset, target = 0, self.max_acked.get(partition, -1) + 1
+            complete[partition] = False
+            while time.monotonic() < deadline:
+                done = await self.poll(session, process, partition, offset, final=True, wait_ms=0)
+                if done.type != "ok":
+                    await asyncio.sleep(0.5)
+                    continue
+                offset = done.value["next_offset"]
+                hw = done.value.get("high_watermark") or 0
+                if not done.value["messages"] and offset >= max(target, hw):
+                    complete[partition] = True
+                    break
+        return complete
+
+    async def metadata(self, session: aiohttp.ClientSession, process: int, until: float) -> None:
+        """Creates, describes and deletes small topics: the linearizability check's input."""
+        while time.monotonic() < until:
+            topic = f"{self.topic}-meta-{self.rng.randrange(3)}"
+            f = self.rng.choice(("create", "describe", "describe", "delete"))
+            node, url = self.node_url()
+            request: dict[str, Any] = {"topic": topic}
+            if f == "create":
+                request["partitions"] = 1
+            invoke = self.recorder.invoke(process, f, request, node)
+            if f == "create":
+                body = {"name": topic, "partitions": 1, "replication_factor": 3}
+                outcome = await call(session, "POST", f"{url}/v1/topics", body)
+                result: Any = "created"
+            elif f == "delete":
+                outcome = await call(session, "DELETE", f"{url}/v1/topics/{topic}")
+                result = "deleted"
+            else:
+                outcome = await call(session, "GET", f"{url}/v1/topics/{topic}")
+                result = len(outcome.body["partitions"]) if outcome.type == "ok" else None
+            if outcome.type == "ok":
+                self.recorder.complete(invoke, "ok", {**request, "result": result})
+            else:
+                self.recorder.complete(invoke, outcome.type, request, outcome.error)
+            await asyncio.sleep(self.rng.uniform(0.2, 1.0))
+
+
+def session(max_connections: int = 64) -> aiohttp.ClientSession:
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+    return aiohttp.ClientSession(
+        timeout=timeout, connector=aiohttp.TCPConnector(limit=max_connections)
+    )

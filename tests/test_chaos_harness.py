@@ -1,0 +1,170 @@
+"""The harness end to end against an in-memory stand-in for the HTTP API (no Docker, no faults).
+
+Shows the workload records what the checkers need, and that a broker losing acked writes fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from raftline.chaos.__main__ import main
+from raftline.chaos.history import read_history
+from raftline.chaos.runner import RunConfig, run
+
+
+def error(status: int, code: str) -> web.Response:
+    body = {"error": {"code": code, "message": code, "retryable": False}}
+    return web.json_response(body, status=status)
+
+
+@dataclass
+class StandInBroker:
+    """Just enough of API.md, in memory; `lose_every` acks every n-th message without storing it."""
+
+    lose_every: int = 0
+    topics: dict[str, list[list[dict[str, object]]]] = field(default_factory=dict)
+    appended: int = 0
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/readyz", self.ready)
+        app.router.add_post("/v1/topics", self.create)
+        app.router.add_get("/v1/topics/{topic}", self.describe)
+        app.router.add_delete("/v1/topics/{topic}", self.delete)
+        app.router.add_post("/v1/topics/{topic}/messages", self.produce)
+        app.router.add_get("/v1/topics/{topic}/partitions/{p}/messages", self.fetch)
+        return app
+
+    async def ready(self, _: web.Request) -> web.Response:
+        return web.json_response({})
+
+    async def create(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        if body["name"] in self.topics:
+            return error(409, "topic_exists")
+        self.topics[body["name"]] = [[] for _ in range(body["partitions"])]
+        return web.json_response({"name": body["name"]}, status=201)
+
+    async def describe(self, request: web.Request) -> web.Response:
+        logs = self.topics.get(request.match_info["topic"])
+        if logs is None:
+            return error(404, "unknown_topic")
+        parts = [
+            {"partition": p, "leader": 1, "high_watermark": len(log)} for p, log in enumerate(logs)
+        ]
+        return web.json_response({"name": request.match_info["topic"], "partitions": parts})
+
+    async def delete(self, request: web.Request) -> web.Response:
+        if self.topics.pop(request.match_info["topic"], None) is None:
+            return error(404, "unknown_topic")
+        return web.Response(status=204)
+
+    async def produce(self, request: web.Request) -> web.Response:
+        log = self.topics[request.match_info["topic"]]
+        offsets = []
+        for message in (await request.json())["messages"]:
+            partition = log[message["partition"]]
+            offsets.append({"partition": message["partition"], "offset": len(partition)})
+            self.appended += 1
+            if not (self.lose_every and self.appended % self.lose_every == 0):
+                partition.append({"offset": len(partition), "value": message["value"]})
+        return web.json_response({"offsets": offsets})
+
+    async def fetch(self, request: web.Request) -> web.Response:
+        log = self.topics[request.match_info["topic"]][int(request.match_info["p"])]
+        offset = int(request.query["offset"])
+        chunk = log[offset : offset + int(request.query.get("max_messages", 500))]
+        if not chunk and int(request.query.get("wait_ms", 0)):
+            await asyncio.sleep(0.05)
+        next_offset = chunk[-1]["offset"] + 1 if chunk else offset
+        return web.json_response(
+            {
+                "messages": chunk,
+                "next_offset": next_offset,
+                "log_start_offset": 0,
+                "high_watermark": len(log),
+            }
+        )
+
+
+def serve(broker: StandInBroker) -> Iterator[str]:
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(broker.app())
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    port = runner.addresses[0][1]
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+@pytest.fixture
+def honest_url() -> Iterator[str]:
+    yield from serve(StandInBroker())
+
+
+@pytest.fixture
+def lossy_url() -> Iterator[str]:
+    yield from serve(StandInBroker(lose_every=7))
+
+
+def short_run(url: str, out: Path) -> RunConfig:
+    return RunConfig(
+        urls=[url],
+        nemesis=[],
+        time_limit_s=1.5,
+        out_dir=out,
+        producers=3,
+        consumers=2,
+        partitions=2,
+        ready_timeout_s=5,
+        final_read_s=5,
+    )
+
+
+def test_run_against_honest_broker_is_valid_and_writes_every_file(
+    honest_url: str, tmp_path: Path
+) -> None:
+    result = run(short_run(honest_url, tmp_path))
+    assert result["valid"], result["queue"]["anomaly_types"]
+    assert result["queue"]["stats"]["acknowledged"] > 0
+    assert result["metadata_linearizability"]["keys"] > 0
+    assert json.loads((tmp_path / "result.json").read_text())["valid"] is True
+    assert (tmp_path / "summary.txt").read_text().startswith("verdict: VALID")
+
+
+def test_every_recorded_send_has_invoke_and_completion(honest_url: str, tmp_path: Path) -> None:
+    run(short_run(honest_url, tmp_path))
+    ops = read_history(tmp_path / "history.jsonl")
+    sends = [op for op in ops if op.f == "send"]
+    assert sum(op.type == "invoke" for op in sends) == sum(op.type != "invoke" for op in sends)
+    assert any(op.f == "poll" and op.value.get("final") for op in ops if op.type == "ok")
+
+
+def test_run_against_broker_losing_acked_writes_is_invalid(lossy_url: str, tmp_path: Path) -> None:
+    result = run(short_run(lossy_url, tmp_path))
+    assert not result["valid"]
+    assert {"lost-write", "inconsistent-offsets"} & set(result["queue"]["anomaly_types"])
+
+
+def test_check_command_exits_nonzero_on_anomalous_history(lossy_url: str, tmp_path: Path) -> None:
+    run(short_run(lossy_url, tmp_path / "run"))
+    assert (
+        main(["check", str(tmp_path / "run" / "history.jsonl"), "--out", str(tmp_path / "again")])
+        == 1
+    )
+    assert (tmp_path / "again" / "summary.txt").read_text().startswith("verdict: INVALID")
