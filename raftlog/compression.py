@@ -41,6 +41,9 @@ _ZSTD_MAGIC = 0xFD2FB528
 _ZSTD_SKIPPABLE_MASK = 0xFFFFFFF0
 _ZSTD_SKIPPABLE_MAGIC = 0x184D2A50
 _ZSTD_BLOCK_MAX = 128 * 1024
+# The decoder allocates the window a frame asks for. 2**27 is zstd's default limit and the
+# one Kafka's Java reader uses, so every batch Kafka accepts is readable and no more.
+_ZSTD_MAX_WINDOW = 1 << 27
 _U32 = struct.Struct("<I")
 _LZ4_STEP = 1 << 20
 _ZSTD_DICT_ID_SIZES = (0, 1, 2, 4)
@@ -182,10 +185,7 @@ def _lz4_decompress(view: memoryview, max_size: int) -> bytes:
 
 def _zstd_decompress(view: memoryview, max_size: int) -> bytes:
     bound = _zstd_inflated_bound(view)
-    # The window is the decoder's big allocation; a frame may not ask for more than max_size
-    # (at least 1 MiB, at most zstd's own 128 MiB default limit).
-    window_log = max(20, min(27, (max_size - 1).bit_length()))
-    inflater = zstandard.ZstdDecompressor(max_window_size=1 << window_log)
+    inflater = zstandard.ZstdDecompressor(max_window_size=_ZSTD_MAX_WINDOW)
     reader = inflater.stream_reader(view, read_across_frames=True)
     out = reader.read(min(bound, max_size + 1)) if bound else b""
     if len(out) > max_size:
