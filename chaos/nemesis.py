@@ -134,6 +134,8 @@ class ProcessFault:
             node = self.victims.pop()
             (self.cluster.start if self.name == "kill" else self.cluster.resume)(node)
             healed.append(node.node_id)
+        if self.name == "kill" and healed:
+            self.cluster.refresh()  # a restarted container may come back with a new address
         return {"fault": self.name, "nodes": healed}
 
 

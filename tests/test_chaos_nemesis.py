@@ -1,0 +1,91 @@
+"""Specification of fault shapes and of the fault schedule (pure parts; Docker parts are marked)."""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raftline.chaos.availability import fault_windows
+from raftline.chaos.cluster import StaticCluster
+from raftline.chaos.history import NEMESIS, Recorder
+from raftline.chaos.nemesis import Schedule, majorities_ring, make_faults
+
+
+@pytest.mark.parametrize("n", [3, 5, 7])
+def test_majorities_ring_gives_every_node_a_distinct_majority(n: int) -> None:
+    sees = majorities_ring(range(1, n + 1), random.Random(n))
+    assert all(node in seen and len(seen) == n // 2 + 1 for node, seen in sees.items())
+    assert len({frozenset(seen) for seen in sees.values()}) == n
+
+
+def test_majorities_ring_of_five_is_symmetric() -> None:
+    sees = majorities_ring(range(1, 6), random.Random(1))
+    assert all(a in sees[b] for a in sees for b in sees[a])
+
+
+def test_faults_against_a_cluster_run_elsewhere_are_rejected() -> None:
+    with pytest.raises(ValueError, match="faults need the compose cluster"):
+        make_faults(StaticCluster(["http://127.0.0.1:1"]), ["partition"], "t")
+
+
+def test_no_nemesis_needs_no_fault_control() -> None:
+    assert make_faults(StaticCluster(["http://127.0.0.1:1"]), [], "t") == []
+
+
+@dataclass
+class CountingFault:
+    name: str = "partition"
+    calls: list[str] = field(default_factory=list)
+
+    def start(self, rng: random.Random) -> dict[str, Any]:
+        self.calls.append("start")
+        return {"fault": self.name}
+
+    def stop(self) -> dict[str, Any]:
+        self.calls.append("stop")
+        return {"fault": self.name}
+
+
+def run_schedule(fault: CountingFault, tmp_path: Path) -> Recorder:
+    recorder = Recorder(tmp_path / "h.jsonl")
+    schedule = Schedule(
+        [fault], recorder, random.Random(0), quiet_s=(0.01, 0.02), fault_s=(0.01, 0.02)
+    )
+    worker = threading.Thread(target=schedule.run)
+    worker.start()
+    threading.Event().wait(0.3)
+    schedule.stopping.set()
+    worker.join(5)
+    recorder.close()
+    return recorder
+
+
+def test_schedule_heals_every_fault_it_starts(tmp_path: Path) -> None:
+    fault = CountingFault()
+    run_schedule(fault, tmp_path)
+    assert fault.calls.count("start") >= 2
+    assert fault.calls.count("start") == fault.calls.count("stop")
+    assert fault.calls[-1] == "stop"
+
+
+def test_schedule_records_fault_windows_in_the_history(tmp_path: Path) -> None:
+    recorder = run_schedule(CountingFault(), tmp_path)
+    windows = fault_windows(recorder.ops)
+    assert windows and all(w.end is not None and w.start <= w.end for w in windows)
+    assert {op.process for op in recorder.ops} == {NEMESIS}
+
+
+class FailingFault(CountingFault):
+    def start(self, rng: random.Random) -> dict[str, Any]:
+        raise OSError("no nft here")
+
+
+def test_fault_that_fails_to_start_opens_no_window(tmp_path: Path) -> None:
+    recorder = run_schedule(FailingFault(), tmp_path)
+    assert any(op.type == "fail" for op in recorder.ops)
+    assert fault_windows(recorder.ops) == []
