@@ -187,7 +187,7 @@ def place_replicas(state: MetadataState, partitions: int, factor: int) -> list[l
     nodes = sorted(state.nodes)
     if not 0 < factor <= len(nodes):
         raise MetadataError(
-            "invalid_request",
+            "not_enough_replicas" if factor > 0 else "invalid_request",
             f"replication_factor {factor} needs 1..{len(nodes)} (registered nodes)",
         )
     replica_load: Counter[int] = Counter()

@@ -1,0 +1,235 @@
+"""In-process clusters of brokers on loopback: elections, replication, failover, restart.
+
+Several Broker objects share one event loop; each has its own data dir and Raft port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from raftline.node.broker import Broker, BrokerError, NotLeader
+from raftline.node.config import NodeConfig
+from raftline.raftlog.records import Record, build_batch, iter_batches
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def configs(tmp_path: Path, size: int) -> list[NodeConfig]:
+    ports = free_ports(2 * size)
+    peers = {i + 1: f"127.0.0.1:{ports[i]}" for i in range(size)}
+    return [
+        NodeConfig(
+            node_id=i + 1,
+            data_dir=tmp_path / f"node{i + 1}",
+            raft=peers[i + 1],
+            http=f"127.0.0.1:{ports[size + i]}",
+            peers=peers if size > 1 else {},
+            leader_settle_s=3600,  # keep leadership where the tests put it
+        )
+        for i in range(size)
+    ]
+
+
+async def wait_for(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.02)
+
+
+async def start_all(cfgs: list[NodeConfig]) -> list[Broker]:
+    brokers = [Broker(c) for c in cfgs]
+    for broker in brokers:
+        await broker.start()
+    await wait_for(lambda: all(b.ready() for b in brokers))
+    return brokers
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[list[Broker]]:
+    brokers = await start_all(configs(tmp_path, 3))
+    yield brokers
+    for broker in brokers:
+        await broker.stop()
+
+
+def values(batches: list[bytes]) -> list[bytes]:
+    return [
+        r.value or b""
+        for decoded in iter_batches(b"".join(batches))
+        if not decoded.header.is_control
+        for r in decoded.records
+    ]
+
+
+def batch_of(*payloads: bytes) -> bytes:
+    return build_batch([Record(p) for p in payloads])
+
+
+async def produce_anywhere(brokers: list[Broker], topic: str, batch: bytes) -> int:
+    """Produce on whichever broker leads partition 0, retrying through elections."""
+    deadline = time.monotonic() + 15
+    while True:
+        for broker in brokers:
+            try:
+                return await broker.produce(topic, 0, batch, "all")
+            except BrokerError as exc:
+                if not exc.retryable and not isinstance(exc, NotLeader):
+                    raise
+        if time.monotonic() > deadline:
+            raise AssertionError("no broker accepted the write")
+        await asyncio.sleep(0.02)
+
+
+def leading(brokers: list[Broker], topic: str) -> Broker | None:
+    group = brokers[0].meta.state.topics[topic].group(0)
+    return next(
+        (
+            b
+            for b in brokers
+            if group in b.runtime.groups and b.runtime.groups[group].role == "leader"
+        ),
+        None,
+    )
+
+
+def leader_of(brokers: list[Broker], topic: str) -> Broker:
+    leader = leading(brokers, topic)
+    assert leader is not None, f"no leader for {topic}/0"
+    return leader
+
+
+async def test_three_nodes_elect_one_controller_and_register_every_node(
+    cluster: list[Broker],
+) -> None:
+    views = [await b.cluster() for b in cluster]
+    controllers = {v["controller"] for v in views}
+    assert len(controllers) == 1 and controllers.pop() in (1, 2, 3)
+    assert all(sorted(n["id"] for n in v["nodes"]) == [1, 2, 3] for v in views)
+    assert len({v["cluster_id"] for v in views}) == 1
+
+
+async def test_created_topic_is_replicated_to_three_nodes_and_visible_everywhere(
+    cluster: list[Broker],
+) -> None:
+    description = await cluster[1].create_topic("orders", 3, 3, {"retention.ms": "60000"})
+    assert [p["replicas"] for p in description["partitions"]] != []
+    assert all(sorted(p["replicas"]) == [1, 2, 3] for p in description["partitions"])
+    leaders = sorted(p["replicas"][0] for p in description["partitions"])
+    assert leaders == [1, 2, 3]  # preferred leaders spread evenly
+    for broker in cluster:
+        assert (await broker.list_topics()) == [
+            {"name": "orders", "partitions": 3, "replication_factor": 3}
+        ]
+
+
+async def test_acks_all_produce_is_fetched_from_the_committed_log(cluster: list[Broker]) -> None:
+    await cluster[0].create_topic("events", 1, 3, {})
+    first = await produce_anywhere(cluster, "events", batch_of(b"a", b"b", b"c"))
+    second = await produce_anywhere(cluster, "events", batch_of(b"d"))
+    assert second == first + 3  # one batch takes consecutive offsets
+    leader = leader_of(cluster, "events")
+    batches, log_start, high_watermark = await leader.fetch("events", 0, 0, 1 << 20, 0)
+    assert values(batches) == [b"a", b"b", b"c", b"d"]
+    assert log_start == 0 and high_watermark == second + 1
+
+
+async def test_follower_answers_not_leader_with_the_leaders_http_address(
+    cluster: list[Broker],
+) -> None:
+    await cluster[0].create_topic("routed", 1, 3, {})
+    await produce_anywhere(cluster, "routed", batch_of(b"x"))
+    leader = leader_of(cluster, "routed")
+    follower = next(b for b in cluster if b is not leader)
+    with pytest.raises(NotLeader) as caught:
+        await follower.produce("routed", 0, batch_of(b"y"), "all")
+    assert caught.value.leader_http == leader.config.http
+
+
+async def test_long_poll_fetch_wakes_when_a_write_commits(cluster: list[Broker]) -> None:
+    await cluster[0].create_topic("poll", 1, 3, {})
+    end = await produce_anywhere(cluster, "poll", batch_of(b"first")) + 1
+    leader = leader_of(cluster, "poll")
+    poll = asyncio.ensure_future(leader.fetch("poll", 0, end, 1 << 20, 5000))
+    await asyncio.sleep(0.1)
+    assert not poll.done()
+    await leader.produce("poll", 0, batch_of(b"second"), "all")
+    batches, _, _ = await asyncio.wait_for(poll, 2)
+    assert values(batches) == [b"second"]
+
+
+async def test_partition_leader_loss_moves_writes_to_a_new_leader_without_losing_acked_data(
+    cluster: list[Broker],
+) -> None:
+    await cluster[0].create_topic("failover", 1, 3, {})
+    acked = [await produce_anywhere(cluster, "failover", batch_of(b"m%d" % i)) for i in range(5)]
+    old = leader_of(cluster, "failover")
+    await old.stop()
+    survivors = [b for b in cluster if b is not old]
+    offset = await produce_anywhere(survivors, "failover", batch_of(b"after"))
+    assert offset > acked[-1]
+    new = leader_of(survivors, "failover")
+    batches, _, _ = await new.fetch("failover", 0, 0, 1 << 20, 0)
+    assert values(batches) == [b"m%d" % i for i in range(5)] + [b"after"]
+    cluster.remove(old)
+
+
+async def test_unknown_topic_and_partition_are_reported(cluster: list[Broker]) -> None:
+    with pytest.raises(BrokerError) as missing:
+        await cluster[0].produce("nope", 0, batch_of(b"x"), "all")
+    assert missing.value.code == "unknown_topic"
+    await cluster[0].create_topic("small", 1, 1, {})
+    with pytest.raises(BrokerError) as partition:
+        await cluster[0].fetch("small", 7, 0, 100, 0)
+    assert partition.value.code == "unknown_partition"
+
+
+async def test_restart_of_every_node_keeps_topics_and_messages(tmp_path: Path) -> None:
+    cfgs = configs(tmp_path, 3)
+    brokers = await start_all(cfgs)
+    await brokers[0].create_topic("durable", 2, 3, {})
+    for i in range(3):
+        await produce_anywhere(brokers, "durable", batch_of(b"v%d" % i))
+    for broker in brokers:
+        await broker.stop()
+    brokers = await start_all(cfgs)
+    try:
+        assert [t["name"] for t in await brokers[2].list_topics()] == ["durable"]
+        await produce_anywhere(brokers, "durable", batch_of(b"after restart"))
+        batches, _, _ = await leader_of(brokers, "durable").fetch("durable", 0, 0, 1 << 20, 0)
+        assert values(batches) == [b"v0", b"v1", b"v2", b"after restart"]
+    finally:
+        for broker in brokers:
+            await broker.stop()
+
+
+async def test_single_node_needs_no_peers_and_recovers_after_restart(tmp_path: Path) -> None:
+    (cfg,) = configs(tmp_path, 1)
+    broker = (await start_all([cfg]))[0]
+    await broker.create_topic("solo", 1, 1, {})
+    offset = await broker.produce("solo", 0, batch_of(b"kept"), "all")
+    await broker.stop()
+    broker = (await start_all([cfg]))[0]
+    try:
+        await wait_for(lambda: leading([broker], "solo") is broker)
+        batches, _, high_watermark = await broker.fetch("solo", 0, offset, 1 << 20, 0)
+        assert values(batches) == [b"kept"] and high_watermark > offset
+    finally:
+        await broker.stop()
