@@ -1,0 +1,87 @@
+"""Fault mechanics on real containers of the raftline image (needs Docker and raftline:local).
+
+The containers run a plain HTTP server in place of the node, so this checks the nemeses themselves:
+nftables partitions and loss inside each container's namespace, SIGKILL and restart, pause.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from raftline.chaos.cluster import ComposeCluster, Node
+from raftline.chaos.nemesis import Partition, ProcessFault, Targets
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _image_present() -> bool:
+    if not shutil.which("docker"):
+        return False
+    probe = ["docker", "image", "inspect", "raftline:local"]
+    return subprocess.run(probe, capture_output=True, timeout=30, check=False).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeCluster]:
+    if not _image_present():
+        pytest.skip("needs the Docker engine and raftline:local (scripts/build-image.sh)")
+    compose = (REPO / "docker-compose.yml").read_text()
+    standin = compose.replace(
+        "  networks: [raftline]\n",
+        '  networks: [raftline]\n  entrypoint: ["python3", "-m", "http.server", "8080"]\n',
+        1,
+    )
+    path = tmp_path_factory.mktemp("compose") / "docker-compose.yml"
+    path.write_text(standin)
+    cluster = ComposeCluster(5, "raftline-chaos-test", path)
+    cluster.up()
+    try:
+        yield cluster
+    finally:
+        cluster.down()
+
+
+def reaches(cluster: ComposeCluster, source: Node, target: Node) -> bool:
+    code = (
+        f"import urllib.request; urllib.request.urlopen('http://{target.service}:8080/', timeout=1)"
+    )
+    argv = ["docker", "exec", source.container, "python3", "-c", code]
+    return subprocess.run(argv, capture_output=True, timeout=30, check=False).returncode == 0
+
+
+def test_isolated_node_is_cut_off_both_ways_until_healed(cluster: ComposeCluster) -> None:
+    partition = Partition(cluster, Targets(cluster, "none"), shapes=["one"])
+    sees = partition.start(random.Random(3))["sees"]
+    isolated = cluster.node(next(i for i, seen in sees.items() if len(seen) == 1))
+    others = [n for n in cluster.nodes if n is not isolated]
+    try:
+        assert not reaches(cluster, others[0], isolated)
+        assert not reaches(cluster, isolated, others[0])
+        assert reaches(cluster, others[0], others[1])
+    finally:
+        partition.stop()
+    assert reaches(cluster, others[0], isolated)
+
+
+def test_killed_node_is_down_until_the_fault_heals(cluster: ComposeCluster) -> None:
+    kill = ProcessFault(cluster, Targets(cluster, "none"), "kill")
+    victim = cluster.node(kill.start(random.Random(2))["node"])
+    assert not cluster.is_running(victim)
+    kill.stop()
+    assert cluster.is_running(victim)
+
+
+def test_paused_node_is_frozen_until_the_fault_heals(cluster: ComposeCluster) -> None:
+    pause = ProcessFault(cluster, Targets(cluster, "none"), "pause")
+    victim = cluster.node(pause.start(random.Random(5))["node"])
+    other = next(n for n in cluster.nodes if n is not victim)
+    assert not reaches(cluster, other, victim)
+    pause.stop()
+    assert reaches(cluster, other, victim)
