@@ -1,6 +1,6 @@
-"""Hand-driven Raft groups for the core's unit tests: MemLog storage, a message queue, no simulator.
+"""Hand-driven Raft groups for the core's unit tests: MemLog storage and a message queue.
 
-Owns the driver loop (persist, fsync, send, apply, advance) and message routing with drops/isolation.
+Owns the driver loop (persist, fsync, send, apply, advance) and routing with drops/isolation.
 """
 
 from __future__ import annotations
@@ -44,6 +44,15 @@ class Group:
             node_id, log, log.hard_state, self.voters, self.learner_ids, self.config,
             random.Random(node_id), applied=applied,
         )  # fmt: skip
+
+    def seed(self, node_id: int, entries: list[Entry], hard_state: HardState) -> RaftNode:
+        """Give a node a durable log and hard state, as if it had lived through earlier terms."""
+        log = self.logs[node_id]
+        log.append(entries)
+        log.save(hard_state)
+        log.fsync()
+        self.nodes[node_id] = self._make(node_id, applied=hard_state.commit)
+        return self.nodes[node_id]
 
     def __getitem__(self, node_id: int) -> RaftNode:
         return self.nodes[node_id]
