@@ -307,3 +307,31 @@ def read_partition(node: Node, topic: str, partition: int, wait_ms: int = 0) -> 
         if body["next_offset"] >= body["high_watermark"] or body["next_offset"] == offset:
             return messages
         offset = body["next_offset"]
+
+
+def replica_values(node: Node, topic: str, partition: int) -> list[str]:
+    """Values of the data records in one node's copy of a partition, read from its segment
+    files (the node should be stopped). The tail may hold entries that never committed."""
+    from raftline.raftlog.records import iter_batches
+
+    [directory] = (node.data_dir / "partitions").glob(f"{topic}~*~{partition}")
+    values: list[str] = []
+    for segment in sorted(directory.glob("*.log")):
+        for decoded in iter_batches(segment.read_bytes()):
+            if not decoded.header.is_control:
+                values.extend((r.value or b"").decode() for r in decoded.records)
+    return values
+
+
+def check_acked_once_in_order(acked_values: list[str], stored: list[str]) -> None:
+    """Every acknowledged value appears exactly once, and in acknowledgement order."""
+    wanted = frozenset(acked_values)
+    positions: dict[str, int] = {}
+    for index, value in enumerate(stored):
+        if value in wanted:
+            assert value not in positions, f"{value} stored twice"
+            positions[value] = index
+    missing = [v for v in acked_values if v not in positions]
+    assert not missing, f"{len(missing)} acknowledged messages lost, first {missing[:3]}"
+    order = [positions[v] for v in acked_values]
+    assert order == sorted(order), "acknowledged messages out of order"
