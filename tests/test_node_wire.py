@@ -1,0 +1,121 @@
+"""Frames between nodes: encoding, rejection of malformed bytes, and what a bad frame closes."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import time
+from typing import Any
+
+import msgpack
+import pytest
+
+from raftline.node import wire
+from raftline.node.transport import Transport
+from raftline.node.wire import FrameError, FrameKind
+from raftline.raftlog.records import Record, build_batch
+from raftline.raftlog.types import Entry, EntryKind, Message, MessageType, SnapshotMeta
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def roundtrip(frame: bytes) -> tuple[FrameKind, Any]:
+    length = wire.frame_length(frame[:4])
+    assert length == len(frame) - 4
+    return wire.decode_frame(frame[4:])
+
+
+def test_append_message_round_trips_with_batch_bytes_untouched() -> None:
+    batch = build_batch([Record(b"payload")])
+    msg = Message(
+        MessageType.APPEND,
+        src=1,
+        dst=2,
+        term=7,
+        group="orders~1~0",
+        log_index=4,
+        log_term=6,
+        entries=[Entry(5, 7, EntryKind.DATA, batch, 1), Entry(6, 7, EntryKind.NOOP, b"", 1)],
+        commit=4,
+        snapshot=SnapshotMeta(3, 6, (1, 2, 3), ()),
+        context=b"ctx",
+    )
+    kind, body = roundtrip(wire.encode_raft([msg], [["q", "g", 1, 2, 3]]))
+    messages, notices = wire.decode_raft(body)
+    assert kind is FrameKind.RAFT
+    assert messages == [msg] and messages[0].entries[0].data == batch
+    assert notices == [["q", "g", 1, 2, 3]]
+
+
+def test_frames_carry_their_version() -> None:
+    frame = bytearray(wire.encode_frame(FrameKind.PING, []))
+    frame[4] = wire.VERSION + 1
+    with pytest.raises(FrameError, match="version"):
+        roundtrip(bytes(frame))
+
+
+@pytest.mark.parametrize("length", [0, 1, wire.MAX_FRAME + 1])
+def test_implausible_lengths_are_rejected_before_reading(length: int) -> None:
+    with pytest.raises(FrameError):
+        wire.frame_length(struct.pack(">I", length))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\xc1",  # a byte msgpack never uses
+        msgpack.packb([[["g", 99, 1, 2, 3, 0, 0, 0, False, 0, 0, b"", [], None]], []]),
+        msgpack.packb([[["g", 5, "one", 2, 3, 0, 0, 0, False, 0, 0, b"", [], None]], []]),
+        msgpack.packb([[["g", 5, 1, 2]], []]),
+        msgpack.packb([[["g", 5, 1, 2, 3, 0, 0, 0, False, 0, 0, b"", [[1, 2]], None]], []]),
+        msgpack.packb({"not": "a list"}),
+    ],
+)
+def test_malformed_raft_bodies_raise_frame_errors(body: bytes) -> None:
+    with pytest.raises(FrameError):
+        _, decoded = wire.decode_frame(bytes([wire.VERSION, FrameKind.RAFT]) + body)
+        wire.decode_raft(decoded)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_a_garbage_frame_closes_only_its_connection() -> None:
+    ports = free_port(), free_port()
+    peers = {1: f"127.0.0.1:{ports[0]}", 2: f"127.0.0.1:{ports[1]}"}
+    received: list[Message] = []
+
+    async def no_rpc(peer: int, method: str, args: Any) -> Any:
+        return None
+
+    def transport(node: int, on_raft: Any) -> Transport:
+        return Transport(node, peers[node], peers, on_raft, no_rpc, lambda p, up: None, 5.0)
+
+    one = transport(1, lambda peer, msgs, notices: None)
+    two = transport(2, lambda peer, msgs, notices: received.extend(msgs))
+    await one.start()
+    await two.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not (one.alive(2) and two.alive(1)):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        reader, writer = await asyncio.open_connection("127.0.0.1", ports[1])
+        writer.write(wire.encode_frame(FrameKind.HELLO, {"node": 3}))
+        writer.write(struct.pack(">IBB", 5, wire.VERSION, FrameKind.RAFT) + b"\xc1\xc1\xc1")
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by node 2
+        assert two.bad_frames == 1
+        heartbeat = Message(MessageType.HEARTBEAT, src=1, dst=2, term=1, group="g")
+        assert one.send(2, wire.encode_raft([heartbeat], []))
+        while not received:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        assert received == [heartbeat] and one.alive(2)
+        writer.close()
+    finally:
+        await one.stop()
+        await two.stop()
