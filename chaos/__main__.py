@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                 out_dir=args.out,
                 compose_file=args.compose_file,
                 project=args.project,
+                urls=[u.strip() for u in args.urls.split(",") if u.strip()],
                 partitions=args.partitions,
                 producers=args.producers,
                 consumers=args.consumers,

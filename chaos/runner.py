@@ -45,9 +45,8 @@ async def _workload(
     config: RunConfig, cluster: Cluster, recorder: Recorder, schedule: Schedule
 ) -> dict[str, Any]:
     rng = random.Random(config.seed)
-    work = Workload(
-        recorder, [n.http_url for n in cluster.nodes], config.topic, config.partitions, rng
-    )
+    urls = [n.http_url for n in cluster.nodes]
+    work = Workload(recorder, urls, config.topic, config.partitions, rng, min(3, len(urls)))
     async with session() as http:
         if not await work.create_topic(http, time.monotonic() + 60):
             raise ClusterError(f"could not create topic {config.topic!r} within 60 s")

@@ -58,6 +58,7 @@ class Workload:
     topic: str
     partitions: int
     rng: random.Random
+    replication_factor: int = 3
     max_acked: dict[int, int] = field(default_factory=dict)
 
     def key(self, partition: int) -> str:
@@ -69,7 +70,11 @@ class Workload:
 
     async def create_topic(self, session: aiohttp.ClientSession, deadline: float) -> bool:
         """Creates the workload topic, retrying until it exists or the deadline passes."""
-        body = {"name": self.topic, "partitions": self.partitions, "replication_factor": 3}
+        body = {
+            "name": self.topic,
+            "partitions": self.partitions,
+            "replication_factor": self.replication_factor,
+        }
         while time.monotonic() < deadline:
             _, url = self.node_url()
             outcome = await call(session, "POST", f"{url}/v1/topics", body)
@@ -177,7 +182,11 @@ class Workload:
                 request["partitions"] = 1
             invoke = self.recorder.invoke(process, f, request, node)
             if f == "create":
-                body = {"name": topic, "partitions": 1, "replication_factor": 3}
+                body = {
+                    "name": topic,
+                    "partitions": 1,
+                    "replication_factor": self.replication_factor,
+                }
                 outcome = await call(session, "POST", f"{url}/v1/topics", body)
                 result: Any = "created"
             elif f == "delete":
