@@ -1,0 +1,173 @@
+"""The side-by-side comparison: starts each peer, runs every workload through its driver, stops it.
+
+Owns the run order, the half-of-max rate derivation, time bounds per workload, and skips.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.drivers import driver_class
+from bench.drivers.base import Endpoint
+from bench.peers import PEERS, PeerError, ensure_installed
+from bench.runner import WorkloadRun
+from bench.workload import Workload
+
+SYSTEMS = ("raftline", "nats", "rabbitmq-quorum", "rabbitmq-stream", "redis")
+PEER_OF = {
+    "raftline": "raftline",
+    "nats": "nats",
+    "rabbitmq-quorum": "rabbitmq",
+    "rabbitmq-stream": "rabbitmq",
+    "redis": "redis",
+}
+# Peers this script cannot run with three replicas on one host, and why.
+NO_REPLICATION = {
+    "rabbitmq": "three RabbitMQ nodes (three Erlang VMs) on one 2-core host are not set up here",
+}
+SETUP_TIMEOUT_S = 60.0
+
+
+@dataclass
+class CompareOptions:
+    """What to run: systems, workloads, replication factors, and how long each phase may take."""
+
+    workloads: list[Workload]
+    systems: list[str] = field(default_factory=lambda: list(SYSTEMS))
+    replicas: list[int] = field(default_factory=lambda: [1])
+    quick: bool = True
+    install: bool = True
+    log: Any = print
+
+    @property
+    def drain_seconds(self) -> float:
+        return 5.0 if self.quick else 30.0
+
+
+def compare(options: CompareOptions) -> dict[str, Any]:
+    """Run the whole matrix; returns {"runs": [...], "skipped": [...], "peers": {...}}."""
+    results: dict[str, Any] = {"runs": [], "skipped": [], "peers": {}, "durability": {}}
+    run_id = uuid.uuid4().hex[:6]
+    for replicas in options.replicas:
+        for peer_name in dict.fromkeys(PEER_OF[s] for s in options.systems):
+            systems = [s for s in options.systems if PEER_OF[s] == peer_name]
+            _run_peer(peer_name, systems, replicas, run_id, options, results)
+    return results
+
+
+def _run_peer(
+    peer_name: str,
+    systems: list[str],
+    replicas: int,
+    run_id: str,
+    options: CompareOptions,
+    results: dict[str, Any],
+) -> None:
+    def skip(reason: str) -> None:
+        for system in systems:
+            options.log(f"[{system} r{replicas}] skipped: {reason}")
+            results["skipped"].append({"system": system, "replicas": replicas, "reason": reason})
+
+    if replicas > 1 and peer_name in NO_REPLICATION:
+        skip(NO_REPLICATION[peer_name])
+        return
+    peer = PEERS[peer_name](replicas)
+    try:
+        if options.install:
+            ensure_installed(peer_name)
+        started = time.monotonic()
+        endpoint = peer.start()
+        options.log(f"[{peer_name} r{replicas}] ready in {time.monotonic() - started:.1f} s")
+        results["peers"][peer_name] = peer.version
+        for system in systems:
+            key = f"{system} r{replicas}"
+            runs = _run(_run_system(system, endpoint, run_id, options, key))
+            results["runs"].extend(runs)
+            if runs:
+                results["durability"][key] = runs[0]["durability"]
+    except (PeerError, OSError) as error:
+        skip(f"{type(error).__name__}: {error}")
+        tail = peer.log_tail()
+        if tail:
+            options.log(tail)
+    finally:
+        peer.stop()
+
+
+def _run(coroutine: Coroutine[Any, Any, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coroutine)
+    return uvloop.run(coroutine)
+
+
+async def _run_system(
+    system: str, endpoint: Endpoint, run_id: str, options: CompareOptions, key: str
+) -> list[dict[str, Any]]:
+    driver = driver_class(system)(endpoint)
+    await asyncio.wait_for(driver.connect(), SETUP_TIMEOUT_S)
+    runs: list[dict[str, Any]] = []
+    max_rates: dict[str, float] = {}
+    try:
+        for workload in options.workloads:
+            if options.quick:
+                workload = workload.for_quick_run()
+            rate = _target_rate(workload, max_rates)
+            if rate is None:
+                options.log(
+                    f"[{key}] {workload.name}: no max rate from {workload.rate_of_workload}"
+                )
+                continue
+            result = await _run_workload(driver, workload, run_id, rate, options)
+            result.update(system=system, replicas=endpoint.replicas, durability=driver.durability)
+            runs.append(result)
+            if workload.max_rate and not result["errors"]:
+                max_rates[workload.name] = result["publish_msgs_per_s"]
+            options.log(f"[{key}] {_one_line(result)}")
+    finally:
+        try:
+            await asyncio.wait_for(driver.close(), 10)
+        except Exception as error:  # a failing close must not lose the results
+            options.log(f"[{key}] close failed: {error}")
+    return runs
+
+
+def _target_rate(workload: Workload, max_rates: dict[str, float]) -> float | None:
+    """Messages per second to pace at: 0 for max rate, None if the reference max is missing."""
+    if workload.producer_rate:
+        return float(workload.producer_rate)
+    if not workload.rate_of_workload:
+        return 0.0
+    measured = max_rates.get(workload.rate_of_workload, 0.0)
+    return measured * workload.rate_fraction if measured > 0 else None
+
+
+async def _run_workload(
+    driver: Any, workload: Workload, run_id: str, rate: float, options: CompareOptions
+) -> dict[str, Any]:
+    run = WorkloadRun(driver, workload, run_id, rate)
+    budget = workload.warmup_seconds + workload.duration_seconds + 3 * options.drain_seconds + 60
+    try:
+        return await asyncio.wait_for(run.run(options.drain_seconds), budget)
+    except Exception as error:  # one failing workload is reported, the rest still run
+        run.tally.on_error(error)
+        return run.result()
+
+
+def _one_line(result: dict[str, Any]) -> str:
+    ack_p99 = (result["publish_latency_ms"] or {}).get("p99", float("nan"))
+    e2e_p99 = (result["e2e_latency_ms"] or {}).get("p99", float("nan"))
+    text = (
+        f"{result['workload']}: pub {result['publish_msgs_per_s']:.0f} msg/s "
+        f"({result['publish_mb_per_s']:.1f} MB/s), cons {result['consume_msgs_per_s']:.0f} msg/s, "
+        f"ack p99 {ack_p99:.1f} ms, e2e p99 {e2e_p99:.1f} ms"
+    )
+    if result["errors"]:
+        text += f", {result['errors']} errors ({result['first_error']})"
+    return text

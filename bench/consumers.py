@@ -1,0 +1,158 @@
+"""Consumers in their own process, so producing and consuming do not share one event loop.
+
+Owns the child's loop (subscribe, count, report progress) and the parent's handle on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from multiprocessing.connection import Connection
+from typing import Any
+
+from bench.drivers import driver_class
+from bench.drivers.base import Endpoint
+from bench.histogram import Histogram
+from bench.pacing import Window
+from bench.tally import Tally
+
+PROGRESS_INTERVAL_S = 0.05
+READY_TIMEOUT_S = 60.0
+RESULT_TIMEOUT_S = 30.0
+
+
+def consumer_main(
+    system: str, endpoint: Endpoint, topics: list[str], partitions: int, conn: Connection
+) -> None:
+    """Child process entry point: consume every partition until told to stop."""
+    try:
+        import uvloop
+
+        uvloop.run(_consume(system, endpoint, topics, partitions, conn))
+    except ImportError:
+        asyncio.run(_consume(system, endpoint, topics, partitions, conn))
+
+
+async def _consume(
+    system: str, endpoint: Endpoint, topics: list[str], partitions: int, conn: Connection
+) -> None:
+    tally = Tally(Window(0, 0))
+    driver = driver_class(system)(endpoint)
+    try:
+        await asyncio.wait_for(driver.connect(), READY_TIMEOUT_S)
+    except Exception as error:
+        tally.on_error(error)
+        conn.send(("result", _tally_dict(tally)))
+        return
+    stop = asyncio.Event()
+    tasks = [
+        asyncio.create_task(driver.consume(t, p, tally.on_delivery, stop))
+        for t in topics
+        for p in range(partitions)
+    ]
+    conn.send(("ready",))
+    while not stop.is_set() and not all(task.done() for task in tasks):
+        while conn.poll():
+            command, *args = conn.recv()
+            if command == "window":
+                tally.window = Window(*args)
+            elif command == "stop":
+                stop.set()
+        conn.send(("progress", tally.received))
+        await asyncio.sleep(PROGRESS_INTERVAL_S)
+    stop.set()
+    _, pending = await asyncio.wait(tasks, timeout=5.0)
+    for task in pending:
+        task.cancel()
+    for task in tasks:
+        if task.done() and not task.cancelled() and (error := task.exception()) is not None:
+            tally.on_error(error)
+    try:
+        await asyncio.wait_for(driver.close(), 10)
+    except Exception as error:  # the counts matter more than a clean close
+        tally.on_error(error)
+    conn.send(("result", _tally_dict(tally)))
+
+
+def _tally_dict(tally: Tally) -> dict[str, Any]:
+    return {
+        "received": tally.received,
+        "received_in_window": tally.received_in_window,
+        "errors": tally.errors,
+        "first_error": tally.first_error,
+        "e2e_latency": asdict(tally.e2e_latency),
+    }
+
+
+class ConsumerProcess:
+    """The parent's handle: start, wait until subscribed, send the window, follow, collect."""
+
+    def __init__(self, system: str, endpoint: Endpoint, topics: list[str], partitions: int) -> None:
+        context = multiprocessing.get_context("spawn")  # no fork from inside a running loop
+        self.conn, child = context.Pipe()
+        self.process = context.Process(
+            target=consumer_main,
+            args=(system, endpoint, topics, partitions, child),
+            daemon=True,
+        )
+        self.received = 0
+        self.result: dict[str, Any] | None = None
+
+    async def start(self) -> None:
+        self.process.start()
+        if not await self._until(lambda kind: kind == "ready", READY_TIMEOUT_S):
+            error = (self.result or {}).get("first_error") or f"exit code {self.process.exitcode}"
+            raise RuntimeError(f"consumer process did not subscribe: {error}")
+
+    def send_window(self, window: Window) -> None:
+        self.conn.send(("window", window.start_ns, window.end_ns))
+
+    async def drain(self, target: int, timeout: float) -> None:
+        """Follow progress until `target` messages arrived, the child ended, or time ran out."""
+        await self._until(lambda _: self.received >= target, timeout)
+
+    async def stop(self) -> dict[str, Any]:
+        """Stop the child and return its tally (received counts, errors, e2e histogram)."""
+        if self.result is None and self.process.is_alive():
+            self.conn.send(("stop",))
+            await self._until(lambda _: self.result is not None, RESULT_TIMEOUT_S)
+        self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=5)
+        if self.result is None:
+            raise RuntimeError(f"consumer process ended ({self.process.exitcode}) without result")
+        return self.result
+
+    async def _until(self, done: Callable[[str], bool], timeout: float) -> bool:
+        """Read the child's messages until `done` holds for one; False on timeout or exit."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            while self.conn.poll():
+                try:
+                    kind, *args = self.conn.recv()
+                except EOFError:
+                    return False
+                if kind == "progress":
+                    self.received = args[0]
+                elif kind == "result":
+                    self.result = args[0]
+                    self.received = self.result["received"]
+                if done(kind):
+                    return True
+            if self.result is not None or not self.process.is_alive():
+                return False
+            await asyncio.sleep(0.02)
+        return False
+
+
+def merge_into(tally: Tally, result: dict[str, Any]) -> None:
+    """Fold the child's counts and histogram into the parent's tally."""
+    tally.received += result["received"]
+    tally.received_in_window += result["received_in_window"]
+    tally.errors += result["errors"]
+    tally.first_error = tally.first_error or result["first_error"]
+    tally.e2e_latency.merge(Histogram(**result["e2e_latency"]))

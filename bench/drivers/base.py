@@ -1,0 +1,68 @@
+"""The interface every benchmark driver implements, modelled on the OpenMessaging Benchmark's.
+
+Owns the Driver base class and the Endpoint a started peer hands to its driver.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+# Called with the payloads of one delivery, right when they arrive.
+OnDelivery = Callable[[list[bytes]], None]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a started peer listens: host, ports by protocol, and its replication factor."""
+
+    host: str
+    ports: dict[str, int]
+    replicas: int = 1
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+class Driver(abc.ABC):
+    """A connection to one system that creates partitioned topics, publishes and consumes.
+
+    A topic of P partitions maps to the system's unit of replication and ordering (a JetStream
+    stream, a quorum queue, a RabbitMQ stream, a Redis stream key, a Raftline partition).
+    """
+
+    system: str = ""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+
+    @property
+    @abc.abstractmethod
+    def durability(self) -> str:
+        """Replication factor and what an acknowledgement means on disk, in one sentence."""
+
+    @abc.abstractmethod
+    async def connect(self) -> None: ...
+
+    @abc.abstractmethod
+    async def create_topic(self, topic: str, partitions: int) -> None: ...
+
+    @abc.abstractmethod
+    async def delete_topic(self, topic: str, partitions: int) -> None: ...
+
+    @abc.abstractmethod
+    async def publish(self, topic: str, partition: int, payloads: list[bytes], acks: str) -> None:
+        """Send one batch to one partition; return once the system acknowledged all of it."""
+
+    @abc.abstractmethod
+    async def consume(
+        self, topic: str, partition: int, on_delivery: OnDelivery, stop: asyncio.Event
+    ) -> None:
+        """Deliver the partition from its start to on_delivery until stop is set."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    @staticmethod
+    def partition_name(topic: str, partition: int) -> str:
+        return f"{topic}-{partition}"

@@ -1,0 +1,224 @@
+"""Writes a comparison's results as JSON, a Markdown table with Raftline/peer ratios, and PNGs.
+
+Owns the machine description, table layout and chart drawing (matplotlib, from the bench extra).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+PERCENTILES = ("p50", "p99", "p99.9", "max")
+PEER_ORDER = ("raftline", "nats", "rabbitmq-quorum", "rabbitmq-stream", "redis")
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, core count, memory, kernel and Python of the host the run happened on."""
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        mem_kb = 0
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_kb / 1024 / 1024, 1),
+        "kernel": platform.release(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def _ms(summary: dict[str, float] | None) -> str:
+    if not summary:
+        return "n/a"
+    return " / ".join(_num(summary[p]) for p in PERCENTILES)
+
+
+def _num(value: float) -> str:
+    if value >= 100:
+        return f"{value:.0f}"
+    return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
+
+def _rate(run: dict[str, Any]) -> str:
+    return f"{run['publish_msgs_per_s']:,.0f}"
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The results as Markdown: machine, durability per system, one table, ratios, skips."""
+    m = results["machine"]
+    lines = [
+        f"Run {results['started']} ({'quick' if results['quick'] else 'full'}); "
+        f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, kernel {m['kernel']}, "
+        f"Python {m['python']}. Brokers and one Python client process share these cores.",
+        "",
+        "Durability per system:",
+        "",
+    ]
+    lines += [f"- **{key}**: {text}" for key, text in sorted(results["durability"].items())]
+    if results["peers"]:
+        versions = ", ".join(f"{k}: {v}" for k, v in sorted(results["peers"].items()))
+        lines += ["", f"Versions: {versions}."]
+    lines += [
+        "",
+        "| workload | system | RF | target msg/s | publish msg/s | publish MB/s | consume msg/s "
+        "| publish-ack ms p50 / p99 / p99.9 / max "
+        "| end-to-end ms p50 / p99 / p99.9 / max | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in _ordered(results["runs"]):
+        notes = []
+        if run["errors"]:
+            notes.append(f"{run['errors']} errors: {run['first_error'][:80]}")
+        if run["received"] < run["acked"]:
+            notes.append(f"{run['acked'] - run['received']} acked not consumed by the drain end")
+        target = f"{run['target_rate']:,}" if run["target_rate"] else "max"
+        lines.append(
+            f"| {run['workload']} | {run['system']} | {run['replicas']} | {target} | {_rate(run)} "
+            f"| {run['publish_mb_per_s']:.1f} | {run['consume_msgs_per_s']:,.0f} "
+            f"| {_ms(run['publish_latency_ms'])} | {_ms(run['e2e_latency_ms'])} "
+            f"| {'; '.join(notes).replace('|', '/')} |"
+        )
+    lines += ["", *ratio_lines(results)]
+    if results["skipped"]:
+        lines += ["", "Skipped:", ""]
+        lines += [
+            f"- {s['system']} (RF {s['replicas']}): {s['reason']}" for s in results["skipped"]
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def ratios(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Raftline over each peer, per workload and replication factor: publish msg/s and e2e p99."""
+    by_key = {(r["system"], r["workload"], r["replicas"]): r for r in results["runs"]}
+    out = []
+    for (system, workload, replicas), run in sorted(by_key.items()):
+        own = by_key.get(("raftline", workload, replicas))
+        if system == "raftline" or own is None:
+            continue
+        entry: dict[str, Any] = {"workload": workload, "peer": system, "replicas": replicas}
+        peer_rate = run["publish_msgs_per_s"]
+        entry["publish_ratio"] = own["publish_msgs_per_s"] / peer_rate if peer_rate else None
+        if own["e2e_latency_ms"] and run["e2e_latency_ms"] and run["e2e_latency_ms"]["p99"]:
+            entry["e2e_p99_ratio"] = own["e2e_latency_ms"]["p99"] / run["e2e_latency_ms"]["p99"]
+        else:
+            entry["e2e_p99_ratio"] = None
+        out.append(entry)
+    return out
+
+
+def ratio_lines(results: dict[str, Any]) -> list[str]:
+    entries = ratios(results)
+    if not entries:
+        return ["Raftline/peer ratios: Raftline was not measured in this run."]
+    lines = [
+        "Raftline/peer ratios (publish msg/s: above 1 means Raftline is faster; "
+        "end-to-end p99: below 1 means Raftline is lower):",
+        "",
+        "| workload | RF | peer | publish msg/s ratio | e2e p99 ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for e in entries:
+        pub = f"{e['publish_ratio']:.2f}" if e["publish_ratio"] is not None else "n/a"
+        e2e = f"{e['e2e_p99_ratio']:.2f}" if e["e2e_p99_ratio"] is not None else "n/a"
+        lines.append(f"| {e['workload']} | {e['replicas']} | {e['peer']} | {pub} | {e2e} |")
+    return lines
+
+
+def _ordered(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def key(run: dict[str, Any]) -> tuple[Any, ...]:
+        system = run["system"]
+        rank = PEER_ORDER.index(system) if system in PEER_ORDER else len(PEER_ORDER)
+        return (run["replicas"], run["workload"], rank)
+
+    return sorted(runs, key=key)
+
+
+def charts(results: dict[str, Any], out: Path) -> list[Path]:
+    """Throughput bars per workload and latency-percentile lines; [] without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    written: list[Path] = []
+    for replicas in sorted({r["replicas"] for r in results["runs"]}):
+        runs = [r for r in _ordered(results["runs"]) if r["replicas"] == replicas]
+        workloads = list(dict.fromkeys(r["workload"] for r in runs))
+        systems = list(dict.fromkeys(r["system"] for r in runs))
+        fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(workloads)), 5))
+        width = 0.8 / max(1, len(systems))
+        for i, system in enumerate(systems):
+            values = [
+                next(
+                    (
+                        r["publish_msgs_per_s"]
+                        for r in runs
+                        if r["system"] == system and r["workload"] == w
+                    ),
+                    0,
+                )
+                for w in workloads
+            ]
+            ax.bar([x + i * width for x in range(len(workloads))], values, width, label=system)
+        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(workloads))])
+        ax.set_xticklabels(workloads, rotation=20, ha="right", fontsize=8)
+        ax.set_yscale("log")
+        ax.set_ylabel("publish msgs/s (log)")
+        ax.set_title(f"Publish throughput, replication factor {replicas}")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out / f"throughput-rf{replicas}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+        for workload in workloads:
+            written.append(_latency_chart(plt, runs, workload, replicas, out))
+    return written
+
+
+def _latency_chart(
+    plt: Any, runs: list[dict[str, Any]], workload: str, replicas: int, out: Path
+) -> Path:
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, field, title in zip(
+        axes, ("publish_latency_ms", "e2e_latency_ms"), ("publish ack", "end to end"), strict=True
+    ):
+        for run in runs:
+            if run["workload"] == workload and run[field]:
+                values = [max(run[field][p], 0.001) for p in PERCENTILES]
+                ax.plot(PERCENTILES, values, marker="o", label=run["system"])
+        ax.set_yscale("log")
+        ax.set_title(f"{title} latency")
+        ax.set_xlabel("percentile")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("ms (log)")
+    axes[1].legend(fontsize=8)
+    fig.suptitle(f"{workload}, replication factor {replicas}")
+    fig.tight_layout()
+    path = out / f"latency-{workload}-rf{replicas}.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write(results: dict[str, Any], out: Path) -> dict[str, Path]:
+    """results.json, results.md and the charts into `out`; returns what was written."""
+    out.mkdir(parents=True, exist_ok=True)
+    results = {**results, "ratios": ratios(results)}
+    paths = {"json": out / "results.json", "markdown": out / "results.md"}
+    paths["json"].write_text(json.dumps(results, indent=2) + "\n")
+    paths["markdown"].write_text(markdown(results))
+    for i, chart in enumerate(charts(results, out)):
+        paths[f"chart{i}"] = chart
+    return paths

@@ -1,0 +1,165 @@
+"""Runs one workload against one connected driver and measures it.
+
+Owns the producer loop, the warm-up and measurement window, and the drain of the consumers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+from bench.consumers import ConsumerProcess, merge_into
+from bench.drivers.base import Driver
+from bench.pacing import FixedRateSchedule, Window, encode
+from bench.tally import Tally
+from bench.workload import Workload
+
+MB = 1_000_000
+START_DELAY_NS = 200_000_000  # the consumer process learns the window before the first send
+
+
+class WorkloadRun:
+    """One run of a workload: topics created, consumers and producers started, then drained."""
+
+    def __init__(self, driver: Driver, workload: Workload, run_id: str, rate: float) -> None:
+        self.driver = driver
+        self.workload = workload
+        self.rate = rate  # total msgs/s over all producers; 0 = as fast as acks allow
+        self.topics = [f"bench-{run_id}-{workload.name}-{t}" for t in range(workload.topics)]
+        self.padding = os.urandom(workload.message_size)
+        self.start_ns = 0
+        self.tally = Tally(Window(0, 0))
+
+    def _set_window(self) -> None:
+        w = self.workload
+        self.start_ns = time.monotonic_ns() + START_DELAY_NS
+        measure_from = self.start_ns + int(w.warmup_seconds * 1e9)
+        self.tally.window = Window(measure_from, measure_from + int(w.duration_seconds * 1e9))
+
+    async def run(self, drain_seconds: float) -> dict[str, Any]:
+        w = self.workload
+        for topic in self.topics:
+            await self.driver.create_topic(topic, w.partitions_per_topic)
+        consumer = None
+        try:
+            if w.consumers_per_topic > 0:
+                consumer = ConsumerProcess(
+                    self.driver.system, self.driver.endpoint, self.topics, w.partitions_per_topic
+                )
+                await consumer.start()
+            self._set_window()
+            if consumer is not None:
+                consumer.send_window(self.tally.window)
+            await asyncio.gather(
+                *(
+                    self._produce(topic, drain_seconds)
+                    for topic in self.topics
+                    for _ in range(w.producers_per_topic)
+                )
+            )
+            if consumer is not None:
+                await consumer.drain(self.tally.acked, drain_seconds)
+        finally:
+            if consumer is not None:
+                try:
+                    merge_into(self.tally, await consumer.stop())
+                except RuntimeError as error:
+                    self.tally.on_error(error)
+            for topic in self.topics:
+                try:
+                    await asyncio.wait_for(
+                        self.driver.delete_topic(topic, w.partitions_per_topic), 30
+                    )
+                except Exception as error:  # cleanup failure must not hide the measurement
+                    self.tally.on_error(error)
+        return self.result()
+
+    async def _produce(self, topic: str, drain_seconds: float) -> None:
+        w = self.workload
+        per_producer = self.rate / (w.topics * w.producers_per_topic)
+        schedule = FixedRateSchedule(self.start_ns, per_producer) if per_producer > 0 else None
+        slots = asyncio.Semaphore(w.max_in_flight)
+        in_flight: set[asyncio.Task[None]] = set()
+        sequence = 0
+        partition = 0
+        while time.monotonic_ns() < self.start_ns:
+            await asyncio.sleep((self.start_ns - time.monotonic_ns()) / 1e9)
+        while True:
+            await slots.acquire()
+            now = time.monotonic_ns()
+            if now >= self.tally.window.end_ns:
+                slots.release()
+                break
+            if schedule is None:
+                intended = [now] * w.batch_size
+            else:
+                count = min(schedule.due(now) - sequence, w.batch_size)
+                if count <= 0:
+                    slots.release()
+                    await asyncio.sleep(max(0, schedule.intended_ns(sequence) - now) / 1e9)
+                    continue
+                intended = [schedule.intended_ns(sequence + i) for i in range(count)]
+            payloads = [encode(t, sequence + i, self.padding) for i, t in enumerate(intended)]
+            sequence += len(payloads)
+            self.tally.sent += len(payloads)
+            task = asyncio.create_task(self._send(topic, partition, payloads, intended, slots))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+            partition = (partition + 1) % w.partitions_per_topic
+        await _settle(list(in_flight), timeout=drain_seconds)
+
+    async def _send(
+        self,
+        topic: str,
+        partition: int,
+        payloads: list[bytes],
+        intended: list[int],
+        slots: asyncio.Semaphore,
+    ) -> None:
+        try:
+            await self.driver.publish(topic, partition, payloads, self.workload.acks)
+            self.tally.on_acked(intended, time.monotonic_ns())
+        except Exception as error:
+            self.tally.on_error(error)
+        finally:
+            slots.release()
+
+    def result(self) -> dict[str, Any]:
+        w, tally = self.workload, self.tally
+        seconds = tally.window.seconds or 1.0
+        publish_rate = tally.acked_in_window / seconds
+        consume_rate = tally.received_in_window / seconds
+        return {
+            "workload": w.name,
+            "topics": w.topics,
+            "partitions": w.partitions_per_topic,
+            "message_size": w.message_size,
+            "producers": w.producers_per_topic * w.topics,
+            "target_rate": round(self.rate),
+            "acks": w.acks,
+            "duration_s": seconds,
+            "publish_msgs_per_s": round(publish_rate, 1),
+            "publish_mb_per_s": round(publish_rate * w.message_size / MB, 3),
+            "consume_msgs_per_s": round(consume_rate, 1),
+            "consume_mb_per_s": round(consume_rate * w.message_size / MB, 3),
+            "publish_latency_ms": tally.publish_latency.summary_ms(),
+            "e2e_latency_ms": tally.e2e_latency.summary_ms(),
+            "sent": tally.sent,
+            "acked": tally.acked,
+            "received": tally.received,
+            "errors": tally.errors,
+            "first_error": tally.first_error,
+        }
+
+
+async def _settle(tasks: list[asyncio.Task[None]], timeout: float) -> None:
+    """Wait a bounded time for tasks to end, then cancel whatever is left."""
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=timeout)
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.wait(pending, timeout=2.0)
