@@ -206,28 +206,31 @@ def build_batch(
     max_timestamp = _INT64_MIN
     previous_delta = -1
     parts: list[bytes] = []
+    zigzag, bytes_field = _zigzag, _bytes_field  # locals: this loop is the hot path
     for position, record in enumerate(records):
         offset_delta = position if record.offset_delta is None else record.offset_delta
         if not previous_delta < offset_delta <= _INT32_MAX:
             raise ValueError(f"offset deltas must increase within int32: {offset_delta}")
         previous_delta = offset_delta
         record_timestamp = default_timestamp if record.timestamp is None else record.timestamp
-        max_timestamp = max(max_timestamp, record_timestamp)
+        if record_timestamp > max_timestamp:
+            max_timestamp = record_timestamp
         timestamp_delta = record_timestamp - base_timestamp
         if not _INT64_MIN <= timestamp_delta <= _INT64_MAX:
             raise ValueError(f"timestamp delta {timestamp_delta} exceeds int64")
-        body: list[bytes] = [b"\x00", _zigzag(timestamp_delta), _zigzag(offset_delta)]
-        size = 1 + len(body[1]) + len(body[2])
-        size += _bytes_field(record.key, body)
-        size += _bytes_field(record.value, body)
-        count = _zigzag(len(record.headers))
-        body.append(count)
-        size += len(count)
+        length_slot = len(parts)
+        timestamp_field = zigzag(timestamp_delta)
+        offset_field = zigzag(offset_delta)
+        count_field = zigzag(len(record.headers))
+        parts += (b"", b"\x00", timestamp_field, offset_field)
+        size = 1 + len(timestamp_field) + len(offset_field) + len(count_field)
+        size += bytes_field(record.key, parts)
+        size += bytes_field(record.value, parts)
+        parts.append(count_field)
         for header_key, header_value in record.headers:
-            size += _bytes_field(header_key.encode(), body)
-            size += _bytes_field(header_value, body)
-        parts.append(_zigzag(size))
-        parts.extend(body)
+            size += bytes_field(header_key.encode(), parts)
+            size += bytes_field(header_value, parts)
+        parts[length_slot] = zigzag(size)  # known only once the body is laid out
     section = b"".join(parts)
     attributes = codec
     if codec != Codec.NONE:
@@ -344,43 +347,37 @@ def _decode_records(data: bytes, header: BatchHeader) -> list[DecodedRecord]:
     previous_delta = -1
     records: list[DecodedRecord] = []
     pos = 0
+    read_zigzag, read_bytes = _read_zigzag, _read_bytes  # locals: this loop is the hot path
     for _ in range(header.records_count):
-        length, pos = _read_zigzag(data, pos)
+        length, pos = read_zigzag(data, pos)
         record_end = pos + length
         if length < _MIN_RECORD_SIZE - 1 or record_end > end:
             raise CorruptBatchError(f"record length {length} out of range at {pos}")
         pos += 1  # record attributes: no bits are defined
-        timestamp_delta, pos = _read_zigzag(data, pos, 64)
-        offset_delta, pos = _read_zigzag(data, pos)
+        timestamp_delta, pos = read_zigzag(data, pos, 64)
+        offset_delta, pos = read_zigzag(data, pos)
         if not previous_delta < offset_delta <= last_offset_delta:
             raise CorruptBatchError(f"offset delta {offset_delta} out of order or range")
         previous_delta = offset_delta
-        key, pos = _read_bytes(data, pos, record_end)
-        value, pos = _read_bytes(data, pos, record_end)
-        header_count, pos = _read_zigzag(data, pos)
+        key, pos = read_bytes(data, pos, record_end)
+        value, pos = read_bytes(data, pos, record_end)
+        header_count, pos = read_zigzag(data, pos)
         if not 0 <= header_count <= (record_end - pos) // 2:
             raise CorruptBatchError(f"header count {header_count} out of range")
         headers: list[Header] = []
         for _ in range(header_count):
-            header_key, pos = _read_bytes(data, pos, record_end)
+            header_key, pos = read_bytes(data, pos, record_end)
             if header_key is None:
                 raise CorruptBatchError("null header key")
-            header_value, pos = _read_bytes(data, pos, record_end)
+            header_value, pos = read_bytes(data, pos, record_end)
             try:
                 headers.append((header_key.decode(), header_value))
             except UnicodeDecodeError as err:
                 raise CorruptBatchError("header key is not UTF-8") from err
         if pos != record_end:
             raise CorruptBatchError(f"record declares {length} bytes but holds a different size")
-        records.append(
-            DecodedRecord(
-                offset=base_offset + offset_delta,
-                timestamp=base_timestamp + timestamp_delta if append_time is None else append_time,
-                key=key,
-                value=value,
-                headers=headers,
-            )
-        )
+        timestamp = base_timestamp + timestamp_delta if append_time is None else append_time
+        records.append(DecodedRecord(base_offset + offset_delta, timestamp, key, value, headers))
     if pos != end:
         raise CorruptBatchError(f"{end - pos} bytes left after {header.records_count} records")
     return records
