@@ -278,7 +278,11 @@ class Runtime:
                 self.stats["messages_dropped"] += 1
                 continue
             group.inbox.append(msg)
-            self._touch(group)
+            if msg.type == MessageType.HEARTBEAT_RESP:
+                # Answers to the heartbeats sent just before going quiet must not wake the group.
+                self._dirty.add(group.name)
+            else:
+                self._touch(group)
         for notice in notices:
             if notice and notice[0] == "l" and len(notice) == 4:
                 self._learn_leader(str(notice[1]), notice[2], notice[3])

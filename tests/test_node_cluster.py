@@ -233,3 +233,28 @@ async def test_single_node_needs_no_peers_and_recovers_after_restart(tmp_path: P
         assert values(batches) == [b"kept"] and high_watermark > offset
     finally:
         await broker.stop()
+
+
+async def test_idle_groups_go_quiet_and_stop_sending_raft_messages(cluster: list[Broker]) -> None:
+    await cluster[0].create_topic("idle", 3, 3, {})
+    await produce_anywhere(cluster, "idle", batch_of(b"x"))
+    total = sum(len(b.runtime.groups) for b in cluster)
+    await wait_for(lambda: sum(b.runtime.quiet_groups() for b in cluster) == total)
+    sent = [b.runtime.stats["messages_sent"] for b in cluster]
+    await asyncio.sleep(0.5)  # ten ticks
+    assert [b.runtime.stats["messages_sent"] for b in cluster] == sent
+
+
+async def test_a_quiet_partition_elects_a_new_leader_when_its_leaders_node_dies(
+    cluster: list[Broker],
+) -> None:
+    await cluster[0].create_topic("sleepy", 1, 3, {})
+    await produce_anywhere(cluster, "sleepy", batch_of(b"before"))
+    group = cluster[0].meta.state.topics["sleepy"].group(0)
+    await wait_for(lambda: all(b.runtime.groups[group].quiet for b in cluster))
+    old = leader_of(cluster, "sleepy")
+    await old.stop()
+    cluster.remove(old)
+    await produce_anywhere(cluster, "sleepy", batch_of(b"after"))
+    batches, _, _ = await leader_of(cluster, "sleepy").fetch("sleepy", 0, 0, 1 << 20, 0)
+    assert values(batches) == [b"before", b"after"]
