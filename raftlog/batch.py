@@ -20,6 +20,7 @@ LOG_OVERHEAD = 12  # baseOffset + batchLength; on-disk size = batchLength + 12
 HEADER_SIZE = 61  # RECORD_BATCH_OVERHEAD: everything before the records section
 CRC_OFFSET = 17
 CRC_START = 21  # CRC-32C covers attributes .. end of batch
+MAX_TIMESTAMP_OFFSET = 35
 MAX_BATCH_SIZE = 16 * 1024 * 1024  # larger than the 10 MB message limit plus overhead
 
 # Attribute bits.
@@ -39,6 +40,8 @@ _PREFIX = struct.Struct(">qi")
 _BASE_OFFSET = struct.Struct(">q")
 _LEADER_EPOCH = struct.Struct(">i")
 _CRC = struct.Struct(">I")
+_ATTRIBUTES = struct.Struct(">h")
+_MAX_TIMESTAMP = struct.Struct(">q")
 
 
 @dataclass(slots=True, frozen=True)
@@ -151,6 +154,15 @@ def stamp(batch: bytearray, base_offset: int, term: int) -> None:
     """Set base offset and Raft term in place. Both lie outside the CRC, so it stays valid."""
     _BASE_OFFSET.pack_into(batch, 0, base_offset)
     _LEADER_EPOCH.pack_into(batch, LOG_OVERHEAD, term)
+
+
+def stamp_log_append_time(batch: bytearray, timestamp: int) -> None:
+    """Make the batch LogAppendTime with `timestamp` (as a broker does on append for topics so
+    configured). Attributes and max timestamp lie under the CRC, so it is recomputed."""
+    (attributes,) = _ATTRIBUTES.unpack_from(batch, CRC_START)
+    _ATTRIBUTES.pack_into(batch, CRC_START, attributes | TIMESTAMP_TYPE_MASK)
+    _MAX_TIMESTAMP.pack_into(batch, MAX_TIMESTAMP_OFFSET, timestamp)
+    _CRC.pack_into(batch, CRC_OFFSET, compute_crc(batch))
 
 
 def iter_headers(buf: bytes | bytearray | memoryview):

@@ -31,6 +31,9 @@ __all__ = [
     "Record",
     "build_batch",
     "build_control_batch",
+    "build_txn_marker",
+    "control_type_of",
+    "coordinator_epoch_of",
     "decode_batch",
     "iter_batches",
 ]
@@ -53,6 +56,7 @@ RAFT_CONFIG = ControlType.RAFT_CONFIG
 Header = tuple[str, bytes | None]
 
 _CONTROL_KEY = struct.Struct(">hh")  # version 0, type
+_TXN_MARKER_VALUE = struct.Struct(">hi")  # version 0, coordinator epoch
 _INT32_MAX = 2**31 - 1
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -288,6 +292,40 @@ def build_control_batch(
         leader_epoch=leader_epoch,
         control=True,
     )
+
+
+def build_txn_marker(
+    commit: bool,
+    coordinator_epoch: int,
+    *,
+    producer_id: int,
+    producer_epoch: int,
+    base_offset: int = 0,
+    timestamp: int | None = None,
+    leader_epoch: int = -1,
+) -> bytes:
+    """A COMMIT or ABORT transaction marker: a transactional control batch whose value is
+    int16 version 0 + int32 coordinator epoch (Kafka's EndTransactionMarker)."""
+    return build_control_batch(
+        ControlType.COMMIT if commit else ControlType.ABORT,
+        _TXN_MARKER_VALUE.pack(0, coordinator_epoch),
+        base_offset=base_offset,
+        timestamp=timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        transactional=True,
+        leader_epoch=leader_epoch,
+    )
+
+
+def coordinator_epoch_of(marker_value: bytes | None) -> int:
+    """The coordinator epoch in a transaction marker's record value."""
+    if marker_value is None or len(marker_value) < _TXN_MARKER_VALUE.size:
+        raise CorruptBatchError("transaction marker value shorter than version + epoch")
+    version, coordinator_epoch = _TXN_MARKER_VALUE.unpack_from(marker_value)
+    if version != 0:
+        raise CorruptBatchError(f"unsupported transaction marker version {version}")
+    return coordinator_epoch
 
 
 # ---------------------------------------------------------------------------- decoding

@@ -78,6 +78,15 @@ def test_write_header_stores_a_crc_over_the_body() -> None:
     assert batch.parse_header(raw).crc == header.crc
 
 
+def test_stamp_log_append_time_sets_type_and_max_timestamp_with_a_fresh_crc() -> None:
+    raw = _sample()
+    batch.stamp_log_append_time(raw, 9_999)
+    header = batch.parse_header(raw)
+    assert header.log_append_time and header.max_timestamp == 9_999
+    assert header.attributes & ~batch.TIMESTAMP_TYPE_MASK == 0
+    batch.check_crc(raw, header)
+
+
 def test_parse_header_rejects_a_short_buffer() -> None:
     with pytest.raises(CorruptBatchError, match="truncated"):
         batch.parse_header(_sample()[:60])

@@ -11,12 +11,13 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
+from raftline.raftlog import batch
 from raftline.raftlog.records import (
     Codec,
     ControlType,
     Record,
     build_batch,
-    build_control_batch,
+    build_txn_marker,
     decode_batch,
 )
 
@@ -74,13 +75,19 @@ def test_kafka_python_reads_producer_state_and_log_append_time() -> None:
 
 @pytest.mark.parametrize("control_type", [ControlType.ABORT, ControlType.COMMIT])
 def test_kafka_python_reads_our_transaction_markers(control_type: ControlType) -> None:
-    raw = build_control_batch(
-        control_type, b"\x00\x00\x00\x00\x00\x05", producer_id=9, producer_epoch=1
-    )
+    raw = build_txn_marker(control_type == ControlType.COMMIT, 5, producer_id=9, producer_epoch=1)
     theirs = DefaultRecordBatch(raw)
     assert theirs.is_control_batch
     (record,) = list(theirs)
     assert (record.version, record.type) == (0, control_type)
+
+
+def test_kafka_python_reads_a_batch_we_stamped_with_log_append_time() -> None:
+    raw = bytearray(build_batch([Record(b"a", timestamp=1), Record(b"b", timestamp=2)]))
+    batch.stamp_log_append_time(raw, 1_234)
+    theirs = DefaultRecordBatch(bytes(raw))
+    assert theirs.validate_crc()
+    assert [(r.timestamp, r.timestamp_type) for r in theirs] == [(1_234, 1), (1_234, 1)]
 
 
 def test_kafka_python_walks_a_concatenation_of_our_batches() -> None:

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from raftline.raftlog import batch
 from raftline.raftlog.batch import CorruptBatchError
 from raftline.raftlog.records import (
+    ABORT,
+    COMMIT,
     RAFT_CONFIG,
     RAFT_NOOP,
     Codec,
@@ -19,6 +21,8 @@ from raftline.raftlog.records import (
     Record,
     build_batch,
     build_control_batch,
+    build_txn_marker,
+    coordinator_epoch_of,
     decode_batch,
     iter_batches,
 )
@@ -188,15 +192,29 @@ def test_raft_control_types_are_raftline_numbers_above_kafkas() -> None:
     assert (int(RAFT_NOOP), int(RAFT_CONFIG)) == (100, 101)
 
 
-def test_transaction_marker_is_a_transactional_control_batch() -> None:
-    marker = struct.pack(">hi", 0, 17)  # version 0, coordinator epoch
-    raw = build_control_batch(
-        ControlType.COMMIT, marker, producer_id=42, producer_epoch=3, transactional=True
-    )
+@pytest.mark.parametrize(("commit", "control_type"), [(True, COMMIT), (False, ABORT)])
+def test_transaction_marker_is_a_transactional_control_batch(
+    commit: bool, control_type: ControlType
+) -> None:
+    raw = build_txn_marker(commit, 17, producer_id=42, producer_epoch=3)
     decoded = decode_batch(raw)
     assert decoded.header.is_transactional and decoded.header.is_control
     assert (decoded.header.producer_id, decoded.header.producer_epoch) == (42, 3)
-    assert decoded.control_type == ControlType.COMMIT
+    assert decoded.control_type == control_type
+    assert decoded.records[0].value == struct.pack(">hi", 0, 17)
+    assert coordinator_epoch_of(decoded.records[0].value) == 17
+
+
+@pytest.mark.parametrize("value", [None, b"\x00\x00\x00", struct.pack(">hi", 1, 17)])
+def test_a_malformed_marker_value_is_corrupt(value: bytes | None) -> None:
+    with pytest.raises(CorruptBatchError):
+        coordinator_epoch_of(value)
+
+
+def test_a_control_batch_with_a_short_key_is_corrupt() -> None:
+    raw = build_batch([Record(b"v", key=b"\x00")], control=True)
+    with pytest.raises(CorruptBatchError, match="key"):
+        _ = decode_batch(raw).control_type
 
 
 def test_a_data_batch_has_no_control_type() -> None:
