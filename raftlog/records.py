@@ -90,6 +90,8 @@ class DecodedRecord:
 
 @dataclass(slots=True, frozen=True)
 class DecodedBatch:
+    """A whole batch: its header and its records in offset order."""
+
     header: BatchHeader
     records: list[DecodedRecord]
 
@@ -199,7 +201,8 @@ def build_batch(
 
     `timestamp` is used for records without one (default: now). `log_append_time` set makes
     the batch LogAppendTime, every record then reads back with that time. `leader_epoch` is
-    the partition leader epoch field, which Raftline uses for the Raft term.
+    the partition leader epoch field, which Raftline uses for the Raft term. `control` marks
+    a control batch (use build_control_batch). Out-of-range input raises ValueError.
     """
     if not records:
         raise ValueError("a batch needs at least one record")
@@ -248,24 +251,27 @@ def build_batch(
         attributes |= batch.CONTROL_MASK
     out = bytearray(batch.HEADER_SIZE)
     out += section
-    batch.write_header(
-        out,
-        BatchHeader(
-            base_offset=base_offset,
-            batch_length=len(out) - batch.LOG_OVERHEAD,
-            leader_epoch=leader_epoch,
-            magic=batch.MAGIC,
-            crc=0,
-            attributes=attributes,
-            last_offset_delta=previous_delta,
-            base_timestamp=base_timestamp,
-            max_timestamp=max_timestamp,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            base_sequence=base_sequence,
-            records_count=len(records),
-        ),
+    if len(out) > batch.MAX_BATCH_SIZE:
+        raise ValueError(f"batch of {len(out)} bytes exceeds {batch.MAX_BATCH_SIZE}")
+    header = BatchHeader(
+        base_offset=base_offset,
+        batch_length=len(out) - batch.LOG_OVERHEAD,
+        leader_epoch=leader_epoch,
+        magic=batch.MAGIC,
+        crc=0,
+        attributes=attributes,
+        last_offset_delta=previous_delta,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        records_count=len(records),
     )
+    try:
+        batch.write_header(out, header)
+    except struct.error as err:  # a header field outside its fixed width
+        raise ValueError(f"batch header field out of range: {err}") from err
     return bytes(out)
 
 

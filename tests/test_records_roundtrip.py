@@ -172,6 +172,20 @@ def test_build_batch_rejects_an_empty_batch() -> None:
         build_batch([])
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{"base_offset": 2**63}, {"producer_epoch": 2**15}, {"base_sequence": -(2**31) - 1}],
+)
+def test_build_batch_rejects_header_fields_beyond_their_width(options: dict) -> None:
+    with pytest.raises(ValueError, match="out of range"):
+        build_batch([Record(b"v")], **options)
+
+
+def test_build_batch_rejects_a_batch_over_the_size_limit() -> None:
+    with pytest.raises(ValueError, match="exceeds"):
+        build_batch([Record(bytes(batch.MAX_BATCH_SIZE))])
+
+
 def test_build_batch_rejects_an_unknown_codec() -> None:
     with pytest.raises(ValueError):
         build_batch([Record(b"v")], codec=5)
