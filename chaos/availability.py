@@ -62,15 +62,19 @@ def _recovery_s(window: FaultWindow, ops: list[Completed], fs: frozenset[str]) -
     return round((min(firsts) - window.end) / NS, 3) if firsts else None
 
 
-def availability(ops: list[Op], recovery_fs: Iterable[str] = ("send",)) -> dict[str, Any]:
-    """Share of successful client ops during, outside and after faults, and recovery per fault."""
+def availability(
+    ops: list[Op], fs: Iterable[str] = ("send", "poll"), recovery_fs: Iterable[str] = ("send",)
+) -> dict[str, Any]:
+    """Share of successful data ops (`fs`) during, outside and after faults, and recovery per
+    fault. Metadata ops are left out: their definite failures (topic_exists) are right answers."""
     windows = fault_windows(ops)
-    done = pair(client_ops(ops))
+    counted = frozenset(fs)
+    done = [op for op in pair(client_ops(ops)) if op.invoke.f in counted]
     during = [op for op in done if any(w.covers(op.start) for w in windows)]
     outside = [op for op in done if not any(w.covers(op.start) for w in windows)]
     last_heal = max((w.end for w in windows if w.end is not None), default=None)
     after = [op for op in done if last_heal is not None and op.start >= last_heal]
-    fs = frozenset(recovery_fs)
+    recovering = frozenset(recovery_fs)
     return {
         "overall": _share(done),
         "during_faults": _share(during),
@@ -81,7 +85,7 @@ def availability(ops: list[Op], recovery_fs: Iterable[str] = ("send",)) -> dict[
                 "fault": w.fault,
                 "start_s": round(w.start / NS, 3),
                 "end_s": None if w.end is None else round(w.end / NS, 3),
-                "recovery_s": _recovery_s(w, done, fs),
+                "recovery_s": _recovery_s(w, done, recovering),
             }
             for w in windows
         ],
