@@ -312,6 +312,7 @@ class RaftlinePeer(Peer):
     """`raftline serve` nodes from this repository's virtualenv, one Raft group per partition."""
 
     system = "raftline"
+    fsync = "always"  # the node's default, stated here so results say what was measured
 
     def start(self) -> Endpoint:
         binary = Path(sys.executable).parent / "raftline"
@@ -336,6 +337,8 @@ class RaftlinePeer(Peer):
                     f"{HOST}:{raft_ports[i]}",
                     "--peers",
                     peers,
+                    "--fsync",
+                    self.fsync,
                 ],
             )
         _wait_for(
@@ -345,7 +348,7 @@ class RaftlinePeer(Peer):
             self.processes,
         )
         self.version = "raftline (this tree)"
-        return Endpoint(HOST, {"http": http_ports[0]}, self.replicas)
+        return Endpoint(HOST, {"http": http_ports[0]}, self.replicas, {"fsync": self.fsync})
 
 
 PEERS: dict[str, type[Peer]] = {

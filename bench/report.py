@@ -118,7 +118,9 @@ def ratios(results: dict[str, Any]) -> list[dict[str, Any]]:
 def ratio_lines(results: dict[str, Any]) -> list[str]:
     entries = ratios(results)
     if not entries:
-        return ["Raftline/peer ratios: Raftline was not measured in this run."]
+        measured = any(r["system"] == "raftline" for r in results["runs"])
+        why = "no peer ran the same workloads" if measured else "Raftline was not measured"
+        return [f"Raftline/peer ratios: none, {why} in this run."]
     lines = [
         "Raftline/peer ratios (publish msg/s: above 1 means Raftline is faster; "
         "end-to-end p99: below 1 means Raftline is lower):",

@@ -1,25 +1,19 @@
-"""Raftline driver over the v1 HTTP contract (shared API.md), with aiohttp directly.
+"""Raftline driver through the project's own asyncio client (raftline.clients.client).
 
-Owns produce batches as one POST per partition batch and long-poll fetches per partition.
+Owns the use of AsyncProducer (per-message futures, client-side batching) and AsyncConsumer.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-from typing import Any
-
-import aiohttp
 
 from bench.drivers.base import Driver, OnDelivery
+from raftline.clients.client import AsyncClient, AsyncConsumer, AsyncProducer
 
 FETCH_MAX_MESSAGES = 1000
-FETCH_MAX_BYTES = 16 * 1024 * 1024
 FETCH_WAIT_MS = 500
-
-
-class RaftlineError(RuntimeError):
-    """A non-2xx answer from a Raftline node, with the contract's error code."""
+# The runner already hands over whole batches; a short linger lets concurrent ones coalesce.
+LINGER_MS = 1.0
 
 
 class RaftlineDriver(Driver):
@@ -30,68 +24,52 @@ class RaftlineDriver(Driver):
     @property
     def durability(self) -> str:
         r = self.endpoint.replicas
+        fsync = self.endpoint.extra.get("fsync", "always")
         return (
             f"Raft group per partition, replication factor {r}; acks=all answers after "
-            f"{'a majority' if r > 1 else 'the one replica'} wrote the batch to its segment"
+            f"{'a majority' if r > 1 else 'the one replica'} appended the batch "
+            f"(--fsync {fsync})"
         )
 
     async def connect(self) -> None:
-        self.base = f"http://{self.endpoint.host}:{self.endpoint.ports['http']}"
-        connector = aiohttp.TCPConnector(limit=256)
-        self.session = aiohttp.ClientSession(
-            connector=connector, timeout=aiohttp.ClientTimeout(total=60)
-        )
-
-    async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        async with self.session.request(method, self.base + path, **kwargs) as response:
-            if response.status >= 400:
-                raise RaftlineError(f"{method} {path}: {response.status} {await response.text()}")
-            if response.status == 204 or response.content_length == 0:
-                return None
-            return await response.json()
+        self.client = AsyncClient(f"http://{self.endpoint.host}:{self.endpoint.ports['http']}")
+        await self.client.cluster()
+        self.producers: dict[tuple[str, str], AsyncProducer] = {}
 
     async def create_topic(self, topic: str, partitions: int) -> None:
-        body = {
-            "name": topic,
-            "partitions": partitions,
-            "replication_factor": self.endpoint.replicas,
-        }
-        await self._call("POST", "/v1/topics", json=body)
+        await self.client.create_topic(topic, partitions, self.endpoint.replicas)
 
     async def delete_topic(self, topic: str, partitions: int) -> None:
-        await self._call("DELETE", f"/v1/topics/{topic}")
+        for key in [k for k in self.producers if k[0] == topic]:
+            await self.producers.pop(key).close()
+        await self.client.delete_topic(topic)
 
     async def publish(self, topic: str, partition: int, payloads: list[bytes], acks: str) -> None:
-        messages = [
-            {"partition": partition, "value_b64": base64.b64encode(p).decode()} for p in payloads
-        ]
-        await self._call(
-            "POST", f"/v1/topics/{topic}/messages", json={"acks": acks, "messages": messages}
-        )
+        producer = self.producers.get((topic, acks))
+        if producer is None:
+            producer = AsyncProducer(
+                self.client, topic, acks=acks, linger_ms=LINGER_MS, batch_messages=2000
+            )
+            self.producers[(topic, acks)] = producer
+        futures = [await producer.send(p, partition=partition) for p in payloads]
+        await asyncio.gather(*futures)
 
     async def consume(
         self, topic: str, partition: int, on_delivery: OnDelivery, stop: asyncio.Event
     ) -> None:
-        offset: int | str = "earliest"
-        path = f"/v1/topics/{topic}/partitions/{partition}/messages"
+        consumer = AsyncConsumer(
+            self.client,
+            topic,
+            partitions=[partition],
+            wait_ms=FETCH_WAIT_MS,
+            max_messages=FETCH_MAX_MESSAGES,
+        )
         while not stop.is_set():
-            params = {
-                "offset": str(offset),
-                "max_messages": str(FETCH_MAX_MESSAGES),
-                "max_bytes": str(FETCH_MAX_BYTES),
-                "wait_ms": str(FETCH_WAIT_MS),
-            }
-            answer = await self._call("GET", path, params=params)
-            messages = answer["messages"]
+            messages = await consumer.poll()
             if messages:
-                on_delivery([_value(m) for m in messages])
-            offset = answer["next_offset"]
+                on_delivery([m.value or b"" for m in messages])
 
     async def close(self) -> None:
-        await self.session.close()
-
-
-def _value(message: dict[str, Any]) -> bytes:
-    if "value_b64" in message:
-        return base64.b64decode(message["value_b64"])
-    return message["value"].encode()
+        for producer in self.producers.values():
+            await producer.close()
+        await self.client.close()
