@@ -127,7 +127,7 @@ class PartitionLog:
     ) -> None:
         self.directory = Path(directory)
         self.config = config or LogConfig()
-        self.files = files or shared_file_cache()
+        self.files = files if files is not None else shared_file_cache()
         self.clock = clock
         self._lock = threading.Lock()
         self._synced = threading.Condition(self._lock)
@@ -137,6 +137,7 @@ class PartitionLog:
         self._durable = 0
         self._syncing = False
         self._truncations = 0  # bumped by truncation: an fsync in flight then proves nothing
+        self._unsynced_dirs: list[Path] = []  # new directory entries the next sync covers
         self._unsynced_bytes = 0
         self._last_sync_ms = clock()
         self.recovery = self._open()
@@ -274,10 +275,13 @@ class PartitionLog:
                     continue
                 self._syncing = True
                 covered, segment, before = self.next_offset, self._segments[-1], self._truncations
+                dirs, self._unsynced_dirs = self._unsynced_dirs, []
                 self._unsynced_bytes = 0
                 self._lock.release()
                 try:
                     segment.sync()
+                    for directory in dirs:
+                        fsync_dir(directory)
                 finally:
                     self._lock.acquire()
                     self._syncing = False
@@ -461,7 +465,9 @@ class PartitionLog:
     # --- recovery ----------------------------------------------------------------------------
 
     def _open(self) -> RecoveryReport:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if not self.directory.exists():
+            self.directory.mkdir(parents=True)
+            self._unsynced_dirs.append(self.directory.parent)
         report = RecoveryReport(directory=str(self.directory))
         start_file = self.directory / LOG_START_FILE
         if start_file.exists():
@@ -503,7 +509,8 @@ class PartitionLog:
                 report.removed_segments.append(old.path.name)
             fresh = Segment.create(self.directory, self._log_start, self.files, interval, now)
             self._segments, self._bases = [fresh], [self._log_start]
-            fsync_dir(self.directory)
+            # Made durable by the first sync: until data is synced nothing depends on it.
+            self._unsynced_dirs.append(self.directory)
         self._log_start = max(self._log_start, self._bases[0])
         if self._segments[-1].size:
             self._segments[-1].sync()  # whatever survived is durable from here on
