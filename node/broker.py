@@ -72,6 +72,7 @@ class Broker:
         if members == [self.node_id]:
             self.runtime.campaign(META_GROUP)
         self._tasks.append(asyncio.ensure_future(self._maintain()))
+        self._tasks.append(asyncio.ensure_future(self._enforce_retention()))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -150,7 +151,20 @@ class Broker:
         if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
             self.runtime.campaign(group)
 
-    # background: registration, bootstrap, controller
+    # background: retention, registration, bootstrap, controller
+
+    async def _enforce_retention(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.retention_check_s)
+            await self.runtime.disk_idle()
+            for group in list(self.partitions):
+                raft_group = self.runtime.groups.get(group)
+                if raft_group is None:
+                    continue
+                storage = raft_group.storage
+                point = storage.retention_point()
+                if point >= storage.first_index():
+                    self.runtime.trim(group, point)
 
     async def _maintain(self) -> None:
         while True:
@@ -356,6 +370,13 @@ class Broker:
         groups = [topic.group(p) for p in range(len(topic.replicas))]
         offsets = await self._offsets(groups)
         alive = self.runtime.transport.alive
+
+        def in_sync(partition: int, group: str) -> list[int]:
+            known = offsets.get(group, (0, 0, None))[2]
+            return (
+                known if known is not None else [r for r in topic.replicas[partition] if alive(r)]
+            )
+
         return {
             "name": topic.name,
             "config": dict(topic.config),
@@ -365,9 +386,9 @@ class Broker:
                     "partition": p,
                     "leader": self._live_leader(group),
                     "replicas": list(topic.replicas[p]),
-                    "in_sync": [r for r in topic.replicas[p] if alive(r)],
-                    "log_start_offset": offsets.get(group, (0, 0))[0],
-                    "high_watermark": offsets.get(group, (0, 0))[1],
+                    "in_sync": in_sync(p, group),
+                    "log_start_offset": offsets.get(group, (0, 0, None))[0],
+                    "high_watermark": offsets.get(group, (0, 0, None))[1],
                 }
                 for p, group in enumerate(groups)
             ],
@@ -377,14 +398,29 @@ class Broker:
         leader = self.runtime.leader_of(group)
         return leader if leader is not None and self.runtime.transport.alive(leader) else None
 
-    def _local_offsets(self, group: str) -> tuple[int, int]:
+    def _local_offsets(self, group: str) -> tuple[int, int, list[int] | None]:
+        """(log start, high watermark, in-sync replicas) of a local replica; the in-sync set
+        (replicas holding everything committed, on live nodes) is known only on the leader."""
         replica = self.partitions[group]
-        return replica.log_start_offset, replica.high_watermark
+        core = self.runtime.groups[group].core
+        in_sync = None
+        if core.role == "leader":
+            in_sync = sorted(
+                peer
+                for peer in core.voters
+                if peer == self.node_id
+                or (
+                    (progress := core.progress(peer)) is not None
+                    and progress.match >= core.commit_index
+                    and self.runtime.transport.alive(peer)
+                )
+            )
+        return replica.log_start_offset, replica.high_watermark, in_sync
 
-    async def _offsets(self, groups: list[str]) -> dict[str, tuple[int, int]]:
-        """(log start, high watermark) per group, asked of each partition's leader."""
+    async def _offsets(self, groups: list[str]) -> dict[str, tuple[int, int, list[int] | None]]:
+        """(log start, high watermark, in-sync replicas) per group, from each group's leader."""
         by_leader: dict[int, list[str]] = {}
-        out: dict[str, tuple[int, int]] = {}
+        out: dict[str, tuple[int, int, list[int] | None]] = {}
         for group in groups:
             leader = self._live_leader(group)
             if leader == self.node_id or (leader is None and group in self.partitions):
@@ -394,8 +430,8 @@ class Broker:
         for leader, asked in by_leader.items():
             try:
                 answer = await self.runtime.transport.call(leader, "offsets", asked, 1.0)
-                out.update({g: (int(v[0]), int(v[1])) for g, v in answer.items()})
-            except (RemoteError, TypeError, ValueError, AttributeError):
+                out.update({g: (int(v[0]), int(v[1]), v[2]) for g, v in answer.items()})
+            except (RemoteError, TypeError, ValueError, AttributeError, IndexError):
                 out.update({g: self._local_offsets(g) for g in asked if g in self.partitions})
         return out
 

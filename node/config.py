@@ -49,6 +49,7 @@ class NodeConfig:
     quiet_after_ticks: int = 6  # idle ticks before a leader lets its group go quiet
     leader_settle_s: float = 10.0  # the controller waits this long before moving leadership
     request_timeout_s: float = 10.0  # produce/metadata requests waiting on Raft give up after this
+    retention_check_s: float = 30.0  # how often partition logs are trimmed per their retention
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)

@@ -120,10 +120,11 @@ class PartitionReplica:
             appended.add_done_callback(_consume_error)
             return -1
         try:
-            index, _ = await asyncio.wait_for(appended, self._timeout)
-            if acks == "leader":
-                return index
-            return await asyncio.wait_for(committed, self._timeout)
+            async with asyncio.timeout(self._timeout):
+                index, _ = await appended
+                if acks == "leader":
+                    return index
+                return await committed
         except TimeoutError:
             raise BrokerError("timeout", "the write did not commit in time") from None
         except BrokerError:

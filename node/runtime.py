@@ -39,7 +39,16 @@ from raftline.node import wire
 from raftline.node.config import NodeConfig
 from raftline.node.transport import RpcHandler, Transport
 from raftline.raftlog.raft import RaftConfig, RaftNode
-from raftline.raftlog.types import Entry, EntryKind, HardState, LogView, Message, MessageType, Ready
+from raftline.raftlog.types import (
+    Entry,
+    EntryKind,
+    HardState,
+    LogView,
+    Message,
+    MessageType,
+    Ready,
+    SnapshotMeta,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +67,8 @@ class GroupStorage(LogView, Protocol):
     def append(self, entries: list[Entry]) -> Any: ...
     def save(self, hard_state: HardState) -> None: ...
     def install(self, meta: Any) -> Any: ...
+    def trim(self, index: int, voters: tuple[int, ...], learners: tuple[int, ...]) -> Any: ...
+    def retention_point(self) -> int: ...
     def fsync(self) -> None: ...
     def close(self) -> None: ...
 
@@ -97,6 +108,7 @@ class Group:
     ticks: int = 0
     campaign: bool = False
     transfer_to: int | None = None
+    trim_to: int | None = None
     quiet: bool = False
     idle_ticks: int = 0
     role: str = "follower"
@@ -112,6 +124,11 @@ class _Round:
     group: Group
     ready: Ready | None
     accepted: list[tuple[asyncio.Future[tuple[int, int]], int, int]]
+    trim: SnapshotMeta | None = None
+
+    @property
+    def writes(self) -> bool:
+        return self.ready is not None or self.trim is not None
 
 
 class Runtime:
@@ -250,6 +267,14 @@ class Runtime:
         group.transfer_to = to
         self._touch(group)
 
+    def trim(self, name: str, index: int) -> None:
+        """Drop the group's log through `index` (an entry's last offset, already applied) in
+        the next round; followers that need older entries get the trim point as a snapshot."""
+        group = self.groups[name]
+        group.trim_to = index
+        self._dirty.add(name)
+        self._wakeup.set()
+
     def leader_of(self, name: str) -> int | None:
         """The group's leader as known here: the local replica's view, else the last announced."""
         group = self.groups.get(name)
@@ -330,7 +355,7 @@ class Runtime:
             await self._wakeup.wait()
             self._wakeup.clear()
             rounds = [self._feed(g) for n in self._take_dirty() if (g := self.groups.get(n))]
-            readies = [r for r in rounds if r.ready is not None]
+            readies = [r for r in rounds if r.writes]
             if readies:
                 self._disk_idle.clear()
                 try:
@@ -391,7 +416,13 @@ class Runtime:
             group.pending_reads[context] = read
         group.reads.clear()
         group.idle_ticks = 0 if busy else group.idle_ticks + ticks
-        return _Round(group, core.ready() if core.has_ready() else None, accepted)
+        trim = None
+        if group.trim_to is not None:
+            index, group.trim_to = group.trim_to, None
+            if group.storage.first_index() <= index <= core.applied:
+                trim = core.snapshot_meta_at(index)
+        ready = core.ready() if core.has_ready() else None
+        return _Round(group, ready, accepted, trim)
 
     @staticmethod
     def _guard(group: Group, fn: Callable[..., None], *args: Any) -> None:
@@ -403,11 +434,14 @@ class Runtime:
 
     def _persist(self, rounds: list[_Round]) -> None:
         """Disk thread: write every Ready, then fsync each touched log once (each log's fsync
-        policy decides whether that fsync reaches the disk)."""
+        policy decides whether that fsync reaches the disk); apply requested trims."""
         to_sync: dict[int, GroupStorage] = {}
         for item in rounds:
             rd, storage = item.ready, item.group.storage
-            assert rd is not None
+            if item.trim is not None:
+                storage.trim(item.trim.index, item.trim.voters, item.trim.learners)
+            if rd is None:
+                continue
             if rd.snapshot is not None:
                 storage.install(rd.snapshot)
             if rd.entries:
@@ -443,6 +477,8 @@ class Runtime:
     def _settle(self, item: _Round) -> None:
         group, rd = item.group, item.ready
         core = group.core
+        if item.trim is not None:
+            self._guard(group, core.compact, item.trim.index)
         if rd is not None:
             if rd.committed:
                 try:

@@ -258,3 +258,27 @@ async def test_a_quiet_partition_elects_a_new_leader_when_its_leaders_node_dies(
     await produce_anywhere(cluster, "sleepy", batch_of(b"after"))
     batches, _, _ = await leader_of(cluster, "sleepy").fetch("sleepy", 0, 0, 1 << 20, 0)
     assert values(batches) == [b"before", b"after"]
+
+
+async def test_retention_trims_old_segments_and_moves_the_log_start(tmp_path: Path) -> None:
+    (cfg,) = configs(tmp_path, 1)
+    cfg.retention_check_s = 0.1
+    broker = (await start_all([cfg]))[0]
+    try:
+        config = {"segment.bytes": "1024", "retention.bytes": "1024"}
+        await broker.create_topic("short", 1, 1, config)
+        for i in range(20):
+            await broker.produce("short", 0, batch_of(b"%03d" % i + b"x" * 200), "all")
+        await wait_for(
+            lambda: broker.partitions[next(iter(broker.partitions))].log_start_offset > 0
+        )
+        (partition,) = (await broker.describe_topic("short"))["partitions"]
+        start = partition["log_start_offset"]
+        with pytest.raises(BrokerError) as caught:
+            await broker.fetch("short", 0, 0, 1 << 20, 0)
+        assert caught.value.code == "offset_out_of_range"
+        assert caught.value.extra["log_start_offset"] == start
+        batches, log_start, _ = await broker.fetch("short", 0, start, 1 << 20, 0)
+        assert log_start == start and values(batches)[0].startswith(b"%03d" % (start - 1))
+    finally:
+        await broker.stop()
