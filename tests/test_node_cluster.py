@@ -110,6 +110,11 @@ def leading(brokers: list[Broker], topic: str) -> Broker | None:
     )
 
 
+def leader_id(brokers: list[Broker], topic: str) -> int | None:
+    leader = leading(brokers, topic)
+    return None if leader is None else leader.node_id
+
+
 def leader_of(brokers: list[Broker], topic: str) -> Broker:
     leader = leading(brokers, topic)
     assert leader is not None, f"no leader for {topic}/0"
@@ -282,3 +287,23 @@ async def test_retention_trims_old_segments_and_moves_the_log_start(tmp_path: Pa
         assert log_start == start and values(batches)[0].startswith(b"%03d" % (start - 1))
     finally:
         await broker.stop()
+
+
+async def test_controller_moves_leadership_back_to_the_preferred_replica(tmp_path: Path) -> None:
+    cfgs = configs(tmp_path, 3)
+    for cfg in cfgs:
+        cfg.leader_settle_s = 0.5
+    brokers = await start_all(cfgs)
+    try:
+        description = await brokers[0].create_topic("balanced", 1, 3, {})
+        preferred = description["partitions"][0]["replicas"][0]
+        await wait_for(lambda: leader_id(brokers, "balanced") == preferred)
+        group = brokers[0].meta.state.topics["balanced"].group(0)
+        other = next(n for n in (1, 2, 3) if n != preferred)
+        brokers[preferred - 1].runtime.transfer_leadership(group, other)
+        await wait_for(lambda: leader_id(brokers, "balanced") == other)
+        await wait_for(lambda: leader_id(brokers, "balanced") == preferred)
+        assert sum(b.counters["leadership_moves"] for b in brokers) >= 1
+    finally:
+        for broker in brokers:
+            await broker.stop()
