@@ -11,7 +11,7 @@ from typing import Any
 
 from raftline.api.errors import ApiError
 from raftline.api.validation import ProduceMessage
-from raftline.raftlog.batch import CorruptBatchError
+from raftline.raftlog.batch import HEADER_SIZE, MAX_BATCH_SIZE, CorruptBatchError
 from raftline.raftlog.records import Codec, Record, build_batch, iter_batches
 
 # Topic compression.type -> batch codec ("producer": the API is the producer; it sends plain).
@@ -34,6 +34,14 @@ class DecodedFetch:
 
 def encode_batch(messages: list[ProduceMessage], compression: str, now_ms: int) -> bytes:
     """One batch holding `messages` in order (they get consecutive offsets)."""
+    # Varint lengths, deltas and attributes: generous upper bounds per record and header.
+    bound = HEADER_SIZE + sum(m.size + 40 + 10 * len(m.headers) for m in messages)
+    if bound > MAX_BATCH_SIZE:
+        raise ApiError(
+            "message_too_large",
+            f"{len(messages)} messages for one partition exceed the {MAX_BATCH_SIZE}-byte "
+            "batch limit; send them in several requests",
+        )
     records = [
         Record(value=m.value, key=m.key, headers=tuple(m.headers), timestamp=m.timestamp)
         for m in messages

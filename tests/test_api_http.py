@@ -225,6 +225,26 @@ async def test_a_message_up_to_a_raised_max_message_bytes_goes_through(api: Test
     assert len(fetched["messages"][0]["value"]) == 2 * 1024 * 1024
 
 
+async def test_a_ten_megabyte_message_goes_through_when_the_topic_allows_it(
+    api: TestClient,
+) -> None:
+    ten_mb = 10 * 1024 * 1024
+    await _create(api, config={"max.message.bytes": ten_mb})
+    [offset] = await _produce(api, "orders", {"value": "x" * (ten_mb - 100)})
+    fetched = await _fetch(api, "orders", 0, f"offset={offset['offset']}&max_bytes=1")
+    assert len(fetched["messages"][0]["value"]) == ten_mb - 100
+
+
+async def test_a_request_whose_batch_exceeds_the_log_limit_is_too_large(api: TestClient) -> None:
+    nine_mb = 9 * 1024 * 1024
+    await _create(api, config={"max.message.bytes": 10 * 1024 * 1024})
+    response = await api.post(
+        "/v1/topics/orders/messages",
+        json={"messages": [{"value": "x" * nine_mb, "partition": 0} for _ in range(2)]},
+    )
+    await _error(response, 413, "message_too_large")
+
+
 # ---- errors: each contract code from a real bad request --------------------------------------
 
 

@@ -140,11 +140,17 @@ def test_fetch_defaults_and_named_offsets() -> None:
         {"offset": "0", "max_messages": "0"},
         {"offset": "0", "max_bytes": "abc"},
         {"offset": "0", "wait_ms": "-3"},
-        {"offset": "0", "wait_ms": "999999999"},
+        {"offset": "9" * 100},
     ],
 )
 def test_malformed_fetch_parameters_are_invalid_requests(query: dict[str, str]) -> None:
     _invalid(validation.fetch_request, query)
+
+
+def test_fetch_budgets_above_their_maximum_are_clamped() -> None:
+    request = validation.fetch_request({"wait_ms": "999999999", "max_messages": "10000000"})
+    assert request.wait_ms == validation.MAX_WAIT_MS
+    assert request.max_messages == validation.MAX_MAX_MESSAGES
 
 
 @pytest.mark.parametrize("text", ["-1", "x", "1e3", "", "9999999999"])
