@@ -315,7 +315,10 @@ class RaftNode:
 
     # -- elections -----------------------------------------------------------------------
     def _promotable(self) -> bool:
-        return self.node_id in self.voters
+        # A voter whose removal is appended but not committed must still be able to campaign:
+        # its longer log may be the only one that can win, and it must commit its own removal.
+        node_id = self.node_id
+        return node_id in self.voters or node_id in self._configs.at(self.commit_index).voters
 
     def _in_lease(self) -> bool:
         return (
@@ -490,8 +493,9 @@ class RaftNode:
             cfg.check_quorum or cfg.pre_vote
         ):
             # Without this a leader that keeps its quorum never learns that a node it cannot
-            # reach moved on (its check-quorum keeps passing).
-            self._send(MessageType.APPEND_RESP, msg.src)
+            # reach moved on (its check-quorum keeps passing). A HEARTBEAT_RESP acknowledges no
+            # offset, so it is harmless if the sender leads our term by the time it arrives.
+            self._send(MessageType.HEARTBEAT_RESP, msg.src)
         elif msg.type == MessageType.PRE_VOTE:
             self._msgs.append(
                 Message(MessageType.PRE_VOTE_RESP, self.node_id, msg.src, self.term, reject=True)
