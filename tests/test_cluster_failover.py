@@ -5,7 +5,10 @@ Each test starts `raftline serve` processes on loopback (see cluster_harness) an
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -125,12 +128,16 @@ def test_partition_without_a_majority_answers_leader_unavailable(tmp_path: Path)
             if node is not survivor:
                 node.kill()
         time.sleep(1.0)
-        status, body = http_json(
+        request = urllib.request.Request(
             f"{survivor.url}/v1/topics/orders/messages",
-            "POST",
-            {"messages": [{"value": "x"}]},
-            timeout=30,
+            data=json.dumps({"messages": [{"value": "x"}]}).encode(),
+            method="POST",
         )
-        assert status in (503, 504), body
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(request, timeout=30)
+        body = json.loads(info.value.read())
+        assert info.value.code in (503, 504), body
         assert body["error"]["code"] in ("leader_unavailable", "not_enough_replicas", "timeout")
         assert body["error"]["retryable"] is True
+        if body["error"]["code"] == "leader_unavailable":
+            assert info.value.headers["Retry-After"]
