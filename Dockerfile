@@ -31,8 +31,9 @@ USER raftline
 WORKDIR /var/lib/raftline
 VOLUME ["/var/lib/raftline"]
 EXPOSE 8080 9090
-# Ready means joined and caught up on metadata (API.md); the port follows RAFTLINE_HTTP.
+# Ready means joined and caught up on metadata (API.md). Ask at the address the node listens on
+# (RAFTLINE_HTTP), using loopback when it listens on every interface.
 HEALTHCHECK --interval=5s --timeout=3s --start-period=20s --retries=3 \
-    CMD python3 -c "import os,urllib.request; p=os.environ['RAFTLINE_HTTP'].rsplit(':',1)[1]; urllib.request.urlopen('http://127.0.0.1:'+p+'/readyz', timeout=2)"
+    CMD python3 -c "import os,urllib.request; h,p=os.environ['RAFTLINE_HTTP'].rsplit(':',1); h='127.0.0.1' if h in ('0.0.0.0','[::]','') else h; urllib.request.urlopen('http://'+h+':'+p+'/readyz', timeout=2)"
 ENTRYPOINT ["raftline"]
 CMD ["serve"]
