@@ -323,21 +323,27 @@ class PartitionLog:
         stops before the batch containing `upto` (e.g. the high watermark). Reads one
         segment per call; empty at the end of the log.
         """
+        return self.read_from(offset, max_bytes, upto)[0]
+
+    def read_from(self, offset: int, max_bytes: int, upto: int | None = None) -> tuple[bytes, int]:
+        """Like `read`, also returning the offset right after the bytes (where to go on)."""
         with self._lock:
             self._check_range(offset)
             for segment in self._segments[self._segment_index(offset) :]:
                 start, header = segment.locate(offset)
                 if header is None:
                     continue
-                end = segment.size
+                end, following = segment.size, segment.next_offset
                 if upto is not None:
                     if upto <= header.base_offset:
-                        return b""
-                    end = segment.locate(upto)[0]
+                        return b"", offset
+                    end, at_upto = segment.locate(upto)
+                    if at_upto is not None:
+                        following = at_upto.base_offset
                 if end - start > max_bytes:
-                    end = segment.boundary_at_most(start, start + max_bytes)
-                return segment.read(start, end)
-            return b""
+                    end, following = segment.boundary_at_most(start, start + max_bytes)
+                return segment.read(start, end), following
+            return b"", offset
 
     def header_at(self, offset: int) -> BatchHeader:
         """Header of the batch containing `offset`."""

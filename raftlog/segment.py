@@ -15,10 +15,8 @@ from pathlib import Path
 
 from raftline.raftlog.batch import (
     HEADER_SIZE,
-    LOG_OVERHEAD,
     BatchHeader,
     CorruptBatchError,
-    batch_size_at,
     check_crc,
     parse_header,
 )
@@ -303,19 +301,18 @@ class Segment:
                     return position, header
         return self.size, None
 
-    def boundary_at_most(self, start: int, limit: int) -> int:
-        """The last batch boundary <= `limit` after `start`, but at least one batch past it."""
+    def boundary_at_most(self, start: int, limit: int) -> tuple[int, int]:
+        """The last batch boundary <= `limit` after `start` (but at least one batch past it),
+        with the offset of the batch starting there."""
         entry = self.offsets.floor_value(limit)
         position = max(start, entry[1]) if entry else start
         with self.files.pin(self.path) as fd:
             while position < self.size:
-                size = batch_size_at(os.pread(fd, LOG_OVERHEAD, position))
-                if size is None:
-                    raise CorruptBatchError(f"truncated batch prefix at {position}")
-                if position + size > limit and position > start:
-                    break
-                position += size
-        return position
+                header = parse_header(os.pread(fd, HEADER_SIZE, position))
+                if position + header.size > limit and position > start:
+                    return position, header.base_offset
+                position += header.size
+        return position, self.next_offset
 
     def read(self, start: int, end: int) -> bytes:
         with self.files.pin(self.path) as fd:

@@ -151,10 +151,11 @@ class LogModel(RuleBasedStateMachine):
         got = b""
         offset = self.start
         while offset < self.next:
-            chunk = self.log.read(offset, 1000)
+            chunk, following = self.log.read_from(offset, 1000)
             assert chunk
             got += chunk
             offset = [h for _, h in batch.iter_headers(chunk)][-1].last_offset + 1
+            assert following == offset
         assert got == b"".join(b.data for b in self.batches)
 
 

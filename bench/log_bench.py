@@ -1,0 +1,204 @@
+"""Segment log throughput beside a plain file written and read with the same bytes and fsyncs.
+
+Owns the log benchmark: append (fsync per batch / batched) and read, 1 KB and 1 MB batches.
+Run: `python bench/log_bench.py [--dir DIR] [--seconds S]`; it prints a table with the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from raftline.raftlog.log import LogConfig, PartitionLog
+from raftline.raftlog.records import Record, build_batch
+from raftline.raftlog.segment import FileCache
+
+KB = 1024
+MB = 1024 * KB
+BATCHED_FSYNC_BYTES = 1 * MB  # "batched": one fsync per this many bytes appended
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    batch_bytes: int  # approximate size of one batch
+    records_per_batch: int
+    fsync_every: int  # bytes between fsyncs; 0: every batch
+    count: int  # batches per run (upper bound; runs also stop at the time budget)
+
+
+CASES = [
+    Case("append 1 KB, fsync each", KB, 1, 0, 3000),
+    Case("append 1 KB, fsync per 1 MB", KB, 1, BATCHED_FSYNC_BYTES, 40_000),
+    Case("append 1 MB, fsync each", MB, 1000, 0, 60),
+    Case("append 1 MB, fsync per 16 MB", MB, 1000, 16 * MB, 160),
+]
+
+
+def make_batches(case: Case) -> list[bytes]:
+    value = os.urandom(max(case.batch_bytes // case.records_per_batch - 20, 1))
+    one = build_batch([Record(value=value)] * case.records_per_batch, timestamp=0)
+    return [one] * case.count
+
+
+@dataclass
+class Result:
+    seconds: float
+    nbytes: int
+    batches: int
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.nbytes / MB / self.seconds
+
+    @property
+    def batches_per_s(self) -> float:
+        return self.batches / self.seconds
+
+
+def raw_append(path: Path, batches: list[bytes], fsync_every: int, budget: float) -> Result:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    unsynced = n = total = 0
+    start = time.perf_counter()
+    deadline = start + budget
+    for data in batches:
+        os.write(fd, data)
+        total += len(data)
+        unsynced += len(data)
+        n += 1
+        if unsynced >= fsync_every:
+            os.fdatasync(fd)
+            unsynced = 0
+            if time.perf_counter() > deadline:
+                break
+    os.fdatasync(fd)
+    elapsed = time.perf_counter() - start
+    os.close(fd)
+    return Result(elapsed, total, n)
+
+
+def log_config(fsync_every: int) -> LogConfig:
+    if fsync_every == 0:
+        return LogConfig(fsync="always")
+    return LogConfig(fsync="interval", flush_interval_bytes=fsync_every, flush_interval_ms=10**9)
+
+
+def log_append(path: Path, batches: list[bytes], fsync_every: int, budget: float) -> Result:
+    files = FileCache()
+    log = PartitionLog(path, log_config(fsync_every), files)
+    n = total = 0
+    start = time.perf_counter()
+    deadline = start + budget
+    for data in batches:
+        log.append(data, term=1)
+        total += len(data)
+        n += 1
+        if log.durable_offset == log.next_offset and time.perf_counter() > deadline:
+            break
+    log.sync()
+    elapsed = time.perf_counter() - start
+    log.close()
+    files.close_all()
+    return Result(elapsed, total, n)
+
+
+def raw_read(path: Path, chunk: int) -> Result:
+    fd = os.open(path, os.O_RDONLY)
+    total = n = 0
+    start = time.perf_counter()
+    while data := os.pread(fd, chunk, total):
+        total += len(data)
+        n += 1
+    elapsed = time.perf_counter() - start
+    os.close(fd)
+    return Result(elapsed, total, n)
+
+
+def log_read(path: Path, chunk: int) -> Result:
+    files = FileCache()
+    log = PartitionLog(path, LogConfig(fsync="never"), files)
+    offset, end = log.log_start_offset, log.next_offset
+    total = n = 0
+    start = time.perf_counter()
+    while offset < end:
+        data, offset = log.read_from(offset, chunk)
+        total += len(data)
+        n += 1
+    elapsed = time.perf_counter() - start
+    files.close_all()
+    return Result(elapsed, total, n)
+
+
+def best_of(runs: int, fn: Callable[[], Result]) -> Result:
+    return max((fn() for _ in range(runs)), key=lambda r: r.mb_per_s)
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (
+        f"{platform.system()} {platform.release()}, {cpu}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--dir", default=None, help="directory on the disk to measure")
+    parser.add_argument("--seconds", type=float, default=2.0, help="time budget per run")
+    parser.add_argument("--runs", type=int, default=3, help="runs per side; the best counts")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="log-bench-", dir=args.dir))
+    rows: list[tuple[str, Result, Result]] = []
+    try:
+        for case in CASES:
+            batches = make_batches(case)
+            results: dict[str, list[Result]] = {"raw": [], "log": []}
+            for run in range(args.runs):  # interleaved, so both sides see the same disk weather
+                raw_path = root / f"raw-{run}"
+                log_dir = root / f"log-{run}"
+                results["raw"].append(raw_append(raw_path, batches, case.fsync_every, args.seconds))
+                results["log"].append(log_append(log_dir, batches, case.fsync_every, args.seconds))
+            raw = max(results["raw"], key=lambda r: r.mb_per_s)
+            logged = max(results["log"], key=lambda r: r.mb_per_s)
+            rows.append((case.name, logged, raw))
+            if case.batch_bytes in (KB, MB) and case.fsync_every:
+                # Read back what the last run wrote, from the page cache, 1 MB per read.
+                name = f"read {case.batch_bytes // KB if case.batch_bytes < MB else 1} "
+                name += "KB batches" if case.batch_bytes < MB else "MB batches"
+                raw_r = best_of(args.runs, lambda p=raw_path: raw_read(p, MB))
+                log_r = best_of(args.runs, lambda p=log_dir: log_read(p, MB))
+                rows.append((f"{name}, 1 MB reads", log_r, raw_r))
+            for path in root.iterdir():
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"machine: {machine()}")
+    print(f"disk: {args.dir or tempfile.gettempdir()}, best of {args.runs} runs")
+    header = f"| {'case':40} | {'log MB/s':>9} | {'log batches/s':>13} | {'raw MB/s':>9} | "
+    header += f"{'raw batches/s':>13} | {'log/raw':>7} |"
+    print(header)
+    print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
+    for name, logged, raw in rows:
+        print(
+            f"| {name:40} | {logged.mb_per_s:9.1f} | {logged.batches_per_s:13.0f} | "
+            f"{raw.mb_per_s:9.1f} | {raw.batches_per_s:13.0f} | "
+            f"{logged.mb_per_s / raw.mb_per_s:7.0%} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
