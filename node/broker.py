@@ -194,7 +194,10 @@ class Broker:
         ):
             await self._controller("register_node", wanted)
         now = time.monotonic()
-        for group in self._all_groups():
+        groups = self._all_groups()
+        for group in set(self._leader_seen) - set(groups):
+            del self._leader_seen[group]
+        for group in groups:
             leader = self.runtime.leader_of(group)
             if self._leader_seen.get(group, (None, 0.0))[0] != leader:
                 self._leader_seen[group] = (leader, now)

@@ -150,6 +150,7 @@ class Runtime:
         self._disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftline-disk")
         self._read_ids = itertools.count(1)
         self._tasks: list[asyncio.Task[None]] = []
+        self.driver: asyncio.Task[None] | None = None  # ends only on stop or a fatal disk error
         self.transport = Transport(
             config.node_id,
             config.raft,
@@ -165,7 +166,8 @@ class Runtime:
 
     async def start(self) -> None:
         await self.transport.start()
-        self._tasks = [asyncio.ensure_future(self._drive()), asyncio.ensure_future(self._tick())]
+        self.driver = asyncio.ensure_future(self._drive())
+        self._tasks = [self.driver, asyncio.ensure_future(self._tick())]
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -36,7 +36,12 @@ async def run(config: NodeConfig, stop: asyncio.Event) -> None:
             config.raft,
             config.data_dir,
         )
-        await stop.wait()
+        stopping = asyncio.ensure_future(stop.wait())
+        assert broker.runtime.driver is not None
+        await asyncio.wait([stopping, broker.runtime.driver], return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if broker.runtime.driver.done():
+            raise SystemExit("the Raft driver stopped (see the error above); exiting")
     finally:
         await runner.cleanup()
         await broker.stop()
