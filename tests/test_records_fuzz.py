@@ -102,15 +102,43 @@ def test_bit_flips_in_a_valid_batch_decode_or_are_corrupt(codec: int, data: st.D
     _decode_or_corrupt(bytes(raw))
 
 
-@fuzz_settings
-@given(codec=st.sampled_from(Codec), data=st.data())
-def test_mutated_records_sections_with_a_fixed_crc_decode_or_are_corrupt(
-    codec: int, data: st.DataObject
-) -> None:
+edits = st.lists(
+    st.tuples(st.sampled_from(["set", "cut", "insert"]), st.integers(0), st.binary(max_size=8)),
+    min_size=1,
+    max_size=4,
+)
+
+
+def _edit_section_and_decode(codec: int, changes: list[tuple[str, int, bytes]]) -> None:
+    """Overwrite, cut or insert bytes in a valid records section, reseal it, decode it."""
     section = bytearray(VALID[codec][batch.HEADER_SIZE :])
-    position = data.draw(st.integers(0, len(section) - 1))
-    section[position] = data.draw(st.integers(0, 255))
+    for kind, where, payload in changes:
+        position = where % (len(section) + 1)
+        if kind == "set":
+            section[position : position + len(payload)] = payload
+        elif kind == "cut":
+            del section[position : position + len(payload) + 1]
+        else:
+            section[position:position] = payload
     _decode_or_corrupt(_sealed(bytes(section), codec=codec, records_count=5, last_offset_delta=4))
+
+
+@fuzz_settings
+@given(codec=st.sampled_from(Codec), changes=edits)
+def test_edited_records_sections_with_a_fixed_crc_decode_or_are_corrupt(
+    codec: int, changes: list[tuple[str, int, bytes]]
+) -> None:
+    _edit_section_and_decode(codec, changes)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@settings(max_examples=10_000, deadline=None, suppress_health_check=list(HealthCheck))
+@given(codec=st.sampled_from(Codec), changes=edits)
+def test_many_edited_records_sections_decode_or_are_corrupt(
+    codec: int, changes: list[tuple[str, int, bytes]]
+) -> None:
+    _edit_section_and_decode(codec, changes)
 
 
 @pytest.mark.parametrize("codec", list(Codec))
