@@ -229,7 +229,8 @@ class ContinuousProducer:
         self.cluster = cluster
         self.topic = topic
         self.partition = partition
-        self.acked: list[tuple[str, int, float]] = []  # (value, offset, acknowledged at)
+        # (value, offset, sent at, acknowledged at), monotonic seconds
+        self.acked: list[tuple[str, int, float, float]] = []
         self.failures: list[tuple[float, str]] = []
         self._stop = False
         self._sequence = 0
@@ -257,6 +258,7 @@ class ContinuousProducer:
                 "acks": "all",
                 "messages": [{"value": value, "partition": self.partition}],
             }
+            sent_at = time.monotonic()
             try:
                 status, answer = http_json(
                     f"{node.url}/v1/topics/{self.topic}/messages", "POST", body, timeout=10.0
@@ -267,7 +269,8 @@ class ContinuousProducer:
                 time.sleep(0.02)
                 continue
             if status == 200:
-                self.acked.append((value, int(answer["offsets"][0]["offset"]), time.monotonic()))
+                offset = int(answer["offsets"][0]["offset"])
+                self.acked.append((value, offset, sent_at, time.monotonic()))
             else:
                 self.failures.append((time.monotonic(), f"{status} {answer}"))
                 turn += 1
@@ -281,10 +284,10 @@ class ContinuousProducer:
             time.sleep(0.02)
 
     def first_ack_after(self, moment: float, timeout: float = 20.0) -> float:
-        """Seconds from `moment` to the first acknowledgement completed after it."""
+        """Seconds from `moment` to the first acknowledgement of a message sent after it."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            later = [at for _, _, at in self.acked if at > moment]
+            later = [acked_at for _, _, sent_at, acked_at in self.acked if sent_at > moment]
             if later:
                 return min(later) - moment
             time.sleep(0.01)

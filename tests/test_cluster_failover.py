@@ -53,7 +53,7 @@ def _kill_produce_restart(cluster: Cluster, victim_id: int, topic: str) -> tuple
     finally:
         producer.stop()
     print(f"\nproducing resumed {resumed_after:.3f} s after SIGKILL of node {victim_id}")
-    return resumed_after, [value for value, _, _ in producer.acked]
+    return resumed_after, [value for value, *_ in producer.acked]
 
 
 def _check_every_replica(cluster: Cluster, topic: str, acked: list[str]) -> None:
