@@ -24,6 +24,7 @@ from raftline.api.forward import FORWARDED_HEADER, Forwarder, LeaderMoved, Leade
 from raftline.api.openapi import openapi_document
 from raftline.api.partitioner import partition_for_key
 from raftline.node.errors import BrokerError, NotLeader
+from raftline.raftlog.batch import CorruptBatchError, check_crc, parse_header
 
 if TYPE_CHECKING:
     from raftline.node.broker import Broker
@@ -381,6 +382,13 @@ async def internal_batch(request: web.Request) -> web.Response:
     if acks not in validation.ACKS:
         raise invalid("acks must be one of all, leader, none")
     batch = await request.read()
+    try:
+        header = parse_header(batch)
+        if len(batch) != header.size:
+            raise CorruptBatchError(f"body of {len(batch)} bytes holds a {header.size}-byte batch")
+        check_crc(batch, header)
+    except CorruptBatchError as exc:
+        raise invalid(f"body is not one record batch: {exc}") from None
     try:
         base = await asyncio.wait_for(
             state.broker.produce(topic, partition, batch, acks), PRODUCE_TIMEOUT_S

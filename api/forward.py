@@ -63,7 +63,11 @@ class Forwarder:
         self, leader_http: str, topic: str, partition: int, params: dict[str, str]
     ) -> dict[str, Any]:
         url = f"http://{leader_http}/v1/topics/{topic}/partitions/{partition}/messages"
-        return await self._call("GET", url, params=params, headers={FORWARDED_HEADER: "1"})
+        # A long-poll may legitimately take wait_ms before the leader answers.
+        timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S + int(params["wait_ms"]) / 1000)
+        return await self._call(
+            "GET", url, params=params, headers={FORWARDED_HEADER: "1"}, timeout=timeout
+        )
 
     async def _call(self, method: str, url: str, **kwargs: Any) -> dict[str, Any]:
         try:

@@ -290,6 +290,18 @@ async def test_bad_fetch_parameters_get_invalid_request(api: TestClient, query: 
     await _error(response, 400, "invalid_request")
 
 
+async def test_internal_batch_endpoint_rejects_bytes_that_are_not_a_batch(
+    api: TestClient,
+) -> None:
+    await _create(api)
+    response = await api.post(
+        "/v1/internal/topics/orders/partitions/0/batch?acks=all",
+        data=b"\x00" * 100,
+        headers={"Content-Type": "application/octet-stream"},
+    )
+    await _error(response, 400, "invalid_request")
+
+
 async def test_unknown_topic(api: TestClient) -> None:
     response = await api.post("/v1/topics/ghost/messages", json={"messages": [{"value": "a"}]})
     await _error(response, 404, "unknown_topic")
