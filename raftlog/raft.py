@@ -669,7 +669,18 @@ class RaftNode:
             for requester, context in waiting:
                 self._leader_read(requester, context)
         if self.node_id not in self.voters and index >= self._configs.current_index:
+            self._hand_over()
             self._become_follower(self.term, None)  # our removal is committed
+
+    def _hand_over(self) -> None:
+        """A removed leader lets an up-to-date voter campaign at once instead of leaving the
+        group leaderless for an election timeout (followers' leases would delay others)."""
+        last = self._log.last_index()
+        ready = [
+            v for v in sorted(self.voters) if (pr := self._progress.get(v)) and pr.match == last
+        ]
+        if ready:
+            self._send(MessageType.TIMEOUT_NOW, ready[0])
 
     # -- replication: follower side ------------------------------------------------------
     def _accept_leader(self, msg: Message) -> bool:

@@ -89,8 +89,15 @@ def test_removed_leader_steps_down_once_removal_commits() -> None:
     group.stabilize()
     assert leader.commit_index >= index
     assert leader.role == "follower" and leader.leader_id is None
-    group.tick_all(4 * group.config.election_ticks)
+
+
+def test_removed_leader_hands_over_to_an_up_to_date_voter() -> None:
+    group = Group()
+    leader = group.elect(1)
+    leader.propose_membership([2, 3])
+    group.stabilize()  # no ticks: nobody's election timer fired
     assert {group[2].role, group[3].role} == {"leader", "follower"}
+    assert group[2].term == group[3].term == 2
 
 
 def test_removed_node_does_not_disrupt_the_group() -> None:
