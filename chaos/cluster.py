@@ -165,9 +165,13 @@ class ComposeCluster:
             node.container = self._compose_run("ps", "-q", node.service).strip()
             if not node.container:
                 raise ClusterError(f"no container for {node.service}")
-            info = json.loads(run(["docker", "inspect", node.container]))[0]
-            networks = info["NetworkSettings"]["Networks"]
-            node.ip = next(iter(networks.values()))["IPAddress"] if networks else ""
+            self.refresh_address(node)
+
+    def refresh_address(self, node: Node) -> None:
+        """Re-reads one container's address (a restart may change it; its id stays)."""
+        info = json.loads(run(["docker", "inspect", node.container]))[0]
+        networks = info["NetworkSettings"]["Networks"]
+        node.ip = next(iter(networks.values()))["IPAddress"] if networks else ""
 
     def node(self, node_id: int) -> Node:
         return self.nodes[node_id - 1]

@@ -132,10 +132,12 @@ class ProcessFault:
         healed = []
         while self.victims:
             node = self.victims.pop()
-            (self.cluster.start if self.name == "kill" else self.cluster.resume)(node)
+            if self.name == "kill":
+                self.cluster.start(node)
+                self.cluster.refresh_address(node)
+            else:
+                self.cluster.resume(node)
             healed.append(node.node_id)
-        if self.name == "kill" and healed:
-            self.cluster.refresh()  # a restarted container may come back with a new address
         return {"fault": self.name, "nodes": healed}
 
 

@@ -49,7 +49,11 @@ def summary_text(result: dict[str, Any]) -> str:
     for fault in avail["faults"]:
         lines.append(
             f"  {fault['fault']}: {fault['start_s']}s..{fault['end_s']}s, "
-            f"recovered in {fault['recovery_s']}s"
+            + (
+                "no success after it"
+                if fault["recovery_s"] is None
+                else f"first success {fault['recovery_s']}s after heal"
+            )
         )
     return "\n".join(lines) + "\n"
 
