@@ -81,6 +81,17 @@ class _PendingRead:
     acks: set[int]
 
 
+def _check_contiguous(prev: int, entries: list[Entry]) -> None:
+    expected = prev + 1
+    for entry in entries:
+        if entry.index != expected or entry.count < 1:
+            raise ValueError(
+                f"APPEND entries not contiguous after offset {prev}: entry at {entry.index} "
+                f"(count {entry.count}) where {expected} was expected"
+            )
+        expected += entry.count
+
+
 class RaftNode:
     """One replica of one Raft group: feed it tick/step/propose, drain it with ready/advance."""
 
@@ -182,6 +193,8 @@ class RaftNode:
         self._require_leader()
         if count < 1:
             raise ValueError(f"an entry takes at least one offset, got count={count}")
+        if not isinstance(data, bytes):
+            raise TypeError(f"entry data must be bytes, got {type(data).__name__}")
         if kind == EntryKind.CONFIG:
             raise ValueError("membership changes go through propose_membership")
         return self._append_as_leader(kind, data, count).index
@@ -716,6 +729,7 @@ class RaftNode:
             )
             return
         entries = msg.entries
+        _check_contiguous(msg.log_index, entries)
         for pos, entry in enumerate(entries):
             if log.term_at(entry.index) != entry.term:  # first new or conflicting entry
                 self._append_entries(entries[pos:] if pos else entries)

@@ -89,18 +89,23 @@ class Message:
     dst: int
     term: int
     group: str = ""
-    # APPEND: prev log position, entries, leader commit.
+    # APPEND: prev log position, entries, leader commit. (PRE_)VOTE: candidate's last offset/term.
+    # APPEND_RESP: log_index = last offset now durable on the follower (success) or the rejected
+    # prev offset (reject). READ_INDEX_RESP: log_index = the read index. SNAPSHOT_RESP (sent by
+    # the leader's runtime to its own core): log_index = snapshot index, reject = shipping failed.
+    # HEARTBEAT: commit = min(follower's match, leader commit), never entries.
     log_index: int = 0
     log_term: int = 0
     entries: list[Entry] = field(default_factory=list)
     commit: int = 0
     # *_RESP: rejection and hints for fast conflict backtracking.
     reject: bool = False
-    reject_hint: int = 0  # APPEND_RESP: follower's suggested next index
-    hint_term: int = 0  # APPEND_RESP: term of the follower's entry at the conflict
+    reject_hint: int = 0  # APPEND_RESP: last follower offset whose term <= the probed term
+    hint_term: int = 0  # APPEND_RESP: term of the follower's entry at reject_hint (0: none)
     # SNAPSHOT
     snapshot: SnapshotMeta | None = None
-    # READ_INDEX / HEARTBEAT: opaque request context echoed back.
+    # READ_INDEX / HEARTBEAT: opaque request context echoed back. VOTE: b"transfer" marks a
+    # leadership-transfer campaign, which voters grant even while they have a live leader.
     context: bytes = b""
 
 

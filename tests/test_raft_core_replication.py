@@ -5,6 +5,7 @@ Each test drives a few RaftNodes by hand-routed messages (no simulator).
 
 from __future__ import annotations
 
+import pytest
 from raft_core_harness import Group
 
 from raftline.raftlog.raft import NotLeaderError, RaftConfig
@@ -259,3 +260,16 @@ def test_commit_index_is_not_synced_on_its_own() -> None:
     rd = group[2].ready()
     assert rd.hard_state is not None and rd.hard_state.commit == 0
     assert not rd.must_sync
+
+
+def test_append_with_a_gap_between_entries_is_a_clear_error() -> None:
+    group = Group()
+    with pytest.raises(ValueError, match="contiguous"):
+        group[2].step(_append(1, 2, 1, -1, 0, [Entry(0, 1, count=2), Entry(3, 1)]))
+
+
+def test_proposal_data_must_be_bytes() -> None:
+    group = Group((1,))
+    group.elect(1)
+    with pytest.raises(TypeError):
+        group[1].propose("text")  # type: ignore[arg-type]
