@@ -205,6 +205,12 @@ def test_a_well_formed_hand_made_record_decodes() -> None:
     assert (record.key, record.value, record.headers) == (None, b"v", [])
 
 
+def test_an_empty_batch_as_compaction_leaves_it_decodes_to_no_records() -> None:
+    decoded = decode_batch(_sealed(b"", records_count=0, last_offset_delta=3))
+    assert decoded.records == []
+    assert decoded.header.offset_count == 4
+
+
 @pytest.mark.parametrize("codec", [5, 6, 7])
 def test_unknown_codec_ids_are_corrupt(codec: int) -> None:
     with pytest.raises(CorruptBatchError, match="codec"):
