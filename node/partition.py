@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ from raftline.raftlog.batch import CorruptBatchError, iter_headers, parse_header
 from raftline.raftlog.types import Entry
 
 ACKS = ("all", "leader", "none")
+LEADER_SETTLE_S = 2.0  # how long a read waits for a new leader to commit its first entry
 
 
 class PartitionReplica:
@@ -137,8 +139,7 @@ class PartitionReplica:
         self, offset: int, max_bytes: int, wait_ms: int
     ) -> tuple[list[bytes], int, int]:
         self._require_leader()
-        if not self._term_committed:
-            raise BrokerError("leader_unavailable", "the new leader has not committed yet")
+        await self._await_term_commit()
         self._check_offset(offset)
         if offset == self.high_watermark and wait_ms > 0:
             event = self._new_data
@@ -155,6 +156,18 @@ class PartitionReplica:
         view = memoryview(data)
         batches = [bytes(view[pos : pos + h.size]) for pos, h in iter_headers(view)]
         return batches, self.log_start_offset, high_watermark
+
+    async def _await_term_commit(self) -> None:
+        """A new leader's high watermark is current once an entry of its term committed (its
+        NOOP, a round trip away); reads wait for that briefly instead of failing."""
+        deadline = time.monotonic() + LEADER_SETTLE_S
+        while not self._term_committed:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BrokerError("leader_unavailable", "the new leader has not committed yet")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._new_data.wait(), remaining)
+            self._require_leader()
 
     def _check_offset(self, offset: int) -> None:
         start, high_watermark = self.log_start_offset, self.high_watermark
