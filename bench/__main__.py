@@ -61,6 +61,7 @@ def run_compare(args: argparse.Namespace) -> int:
     replicas = [int(r) for r in args.replicas] if args.replicas else ([1] if args.quick else [1, 3])
     started = datetime.now(UTC)
     began = time.monotonic()
+    load_at_start = report.machine()["load_avg_1m"]
     results = compare(
         CompareOptions(
             workloads=workloads,
@@ -73,7 +74,7 @@ def run_compare(args: argparse.Namespace) -> int:
     results.update(
         started=started.strftime("%Y-%m-%d %H:%M UTC"),
         quick=args.quick,
-        machine=report.machine(),
+        machine={**report.machine(), "load_avg_at_start": load_at_start},
         wall_seconds=round(time.monotonic() - began, 1),
     )
     out = args.out or RESULTS_DIR / started.strftime("%Y%m%dT%H%M%SZ")

@@ -27,9 +27,7 @@ PEER_OF = {
     "redis": "redis",
 }
 # Peers this script cannot run with three replicas on one host, and why.
-NO_REPLICATION = {
-    "rabbitmq": "three RabbitMQ nodes (three Erlang VMs) on one 2-core host are not set up here",
-}
+NO_REPLICATION: dict[str, str] = {}
 SETUP_TIMEOUT_S = 60.0
 
 

@@ -208,55 +208,89 @@ class NatsPeer(Peer):
 
 
 class RabbitPeer(Peer):
-    """One RabbitMQ node with the stream plugin, its own epmd on a private port."""
+    """RabbitMQ nodes with the stream plugin and a private epmd; nodes 2..n join node 1."""
 
     system = "rabbitmq"
 
     def start(self) -> Endpoint:
-        if self.replicas != 1:
-            raise PeerError("a RabbitMQ cluster of three on one host is not set up by this script")
-        amqp, stream, dist, epmd = (free_port() for _ in range(4))
+        epmd = free_port()
         home = self.workdir / "home"
         home.mkdir(parents=True, exist_ok=True)
-        (self.workdir / "rabbitmq.conf").write_text(
-            f"listeners.tcp.default = {HOST}:{amqp}\n"
-            f"stream.listeners.tcp.default = {HOST}:{stream}\n"
-            "stream.advertised_host = localhost\n"
-            f"stream.advertised_port = {stream}\n"
-            "loopback_users = none\n"
-        )
-        env = {
+        cookie = home / ".erlang.cookie"
+        cookie.write_text(os.urandom(16).hex())
+        cookie.chmod(0o400)
+        names = [f"rabbit-bench-{i + 1}@localhost" for i in range(self.replicas)]
+        ports = [{"amqp": free_port(), "stream": free_port()} for _ in names]
+        common = {
             "HOME": str(home),
-            "RABBITMQ_NODENAME": "rabbit-bench@localhost",
             "RABBITMQ_NODE_IP_ADDRESS": HOST,
-            "RABBITMQ_DIST_PORT": str(dist),
-            "RABBITMQ_MNESIA_BASE": str(self.workdir / "mnesia"),
-            "RABBITMQ_LOG_BASE": str(self.workdir / "log"),
-            "RABBITMQ_CONFIG_FILE": str(self.workdir / "rabbitmq"),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.workdir / "enabled_plugins"),
-            "RABBITMQ_PID_FILE": str(self.workdir / "rabbit.pid"),
             "ERL_EPMD_ADDRESS": HOST,
             "ERL_EPMD_PORT": str(epmd),
             "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
             "PATH": "/usr/lib/rabbitmq/bin:" + os.environ.get("PATH", ""),
         }
-        self._spawn("epmd", ["epmd", "-port", str(epmd), "-address", HOST], env)
+        self._spawn("epmd", ["epmd", "-port", str(epmd), "-address", HOST], common)
         subprocess.run(
             ["rabbitmq-plugins", "enable", "--offline", "rabbitmq_stream"],
-            env={**os.environ, **env},
+            env={**os.environ, **common, "RABBITMQ_NODENAME": names[0]},
             check=True,
             capture_output=True,
             timeout=120,
         )
-        self._spawn("rabbitmq", ["rabbitmq-server"], env)
-        _wait_for(
-            "rabbitmq",
-            lambda: _port_open(amqp) and _port_open(stream),
-            READY_TIMEOUT_S,
-            self.processes,
-        )
+        for i, name in enumerate(names):
+            config = [
+                f"listeners.tcp.default = {HOST}:{ports[i]['amqp']}",
+                f"stream.listeners.tcp.default = {HOST}:{ports[i]['stream']}",
+                "stream.advertised_host = localhost",
+                f"stream.advertised_port = {ports[i]['stream']}",
+                "loopback_users = none",
+            ]
+            if i > 0:  # the later nodes discover and join the first one at their first boot
+                config += [
+                    "cluster_formation.peer_discovery_backend = classic_config",
+                    f"cluster_formation.classic_config.nodes.1 = {names[0]}",
+                ]
+            (self.workdir / f"rabbitmq{i + 1}.conf").write_text("\n".join(config) + "\n")
+            env = {
+                **common,
+                "RABBITMQ_NODENAME": name,
+                "RABBITMQ_DIST_PORT": str(free_port()),
+                "RABBITMQ_MNESIA_BASE": str(self.workdir / f"mnesia{i + 1}"),
+                "RABBITMQ_LOG_BASE": str(self.workdir / f"log{i + 1}"),
+                "RABBITMQ_CONFIG_FILE": str(self.workdir / f"rabbitmq{i + 1}"),
+                "RABBITMQ_PID_FILE": str(self.workdir / f"rabbit{i + 1}.pid"),
+            }
+            self._spawn(f"rabbitmq-{i + 1}", ["rabbitmq-server"], env)
+            _wait_for(
+                f"rabbitmq node {i + 1}",
+                lambda p=ports[i]: _port_open(p["amqp"]) and _port_open(p["stream"]),
+                READY_TIMEOUT_S,
+                self.processes,
+            )
+        if self.replicas > 1:
+            _wait_for(
+                "rabbitmq cluster",
+                lambda: _rabbit_running_nodes({**os.environ, **common}, names[0]) >= len(names),
+                READY_TIMEOUT_S,
+                self.processes,
+            )
         self.version = "rabbitmq-server " + _dpkg_version("rabbitmq-server")
-        return Endpoint(HOST, {"amqp": amqp, "stream": stream}, 1)
+        return Endpoint(HOST, ports[0], self.replicas)
+
+
+def _rabbit_running_nodes(env: dict[str, str], node: str) -> int:
+    try:
+        out = subprocess.run(
+            ["rabbitmqctl", "-n", node, "cluster_status", "--formatter", "json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return len(json.loads(out.stdout).get("running_nodes", []))
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return 0
 
 
 class RedisPeer(Peer):

@@ -33,6 +33,8 @@ def machine() -> dict[str, Any]:
         "kernel": platform.release(),
         "os": platform.platform(),
         "python": platform.python_version(),
+        # Other work on the host skews every number; the load average says how much there was.
+        "load_avg_1m": round(os.getloadavg()[0], 2),
     }
 
 
@@ -58,7 +60,9 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [
         f"Run {results['started']} ({'quick' if results['quick'] else 'full'}); "
         f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, kernel {m['kernel']}, "
-        f"Python {m['python']}. Brokers and one Python client process share these cores.",
+        f"Python {m['python']}. Brokers and the Python client processes share these cores; "
+        f"1-minute load average {m.get('load_avg_at_start', 'n/a')} at the start, "
+        f"{m.get('load_avg_1m', 'n/a')} at the end.",
         "",
         "Durability per system:",
         "",

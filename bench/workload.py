@@ -40,7 +40,7 @@ class Workload:
     acks: str = "all"
     batch_size: int = 100
     max_in_flight: int = 8
-    quick_duration_seconds: float = 4.0
+    quick_duration_seconds: float = 3.0
     quick_warmup_seconds: float = 1.0
     in_quick: bool = True
 

@@ -42,7 +42,10 @@ class QuorumQueueDriver(Driver):
             await self.confirmed.declare_queue(
                 self.partition_name(topic, p),
                 durable=True,
-                arguments={"x-queue-type": "quorum"},
+                arguments={
+                    "x-queue-type": "quorum",
+                    "x-quorum-initial-group-size": self.endpoint.replicas,
+                },
             )
 
     async def delete_topic(self, topic: str, partitions: int) -> None:
