@@ -193,53 +193,45 @@ class PartitionLog:
     def _write(self, batches: Sequence[tuple[Bytes, int]]) -> int:
         active = self._segments[-1]
         offset = active.next_offset
+        now = self.clock()
         if active.size == 0:
-            active.created_ms = self.clock()  # a segment ages from its first batch
+            active.created_ms = now  # a segment ages from its first batch
+        segment_bytes = self.config.segment_bytes
+        aged = now - active.created_ms >= self.config.segment_ms
         buffers: list[Bytes] = []
         infos: list[BatchInfo] = []
         pending = 0
         total = 0
         for data, term in batches:
             header = parse_header(data)
-            if len(data) != header.size:
-                raise CorruptBatchError(f"batch of {len(data)} bytes declares {header.size}")
+            size = header.size
+            if len(data) != size:
+                raise CorruptBatchError(f"batch of {len(data)} bytes declares {size}")
             last_offset = offset + header.last_offset_delta
-            if self._should_roll(active, pending, header.size, last_offset - active.base_offset):
+            occupied = active.size + pending
+            if occupied and (
+                aged
+                or occupied + size > segment_bytes
+                or last_offset - active.base_offset > MAX_RELATIVE_OFFSET
+            ):
                 if buffers:
-                    active.write(buffers, infos)
+                    active.write(buffers, infos, pending)
                     buffers, infos, pending = [], [], 0
-                active = self._roll()
-            buffers.extend(self._stamped(data, offset, term))
-            infos.append(BatchInfo(last_offset, header.max_timestamp, header.size))
+                active, aged = self._roll(), False
+            if isinstance(data, bytearray):  # stamp in place
+                stamp(data, offset, term)
+                buffers.append(data)
+            else:  # stamp a copy of the first 16 bytes; the payload is never copied
+                view = memoryview(data)
+                head = bytearray(view[:16])  # baseOffset, batchLength, partitionLeaderEpoch
+                stamp(head, offset, term)
+                buffers += (head, view[16:])
+            infos.append((last_offset, header.max_timestamp, size))
             offset = last_offset + 1
-            pending += header.size
-            total += header.size
-        active.write(buffers, infos)
+            pending += size
+            total += size
+        active.write(buffers, infos, pending)
         return total
-
-    @staticmethod
-    def _stamped(data: Bytes, offset: int, term: int) -> list[Bytes]:
-        """The batch with offset and term stamped: in place if mutable, else in a header copy
-        written before the untouched rest (the payload is never copied)."""
-        if isinstance(data, bytearray):
-            stamp(data, offset, term)
-            return [data]
-        view = memoryview(data)
-        head = bytearray(view[:16])  # baseOffset, batchLength, partitionLeaderEpoch
-        stamp(head, offset, term)
-        return [head, view[16:]]
-
-    def _should_roll(self, active: Segment, pending: int, incoming: int, relative: int) -> bool:
-        """Whether a batch of `incoming` bytes whose last offset is `relative` to the active
-        segment's base must start a new segment (`pending` bytes are queued for it)."""
-        occupied = active.size + pending
-        if occupied == 0:
-            return False
-        return (
-            occupied + incoming > self.config.segment_bytes
-            or relative > MAX_RELATIVE_OFFSET
-            or self.clock() - active.created_ms >= self.config.segment_ms
-        )
 
     def _roll(self) -> Segment:
         """Seal the active segment (indexes written, data fsynced) and start a new one."""

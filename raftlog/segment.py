@@ -10,7 +10,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from raftline.raftlog.batch import (
@@ -78,9 +77,8 @@ class FileCache:
     def __len__(self) -> int:
         return len(self._handles)
 
-    @contextmanager
-    def pin(self, path: Path) -> Iterator[int]:
-        """Yield an open read/write descriptor for `path`; it stays open until released."""
+    def acquire(self, path: Path) -> _Handle:
+        """An open read/write descriptor for `path`, pinned open until `release`."""
         with self._lock:
             handle = self._handles.get(path)
             if handle is None:
@@ -90,13 +88,22 @@ class FileCache:
             else:
                 self._handles.move_to_end(path)
             handle.pins += 1
+        return handle
+
+    def release(self, handle: _Handle) -> None:
+        with self._lock:
+            handle.pins -= 1
+            if handle.closed and handle.pins == 0:
+                os.close(handle.fd)
+
+    @contextmanager
+    def pin(self, path: Path) -> Iterator[int]:
+        """Yield an open descriptor for `path` for the duration of the block."""
+        handle = self.acquire(path)
         try:
             yield handle.fd
         finally:
-            with self._lock:
-                handle.pins -= 1
-                if handle.closed and handle.pins == 0:
-                    os.close(handle.fd)
+            self.release(handle)
 
     def forget(self, path: Path) -> None:
         """Close the descriptor of a file about to be deleted, renamed or replaced."""
@@ -123,27 +130,19 @@ class FileCache:
             os.close(handle.fd)
 
 
-@dataclass(slots=True, frozen=True)
-class BatchInfo:
-    """What the segment needs from a batch header to place and index it."""
-
-    last_offset: int
-    max_timestamp: int
-    size: int
+# What the segment needs from a batch header to place and index it:
+# (last offset, max timestamp, size in bytes). A tuple: this is the per-append hot path.
+BatchInfo = tuple[int, int, int]
 
 
-def _pwrite_all(fd: int, buffers: Sequence[Bytes], position: int) -> None:
-    for start in range(0, len(buffers), _IOV_MAX):
-        chunk = buffers[start : start + _IOV_MAX]
-        total = sum(memoryview(b).nbytes for b in chunk)
-        written = os.pwritev(fd, chunk, position)
-        if written < total:  # short write (signal, huge request): finish it byte-wise
-            rest = b"".join(bytes(b) for b in chunk)[written:]
-            while rest:
-                n = os.pwrite(fd, rest, position + written)
-                written += n
-                rest = rest[n:]
-        position += total
+def _pwrite_all(fd: int, buffers: Sequence[Bytes], position: int, total: int) -> None:
+    """Write `buffers` (`total` bytes) at `position`, in IOV_MAX pieces, retrying short writes."""
+    if len(buffers) <= _IOV_MAX and os.pwritev(fd, buffers, position) == total:
+        return
+    data = b"".join(buffers)  # rare: very many buffers, or a short write
+    written = 0
+    while written < total:
+        written += os.pwrite(fd, memoryview(data)[written:], position + written)
 
 
 class Segment:
@@ -195,33 +194,36 @@ class Segment:
 
     # --- writing -------------------------------------------------------------------------
 
-    def write(self, buffers: Sequence[Bytes], batches: Sequence[BatchInfo]) -> None:
-        """Append whole batches (their bytes given as `buffers`) at the end of the file."""
+    def write(self, buffers: Sequence[Bytes], batches: Sequence[BatchInfo], total: int) -> None:
+        """Append whole batches (their `total` bytes given as `buffers`) at the end."""
         start = self.size
-        with self.files.pin(self.path) as fd:
-            try:
-                _pwrite_all(fd, buffers, start)
-            except OSError:
-                os.ftruncate(fd, start)  # never leave half a batch behind a failed write
-                raise
+        handle = self.files.acquire(self.path)
+        try:
+            _pwrite_all(handle.fd, buffers, start, total)
+        except OSError:
+            os.ftruncate(handle.fd, start)  # never leave half a batch behind a failed write
+            raise
+        finally:
+            self.files.release(handle)
         position = start
         for info in batches:
             self._index(position, info)
-            position += info.size
+            position += info[2]
         self.size = position
-        self.next_offset = batches[-1].last_offset + 1
+        self.next_offset = batches[-1][0] + 1
 
     def _index(self, position: int, info: BatchInfo) -> None:
-        if info.max_timestamp > self.max_timestamp:
-            self.max_timestamp = info.max_timestamp
+        last_offset, max_timestamp, size = info
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
         if self._bytes_since_index >= self.index_interval:
-            relative = info.last_offset - self.base_offset
+            relative = last_offset - self.base_offset
             self.offsets.append(relative, position)
             last_time = self.times.last()
             if last_time is None or self.max_timestamp > last_time[0]:
                 self.times.append(self.max_timestamp, relative)
             self._bytes_since_index = 0
-        self._bytes_since_index += info.size
+        self._bytes_since_index += size
 
     def truncate(self, position: int) -> None:
         """Cut the file at `position`, a batch boundary, and drop index entries past it."""
@@ -264,9 +266,10 @@ class Segment:
     # --- reading -------------------------------------------------------------------------
 
     def _scan(
-        self, fd: int, start: int, end: int, *, verify: bool
+        self, fd: int, start: int, end: int, *, verify: bool, chunk: int = _SCAN_CHUNK
     ) -> Iterator[tuple[int, BatchHeader]]:
-        """Yield (position, header) of each batch in [start, end), reading in large chunks.
+        """Yield (position, header) of each batch in [start, end), reading `chunk` bytes at a
+        time (headers only unless `verify`).
 
         Raises CorruptBatchError at the first batch that is not sane (or fails its CRC).
         """
@@ -276,7 +279,7 @@ class Segment:
         while position < end:
             rel = position - buf_start
             if rel + HEADER_SIZE > len(buf):
-                buf = os.pread(fd, min(_SCAN_CHUNK, end - position), position)
+                buf = os.pread(fd, min(chunk, end - position), position)
                 buf_start, rel = position, 0
             header = parse_header(buf, rel)
             if position + header.size > end:
@@ -295,8 +298,10 @@ class Segment:
             return self.size, None
         entry = self.offsets.floor(offset - self.base_offset)
         start = entry[1] if entry else 0
+        # The target normally lies within one index interval of the entry.
+        chunk = self.index_interval + HEADER_SIZE
         with self.files.pin(self.path) as fd:
-            for position, header in self._scan(fd, start, self.size, verify=False):
+            for position, header in self._scan(fd, start, self.size, verify=False, chunk=chunk):
                 if header.last_offset >= offset:
                     return position, header
         return self.size, None
@@ -422,7 +427,7 @@ class Segment:
 
     @staticmethod
     def _info(header: BatchHeader) -> BatchInfo:
-        return BatchInfo(header.last_offset, header.max_timestamp, header.size)
+        return header.last_offset, header.max_timestamp, header.size
 
     def first_timestamp(self) -> int | None:
         """Max timestamp of the first batch: the age a reopened segment is rolled by."""
