@@ -211,3 +211,20 @@ def test_learner_never_campaigns() -> None:
     group.tick(4, 5 * group.config.election_ticks)
     assert group[4].role == "learner"
     assert group.inflight == []
+
+
+def test_pre_vote_grant_for_another_term_is_not_counted() -> None:
+    group = Group()
+    group[1].campaign()
+    group.take()
+    group.deliver([Message(MessageType.PRE_VOTE_RESP, 2, 1, term=5)])  # answers another round
+    assert (group[1].role, group[1].term) == ("pre_candidate", 0)
+    group.deliver([Message(MessageType.PRE_VOTE_RESP, 2, 1, term=1)])
+    assert (group[1].role, group[1].term) == ("candidate", 1)
+
+
+def test_leader_ignores_higher_term_vote_while_its_lease_holds() -> None:
+    group = Group(config=NO_PREVOTE)
+    leader = group.elect(1)
+    group.deliver([Message(MessageType.VOTE, 3, 1, term=7, log_index=9, log_term=1)])
+    assert (leader.role, leader.term) == ("leader", 1)

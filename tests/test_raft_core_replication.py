@@ -273,3 +273,12 @@ def test_proposal_data_must_be_bytes() -> None:
     group.elect(1)
     with pytest.raises(TypeError):
         group[1].propose("text")  # type: ignore[arg-type]
+
+
+def test_reject_hint_lands_on_an_entry_boundary_of_batched_entries() -> None:
+    group = Group()
+    batches = [Entry(0, 1, count=4), Entry(4, 2, count=3), Entry(7, 2, count=5)]
+    group.seed(2, batches, HardState(term=2))
+    group.deliver([_append(1, 2, 3, 20, 1, [Entry(21, 3)])])
+    (resp,) = group.take()
+    assert (resp.reject_hint, resp.hint_term) == (3, 1)  # last offset of the term-1 batch
