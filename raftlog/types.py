@@ -126,6 +126,10 @@ class Ready:
     2. send `messages`;
     3. apply `committed` entries (in order) and deliver `read_states`;
     4. call `advance(ready)`.
+
+    The core never hands out `snapshot` and `entries` in the same Ready. `must_sync` is False
+    when only the commit index changed: it is re-learned from the leader after a crash.
+    Messages may depend on everything persisted in step 1, never on anything later.
     """
 
     hard_state: HardState | None = None
