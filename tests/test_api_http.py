@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
+import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -266,6 +268,36 @@ async def test_malformed_produce_bodies_get_invalid_request(api: TestClient, bod
         "/v1/topics/orders/messages", data=body, headers={"Content-Type": "application/json"}
     )
     await _error(response, 400, "invalid_request")
+
+
+def _random_json(rng: random.Random, depth: int = 0) -> Any:
+    kinds = ["null", "bool", "int", "float", "str"] + (["list", "dict"] if depth < 3 else [])
+    kind = rng.choice(kinds)
+    if kind == "list":
+        return [_random_json(rng, depth + 1) for _ in range(rng.randrange(4))]
+    if kind == "dict":
+        keys = ["messages", "value", "value_b64", "key", "partition", "acks", "headers",
+                "timestamp", "name", "partitions", "config", "x"]  # fmt: skip
+        return {rng.choice(keys): _random_json(rng, depth + 1) for _ in range(rng.randrange(4))}
+    return {
+        "null": None,
+        "bool": rng.random() < 0.5,
+        "int": rng.choice([-1, 0, 1, 2**40, -(2**70)]),
+        "float": rng.choice([0.5, -1e300, 1e400]),
+        "str": rng.choice(["", "a", "all", "é", "\u0000", "YQ==", "x" * 300]),
+    }[kind]
+
+
+async def test_random_bodies_never_cause_a_server_error(api: TestClient) -> None:
+    await _create(api, partitions=2)
+    rng = random.Random(7)
+    for _ in range(200):
+        for path in ("/v1/topics/orders/messages", "/v1/topics"):
+            body = json.dumps(_random_json(rng)).encode()
+            response = await api.post(path, data=body)
+            assert response.status < 500 or response.status == 503, await response.text()
+            if response.status >= 400:
+                assert set((await response.json())["error"]) == {"code", "message", "retryable"}
 
 
 async def test_garbage_msgpack_gets_invalid_request(api: TestClient) -> None:

@@ -1,9 +1,14 @@
 """Keys land on the partition Kafka's default partitioner would pick."""
 
+import warnings
+
 import pytest
-from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from raftline.api.partitioner import murmur2, partition_for_key
+
+with warnings.catch_warnings():  # kafka-python's import warns about importlib.resources
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 # Published in Kafka's UtilsTest.testMurmur2 (signed Java ints).
 KAFKA_VECTORS = {
