@@ -339,6 +339,10 @@ async def test_unknown_topic(api: TestClient) -> None:
     await _error(response, 404, "unknown_topic")
 
 
+async def test_deleting_an_unknown_topic_is_unknown_topic(api: TestClient) -> None:
+    await _error(await api.delete("/v1/topics/ghost"), 404, "unknown_topic")
+
+
 async def test_unknown_partition_on_fetch_and_produce(api: TestClient) -> None:
     await _create(api, partitions=2)
     await _error(await api.get("/v1/topics/orders/partitions/2/messages"), 404, "unknown_partition")
