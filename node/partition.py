@@ -13,7 +13,7 @@ from typing import Any
 
 from raftline.node.errors import BrokerError, NotLeader
 from raftline.node.runtime import Runtime
-from raftline.raftlog.batch import CorruptBatchError, iter_headers, parse_header
+from raftline.raftlog.batch import CorruptBatchError, check_crc, iter_headers, parse_header
 from raftline.raftlog.types import Entry
 
 ACKS = ("all", "leader", "none")
@@ -105,10 +105,13 @@ class PartitionReplica:
             raise BrokerError("invalid_request", f"acks must be one of {ACKS}")
         try:
             header = parse_header(batch)
+            if header.size != len(batch):
+                raise CorruptBatchError("the body must hold exactly one record batch")
+            if header.is_control:
+                raise CorruptBatchError("producers cannot write control batches")
+            check_crc(batch, header)
         except CorruptBatchError as exc:
             raise BrokerError("invalid_request", f"bad record batch: {exc}") from exc
-        if header.size != len(batch):
-            raise BrokerError("invalid_request", "the body must hold exactly one record batch")
         self._require_leader()
         loop = asyncio.get_running_loop()
         committed: asyncio.Future[int] = loop.create_future()

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgpack
 
+from raftline.raftlog.batch import parse_header
 from raftline.raftlog.types import Entry, EntryKind, Message, MessageType, SnapshotMeta
 
 VERSION = 1
@@ -102,6 +103,22 @@ def as_list(value: Any, length: int | None = None) -> list[Any]:
     return value
 
 
+def _checked(entry: Entry) -> Entry:
+    """Refuse entries the log could not store, so bad bytes close a connection, not the node."""
+    if entry.kind in (EntryKind.NOOP, EntryKind.CONFIG):
+        if entry.count != 1:
+            raise FrameError(f"{entry.kind.name} entry with count {entry.count}")
+        return entry
+    header = parse_header(entry.data)  # CorruptBatchError is a ValueError
+    if (
+        header.size != len(entry.data)
+        or header.offset_count != entry.count
+        or header.is_control != (entry.kind == EntryKind.CONTROL)
+    ):
+        raise FrameError(f"entry at {entry.index} does not match its record batch")
+    return entry
+
+
 def decode_message(fields: Any) -> Message:
     (
         group,
@@ -124,7 +141,7 @@ def decode_message(fields: Any) -> Message:
     try:
         kind_of = MessageType(_int(mtype))
         decoded = [
-            Entry(_int(i), _int(t), EntryKind(_int(k)), _bytes(d), _int(c))
+            _checked(Entry(_int(i), _int(t), EntryKind(_int(k)), _bytes(d), _int(c)))
             for i, t, k, c, d in (as_list(e, 5) for e in as_list(entries))
         ]
     except ValueError as exc:

@@ -15,7 +15,13 @@ import pytest
 
 from raftline.node.broker import Broker, BrokerError, NotLeader
 from raftline.node.config import NodeConfig
-from raftline.raftlog.records import Record, build_batch, iter_batches
+from raftline.raftlog.records import (
+    RAFT_NOOP,
+    Record,
+    build_batch,
+    build_control_batch,
+    iter_batches,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -307,3 +313,19 @@ async def test_controller_moves_leadership_back_to_the_preferred_replica(tmp_pat
     finally:
         for broker in brokers:
             await broker.stop()
+
+
+async def test_produce_refuses_batches_it_must_not_store(tmp_path: Path) -> None:
+    broker = (await start_all(configs(tmp_path, 1)))[0]
+    try:
+        await broker.create_topic("strict", 1, 1, {})
+        corrupt = bytearray(batch_of(b"payload"))
+        corrupt[-1] ^= 0xFF
+        control = build_control_batch(RAFT_NOOP, b"")
+        for bad in (bytes(corrupt), control, batch_of(b"a") + batch_of(b"b"), b"junk"):
+            with pytest.raises(BrokerError) as caught:
+                await broker.produce("strict", 0, bad, "all")
+            assert caught.value.code == "invalid_request"
+        assert await broker.produce("strict", 0, batch_of(b"fine"), "all") >= 0
+    finally:
+        await broker.stop()

@@ -78,6 +78,20 @@ def test_malformed_raft_bodies_raise_frame_errors(body: bytes) -> None:
         wire.decode_raft(decoded)
 
 
+@pytest.mark.parametrize(
+    "entry",
+    [
+        [1, 1, int(EntryKind.DATA), 1, b"not a record batch"],
+        [1, 1, int(EntryKind.DATA), 2, build_batch([Record(b"one offset")])],
+        [1, 1, int(EntryKind.NOOP), 3, b""],
+    ],
+)
+def test_entries_the_log_could_not_store_are_frame_errors(entry: list[Any]) -> None:
+    fields = ["g", int(MessageType.APPEND), 1, 2, 3, 0, 0, 0, False, 0, 0, b"", [entry], None]
+    with pytest.raises(FrameError):
+        wire.decode_message(fields)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
