@@ -32,6 +32,13 @@ class _LogState:
     def last_index(self) -> int:
         return self.entries[-1].last_index if self.entries else self.snapshot.index
 
+    def term_at(self, index: int) -> int | None:
+        if index == self.snapshot.index:
+            return self.snapshot.term
+        if index < self.snapshot.index or index > self.last_index():
+            return None
+        return self.entries[self.position(index)].term
+
     def position(self, index: int) -> int:
         """Position in `entries` of the entry covering `index` (caller checks the range)."""
         return bisect_right(self.bases, index) - 1
@@ -109,12 +116,7 @@ class MemLog:
         return self._current.last_index()
 
     def term_at(self, index: int) -> int | None:
-        state = self._current
-        if index == state.snapshot.index:
-            return state.snapshot.term
-        if index < state.snapshot.index or index > state.last_index():
-            return None
-        return state.entries[state.position(index)].term
+        return self._current.term_at(index)
 
     def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
         state = self._current
@@ -182,6 +184,13 @@ class MemLog:
 
     def durable_hard_state(self) -> HardState:
         return self._durable.hard_state
+
+    def durable_term_at(self, index: int) -> int | None:
+        """term_at as a crash right now would leave it."""
+        return self._durable.term_at(index)
+
+    def durable_snapshot_index(self) -> int:
+        return self._durable.snapshot.index
 
     def crash(self, keep: int = 0) -> None:
         """Lose the volatile buffer, except its first `keep` writes (they reached the disk)."""
