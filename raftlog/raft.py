@@ -13,13 +13,13 @@ counting itself until the change commits, then steps down.
 from __future__ import annotations
 
 import random
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .membership import ConfigHistory, Membership
 from .progress import Progress, ProgressState
 from .raft_log import RaftLog
+from .read_index import ReadIndexQueue
 from .types import (
     Entry,
     EntryKind,
@@ -71,14 +71,6 @@ class NotLeaderError(Exception):
 
 class ConfigChangeError(Exception):
     """A membership change the leader cannot start now (one pending, too large, too early)."""
-
-
-@dataclass(slots=True)
-class _PendingRead:
-    index: int  # commit index when the read arrived
-    requester: int
-    context: bytes
-    acks: set[int]
 
 
 def _check_contiguous(prev: int, entries: list[Entry]) -> None:
@@ -135,9 +127,7 @@ class RaftNode:
         self._needs_flush = False
         self._msgs: list[Message] = []
         self._read_states: list[ReadState] = []
-        self._reads: dict[bytes, _PendingRead] = {}
-        self._read_queue: deque[bytes] = deque()
-        self._reads_before_commit: list[tuple[int, bytes]] = []
+        self._reads = ReadIndexQueue()
         self._reset_timers()
 
     # -- volatile facts ------------------------------------------------------------------
@@ -353,8 +343,6 @@ class RaftNode:
         self._transferee = None
         self._needs_flush = False
         self._reads.clear()
-        self._read_queue.clear()
-        self._reads_before_commit.clear()
 
     def _become_follower(self, term: int, leader: int | None) -> None:
         if term != self.term:
@@ -484,8 +472,7 @@ class RaftNode:
         if self._heartbeat_elapsed >= self.config.heartbeat_ticks:
             self._heartbeat_elapsed = 0
             self._expire_snapshots()
-            context = self._read_queue[-1] if self._read_queue else b""
-            self._broadcast_heartbeat(context)
+            self._broadcast_heartbeat(self._reads.newest_context())
 
     def _quorum_recently_active(self) -> bool:
         active = {self.node_id}
@@ -677,9 +664,8 @@ class RaftNode:
         self.commit_index = index
         if self.role != LEADER:
             return
-        if self._reads_before_commit and self._log.term_at(index) == self.term:
-            waiting, self._reads_before_commit = self._reads_before_commit, []
-            for requester, context in waiting:
+        if self._reads.has_parked() and self._log.term_at(index) == self.term:
+            for requester, context in self._reads.unpark():
                 self._leader_read(requester, context)
         if self.node_id not in self.voters and index >= self._configs.current_index:
             self._hand_over()
@@ -808,26 +794,17 @@ class RaftNode:
     def _leader_read(self, requester: int, context: bytes) -> None:
         if self._log.term_at(self.commit_index) != self.term:
             # A fresh leader's commit index may lag the cluster's: wait for our own entry.
-            self._reads_before_commit.append((requester, context))
+            self._reads.park(requester, context)
             return
         if context in self._reads:
             return  # a retried request: the pending one answers it
-        self._reads[context] = _PendingRead(self.commit_index, requester, context, set())
-        self._read_queue.append(context)
+        self._reads.add(self.commit_index, requester, context)
         self._on_read_ack(self.node_id, context)
         if context in self._reads:
             self._broadcast_heartbeat(context)
 
     def _on_read_ack(self, peer: int, context: bytes) -> None:
-        read = self._reads.get(context)
-        if read is None:
-            return
-        read.acks.add(peer)
-        if not self._is_quorum(read.acks):
-            return
-        # Leadership is confirmed for this read and every read queued before it.
-        while self._read_queue:
-            done = self._reads.pop(self._read_queue.popleft())
+        for done in self._reads.ack(peer, context, self._is_quorum):
             if done.requester == self.node_id:
                 self._read_states.append(ReadState(done.index, done.context))
             else:
@@ -837,8 +814,6 @@ class RaftNode:
                     log_index=done.index,
                     context=done.context,
                 )
-            if done.context == context:
-                return
 
     def _on_read_index(self, msg: Message) -> None:
         if self.role == LEADER:
