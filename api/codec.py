@@ -101,6 +101,8 @@ def decode_batches(
                     messages.append(message)
                     next_offset = record.offset + 1
                 next_offset = max(next_offset, decoded.header.last_offset + 1)
+                if len(messages) >= max_messages:  # decoding the next batch would be wasted
+                    return DecodedFetch(messages, next_offset)
     except CorruptBatchError as exc:
         raise ApiError(
             "internal_error", f"stored batch failed to decode: {exc}", retryable=True
