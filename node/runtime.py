@@ -344,7 +344,8 @@ class Runtime:
             await asyncio.sleep(interval)
             self.transport.tick()
             for name in self._active:
-                self.groups[name].ticks += 1
+                if (group := self.groups.get(name)) is not None:
+                    group.ticks += 1
             self._dirty.update(self._active)
             self._wakeup.set()
             self._flush_notices()
@@ -465,8 +466,9 @@ class Runtime:
         for peer, messages in outbox.items():
             if peer == self.node_id:
                 for msg in messages:
-                    self.groups[msg.group].inbox.append(msg)
-                    self._dirty.add(msg.group)
+                    if (group := self.groups.get(msg.group)) is not None:
+                        group.inbox.append(msg)
+                        self._dirty.add(msg.group)
                 continue
             self.transport.send(peer, wire.encode_raft(messages, self._notices.pop(peer, [])))
             self.stats["messages_sent"] += len(messages)
