@@ -510,7 +510,10 @@ class RaftNode:
 
     def _append_as_leader(self, kind: EntryKind, data: bytes, count: int) -> Entry:
         entry = Entry(self._log.last_index() + 1, self.term, kind, data, count)
-        self._append_entries([entry])
+        self._log.append_new(entry)
+        if kind == EntryKind.CONFIG:
+            self._configs.append(entry.index, Membership.decode(data))
+            self._on_membership_change()
         self._needs_flush = True
         return entry
 

@@ -117,6 +117,10 @@ class RaftLog:
         else:
             self.unstable = list(entries)
 
+    def append_new(self, entry: Entry) -> None:
+        """A leader's own entry right after the last one (a leader never truncates)."""
+        self.unstable.append(entry)
+
     def restore(self, snapshot: SnapshotMeta) -> None:
         """A snapshot replaces the whole log; it is pending until the driver installs it."""
         self.pending_snapshot = snapshot
@@ -141,11 +145,13 @@ def _index_of(entry: Entry) -> int:
 
 
 def _take(entries: list[Entry], start: int, hi: int, max_bytes: int) -> list[Entry]:
-    out = [entries[start]]
     used = len(entries[start].data)
-    for entry in entries[start + 1 :]:
-        if entry.index > hi or used + len(entry.data) > max_bytes:
+    end, n = start + 1, len(entries)
+    while end < n:
+        entry = entries[end]
+        size = len(entry.data)
+        if entry.index > hi or used + size > max_bytes:
             break
-        out.append(entry)
-        used += len(entry.data)
-    return out
+        used += size
+        end += 1
+    return entries[start:end]
