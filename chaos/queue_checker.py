@@ -279,21 +279,23 @@ def _check_vanished(index: _Index, out: Anomalies) -> None:
         if op.invoke.value.get("final"):
             for m in messages:
                 final[m.key][m.offset] = m.value
+    # Only offsets inside the span the final reads covered can be judged.
+    span = {key: (min(seen), max(seen)) for key, seen in final.items() if seen}
     for op, messages in index.polls:
         if op.invoke.value.get("final"):
             continue
         for m in messages:
-            seen = final.get(m.key)
-            if not seen or not min(seen) <= m.offset <= max(seen):
+            if m.key not in span or not span[m.key][0] <= m.offset <= span[m.key][1]:
                 continue
-            if seen.get(m.offset) != m.value:
+            final_value = final[m.key].get(m.offset)
+            if final_value != m.value:
                 out.add(
                     "vanished-read",
                     key=m.key,
                     offset=m.offset,
                     value=m.value,
                     reader=op.invoke.index,
-                    final_value=seen.get(m.offset),
+                    final_value=final_value,
                 )
 
 
