@@ -329,3 +329,21 @@ async def test_produce_refuses_batches_it_must_not_store(tmp_path: Path) -> None
         assert await broker.produce("strict", 0, batch_of(b"fine"), "all") >= 0
     finally:
         await broker.stop()
+
+
+async def test_deleting_a_topic_removes_its_replicas_everywhere_and_the_name_can_be_reused(
+    cluster: list[Broker],
+) -> None:
+    await cluster[0].create_topic("gone", 2, 3, {})
+    await produce_anywhere(cluster, "gone", batch_of(b"old"))
+    dirs = [b.config.data_dir / "partitions" for b in cluster]
+    await cluster[2].delete_topic("gone")
+    await wait_for(lambda: all(not b.partitions for b in cluster))
+    await wait_for(lambda: all(not any(d.iterdir()) for d in dirs))
+    with pytest.raises(BrokerError) as caught:
+        await cluster[1].describe_topic("gone")
+    assert caught.value.code == "unknown_topic"
+    await cluster[1].create_topic("gone", 1, 3, {})
+    await produce_anywhere(cluster, "gone", batch_of(b"new"))
+    batches, _, _ = await leader_of(cluster, "gone").fetch("gone", 0, 0, 1 << 20, 0)
+    assert values(batches) == [b"new"]
