@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ClusterError, HistoryError, ValueError, OSError) as failure:
         print(f"chaos: {failure}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # the cluster was already healed and torn down on the way out
+        print("chaos: interrupted", file=sys.stderr)
+        return 130
     print(report.summary_text(result), end="")
     return 0 if result["valid"] else 1
 
