@@ -603,7 +603,7 @@ class RaftNode:
         if msg.reject:
             next_probe = msg.reject_hint
             if msg.hint_term > 0:
-                next_probe, _ = self._log.find_conflict_by_term(msg.reject_hint, msg.hint_term)
+                next_probe = self._log.probe_point(msg.reject_hint, msg.hint_term)
             if pr.rejected(msg.log_index, next_probe):
                 self._needs_flush = True
             return

@@ -100,6 +100,15 @@ class RaftLog:
         found = self.term_at(lo)
         return lo, found if found is not None else 0
 
+    def probe_point(self, hint: int, hint_term: int) -> int:
+        """Leader side of a reject hint: the last offset <= hint that may match a follower whose
+        entry ending at `hint` has `hint_term`. Always an entry end in this log."""
+        found, found_term = self.find_conflict_by_term(hint, hint_term)
+        if found == hint and found_term < hint_term:
+            # Our entry there is older and may run past `hint`: back up before its whole term.
+            found, _ = self.find_conflict_by_term(hint, found_term - 1)
+        return found
+
     # -- mutation ----------------------------------------------------------------------
     def append(self, entries: list[Entry]) -> None:
         """Append entries; the first one replaces every offset >= its index."""

@@ -282,3 +282,15 @@ def test_reject_hint_lands_on_an_entry_boundary_of_batched_entries() -> None:
     group.deliver([_append(1, 2, 3, 20, 1, [Entry(21, 3)])])
     (resp,) = group.take()
     assert (resp.reject_hint, resp.hint_term) == (3, 1)  # last offset of the term-1 batch
+
+
+def test_leader_probes_from_an_entry_boundary_when_hint_falls_inside_an_older_batch() -> None:
+    group = Group()
+    group.seed(1, [Entry(0, 1), Entry(1, 1, count=5), Entry(6, 3)], HardState(term=3, commit=0))
+    group.seed(2, [Entry(0, 1), Entry(1, 2, count=2)], HardState(term=3, commit=0))
+    group.seed(3, [Entry(0, 1)], HardState(term=3, commit=0))
+    group.elect(1)  # node 2's hint (offset 2, term 2) lies inside node 1's batch 1..5
+    group.tick(1)
+    group.stabilize()
+    stored = [(e.index, e.term, e.count) for e in group.logs[2].all_entries()]
+    assert stored == [(0, 1, 1), (1, 1, 5), (6, 3, 1), (7, 4, 1)]
