@@ -438,6 +438,28 @@ class Simulation:
             return None
         return offset[0]
 
+    def change_membership(
+        self, node_id: int, voters: Iterable[int], learners: Iterable[int]
+    ) -> bool:
+        """Propose a configuration on `node_id`; False if it refuses (not leader, one pending)."""
+        core = self.nodes[node_id].core
+        if core is None:
+            return False
+        voters, learners = sorted(voters), sorted(learners)
+        self._note("membership", (node_id, voters, learners))
+        try:
+            self._drive(self.nodes[node_id], lambda: core.propose_membership(voters, learners))
+        except (NotLeaderError, ConfigChangeError):
+            return False
+        return True
+
+    def transfer(self, node_id: int, to: int) -> None:
+        """Ask leader `node_id` to hand leadership to voter `to`."""
+        core = self.nodes[node_id].core
+        if core is not None:
+            self._note("transfer", (node_id, to))
+            self._drive(self.nodes[node_id], lambda: core.transfer_leadership(to))
+
     def read(self, node_id: int) -> bytes | None:
         """Ask `node_id` for a read barrier (None if it knows no leader); the answer is checked
         when it comes back."""
