@@ -33,14 +33,27 @@ class Outcome:
     error: str | None
 
 
-async def call(session: aiohttp.ClientSession, method: str, url: str, body: Any = None) -> Outcome:
-    """One HTTP request, classified as Jepsen would: ok, fail (no effect) or info (unknown)."""
+async def call(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    body: Any = None,
+    expect: tuple[str, ...] = (),
+) -> Outcome:
+    """One HTTP request, classified as Jepsen would: ok, fail (no effect) or info (unknown).
+
+    A success whose body lacks a field in `expect` is `info`: the node answered, but not per API.md.
+    """
     try:
         async with session.request(method, url, json=body) as reply:
             payload: Any = await reply.json(content_type=None) if reply.status != 204 else {}
             if reply.status < 300:
+                if expect and not (isinstance(payload, dict) and all(k in payload for k in expect)):
+                    return Outcome("info", reply.status, payload, "malformed_response")
                 return Outcome("ok", reply.status, payload, None)
-            code = (payload or {}).get("error", {}).get("code", f"http_{reply.status}")
+            error = payload.get("error") if isinstance(payload, dict) else None
+            code = error.get("code") if isinstance(error, dict) else None
+            code = code or f"http_{reply.status}"
             kind: OpType = "fail" if code in DEFINITE_FAILURES else "info"
             return Outcome(kind, reply.status, payload, code)
     except aiohttp.ClientConnectorError:
@@ -98,6 +111,7 @@ class Workload:
                 "POST",
                 f"{url}/v1/topics/{self.topic}/messages",
                 {"acks": "all", "messages": [message]},
+                expect=("offsets",),
             )
             if outcome.type == "ok":
                 offset = outcome.body["offsets"][0]["offset"]
@@ -124,6 +138,7 @@ class Workload:
             "GET",
             f"{url}/v1/topics/{self.topic}/partitions/{partition}/messages"
             f"?offset={offset}&max_messages=200&wait_ms={wait_ms}",
+            expect=("messages", "next_offset"),
         )
         if outcome.type != "ok":
             # A read changes nothing, so a failed or unanswered poll is simply a failure.
@@ -193,7 +208,9 @@ class Workload:
                 outcome = await call(session, "DELETE", f"{url}/v1/topics/{topic}")
                 result = "deleted"
             else:
-                outcome = await call(session, "GET", f"{url}/v1/topics/{topic}")
+                outcome = await call(
+                    session, "GET", f"{url}/v1/topics/{topic}", expect=("partitions",)
+                )
                 result = len(outcome.body["partitions"]) if outcome.type == "ok" else None
             if outcome.type == "ok":
                 self.recorder.complete(invoke, "ok", {**request, "result": result})

@@ -30,6 +30,7 @@ class StandInBroker:
     """Just enough of API.md, in memory; `lose_every` acks every n-th message without storing it."""
 
     lose_every: int = 0
+    malformed_acks: bool = False  # answer produce with 200 but without "offsets"
     topics: dict[str, list[list[dict[str, object]]]] = field(default_factory=dict)
     appended: int = 0
 
@@ -69,6 +70,8 @@ class StandInBroker:
 
     async def produce(self, request: web.Request) -> web.Response:
         log = self.topics[request.match_info["topic"]]
+        if self.malformed_acks:
+            return web.json_response({"ok": True})
         offsets = []
         for message in (await request.json())["messages"]:
             partition = log[message["partition"]]
@@ -122,6 +125,11 @@ def lossy_url() -> Iterator[str]:
     yield from serve(StandInBroker(lose_every=7))
 
 
+@pytest.fixture
+def malformed_url() -> Iterator[str]:
+    yield from serve(StandInBroker(malformed_acks=True))
+
+
 def short_run(url: str, out: Path) -> RunConfig:
     return RunConfig(
         urls=[url],
@@ -168,3 +176,12 @@ def test_check_command_exits_nonzero_on_anomalous_history(lossy_url: str, tmp_pa
         == 1
     )
     assert (tmp_path / "again" / "summary.txt").read_text().startswith("verdict: INVALID")
+
+
+def test_success_without_offsets_is_recorded_as_indeterminate(
+    malformed_url: str, tmp_path: Path
+) -> None:
+    result = run(short_run(malformed_url, tmp_path))
+    sends = [op for op in read_history(tmp_path / "history.jsonl") if op.f == "send"]
+    assert result["queue"]["stats"]["acknowledged"] == 0
+    assert {op.error for op in sends if op.type != "invoke"} == {"malformed_response"}
