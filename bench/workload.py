@@ -40,6 +40,8 @@ class Workload:
     acks: str = "all"
     batch_size: int = 100
     max_in_flight: int = 8
+    # At a fixed rate, how long due messages may wait to fill a batch (as Kafka's linger.ms).
+    linger_ms: float = 5.0
     quick_duration_seconds: float = 3.0
     quick_warmup_seconds: float = 1.0
     in_quick: bool = True
@@ -94,6 +96,8 @@ def _validate(workload: Workload) -> Workload:
     for key in ("duration_seconds", "quick_duration_seconds"):
         if not 0 < getattr(workload, key) <= 3600:
             raise WorkloadError(f"{key} must be within (0, 3600]")
+    if not 0 <= workload.linger_ms <= 1000:
+        raise WorkloadError("linger_ms must be within [0, 1000]")
     for key in ("warmup_seconds", "quick_warmup_seconds"):
         if not 0 <= getattr(workload, key) <= 600:
             raise WorkloadError(f"{key} must be within [0, 600]")
