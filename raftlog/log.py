@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -16,7 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from raftline.raftlog.batch import BatchHeader, CorruptBatchError, parse_header, stamp
+from raftline.raftlog.batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    MAX_BATCH_SIZE,
+    BatchHeader,
+    CorruptBatchError,
+    parse_header,
+    stamp,
+)
 from raftline.raftlog.segment import (
     MAX_RELATIVE_OFFSET,
     MAX_SEGMENT_BYTES,
@@ -32,6 +42,11 @@ logger = logging.getLogger(__name__)
 FsyncPolicy = Literal["always", "interval", "never"]
 LOG_START_FILE = "log-start-offset.checkpoint"
 _DAY_MS = 24 * 3600 * 1000
+# The header fields an append needs: batchLength, magic, lastOffsetDelta, maxTimestamp,
+# recordsCount. One unpack instead of a full BatchHeader keeps the per-batch cost small.
+_APPEND_FIELDS = struct.Struct(">8xi4xb6xi8xq14xi")
+# baseOffset, batchLength, partitionLeaderEpoch: the 16 bytes stamped on a batch.
+_STAMPED_PREFIX = struct.Struct(">qii")
 
 
 class CorruptLogError(Exception):
@@ -81,6 +96,24 @@ class RecoveryReport:
     @property
     def clean(self) -> bool:
         return not (self.truncated_bytes or self.rebuilt_indexes or self.removed_segments)
+
+
+def _append_fields(data: Bytes) -> tuple[int, int, int]:
+    """(batchLength, lastOffsetDelta, maxTimestamp) of a whole batch, sanity-checked like
+    batch.parse_header (which reports the precise problem when a check fails)."""
+    if len(data) >= HEADER_SIZE:
+        length, magic, last_delta, max_timestamp, count = _APPEND_FIELDS.unpack_from(data)
+        if (
+            magic == MAGIC
+            and HEADER_SIZE - LOG_OVERHEAD <= length <= MAX_BATCH_SIZE - LOG_OVERHEAD
+            and last_delta >= 0
+            and count >= 0
+        ):
+            if len(data) != length + LOG_OVERHEAD:
+                raise CorruptBatchError(f"batch of {len(data)} bytes declares {length + 12}")
+            return length, last_delta, max_timestamp
+    parse_header(data)  # raises with the reason
+    raise CorruptBatchError("invalid batch header")
 
 
 def now_ms() -> int:
@@ -203,11 +236,9 @@ class PartitionLog:
         pending = 0
         total = 0
         for data, term in batches:
-            header = parse_header(data)
-            size = header.size
-            if len(data) != size:
-                raise CorruptBatchError(f"batch of {len(data)} bytes declares {size}")
-            last_offset = offset + header.last_offset_delta
+            length, last_delta, max_timestamp = _append_fields(data)
+            size = length + LOG_OVERHEAD
+            last_offset = offset + last_delta
             occupied = active.size + pending
             if occupied and (
                 aged
@@ -221,12 +252,9 @@ class PartitionLog:
             if isinstance(data, bytearray):  # stamp in place
                 stamp(data, offset, term)
                 buffers.append(data)
-            else:  # stamp a copy of the first 16 bytes; the payload is never copied
-                view = memoryview(data)
-                head = bytearray(view[:16])  # baseOffset, batchLength, partitionLeaderEpoch
-                stamp(head, offset, term)
-                buffers += (head, view[16:])
-            infos.append((last_offset, header.max_timestamp, size))
+            else:  # write a stamped copy of the first 16 bytes; the payload is never copied
+                buffers += (_STAMPED_PREFIX.pack(offset, length, term), memoryview(data)[16:])
+            infos.append((last_offset, max_timestamp, size))
             offset = last_offset + 1
             pending += size
             total += size

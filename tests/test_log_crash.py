@@ -36,10 +36,10 @@ def write(thread):
             sys.stdout.flush()
         seq += 1
 
+print("started", flush=True)
 threads = [threading.Thread(target=write, args=(t,), daemon=True) for t in range(2)]
 for t in threads:
     t.start()
-print("started", flush=True)
 threads[0].join()
 """
 
