@@ -226,7 +226,13 @@ class ComposeCluster:
         self._nft(node, f"table inet {NFT_TABLE} {{}}\ndelete table inet {NFT_TABLE}\n")
 
     def heal_all(self) -> None:
+        """Thaws paused nodes and lifts every network rule (killed nodes stay down)."""
         for node in self.nodes:
+            status = run(
+                ["docker", "inspect", "-f", "{{.State.Status}}", node.container], check=False
+            )
+            if status.strip() == "paused":
+                self.resume(node)
             self.heal(node)
 
 

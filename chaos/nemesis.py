@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
 import threading
 import urllib.error
 import urllib.request
@@ -210,7 +211,7 @@ class Schedule:
         invoke = self.recorder.invoke(NEMESIS, f, {"fault": fault})
         try:
             detail = action()
-        except (ClusterError, OSError) as failure:
+        except (ClusterError, OSError, subprocess.SubprocessError, ValueError) as failure:
             self.recorder.complete(invoke, "fail", {"fault": fault}, error=str(failure)[:300])
             return False
         self.recorder.complete(invoke, "ok", detail)

@@ -38,7 +38,7 @@ class RunConfig:
     bring_up: bool = True
     tear_down: bool = True
     ready_timeout_s: float = 120.0
-    final_read_s: float = 60.0
+    final_read_s: float = 180.0
 
 
 async def _workload(
@@ -62,7 +62,8 @@ async def _workload(
         await asyncio.gather(*clients)
         schedule.stopping.set()
         await asyncio.to_thread(nemesis.join, 120)
-        # Everything healed: bring back any node a fault left down, then let the cluster settle.
+        # Heal whatever a fault left behind, bring back dead nodes, then let the cluster settle.
+        cluster.heal_all()
         for node in cluster.nodes:
             if not cluster.is_running(node):
                 cluster.start(node)

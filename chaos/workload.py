@@ -129,6 +129,7 @@ class Workload:
         offset: int,
         final: bool = False,
         wait_ms: int = 500,
+        max_messages: int = 200,
     ) -> Op:
         node, url = self.node_url()
         request = {"key": self.key(partition), "offset": offset, "final": final}
@@ -137,7 +138,7 @@ class Workload:
             session,
             "GET",
             f"{url}/v1/topics/{self.topic}/partitions/{partition}/messages"
-            f"?offset={offset}&max_messages=200&wait_ms={wait_ms}",
+            f"?offset={offset}&max_messages={max_messages}&wait_ms={wait_ms}",
             expect=("messages", "next_offset"),
         )
         if outcome.type != "ok":
@@ -175,7 +176,9 @@ class Workload:
             offset, target = 0, self.max_acked.get(partition, -1) + 1
             complete[partition] = False
             while time.monotonic() < deadline:
-                done = await self.poll(session, process, partition, offset, final=True, wait_ms=0)
+                done = await self.poll(
+                    session, process, partition, offset, final=True, wait_ms=0, max_messages=1000
+                )
                 if done.type != "ok":
                     await asyncio.sleep(0.5)
                     continue
