@@ -13,10 +13,11 @@ from pathlib import Path
 
 from bench import report
 from bench.compare import SYSTEMS, CompareOptions, compare
-from bench.peers import PEERS, ensure_installed
+from bench.peers import PEERS, ensure_installed, ensure_modules
 from bench.workload import WORKLOAD_DIR, WorkloadError, load_workloads
 
 RESULTS_DIR = Path(__file__).parent / "results"
+REPORT_MODULES = {"yaml": "pyyaml", "matplotlib": "matplotlib"}
 
 
 def _csv(text: str) -> list[str]:
@@ -49,6 +50,8 @@ def run_compare(args: argparse.Namespace) -> int:
     if unknown:
         print(f"unknown systems: {sorted(unknown)}; known: {list(SYSTEMS)}", file=sys.stderr)
         return 2
+    if not args.no_install:
+        ensure_modules(REPORT_MODULES)
     try:
         workloads = load_workloads(args.workload_dir)
     except WorkloadError as error:

@@ -84,7 +84,14 @@ def _run_peer(
         results["peers"][peer_name] = peer.version
         for system in systems:
             key = f"{system} r{replicas}"
-            runs = _run(_run_system(system, endpoint, run_id, options, key))
+            try:
+                runs = _run(_run_system(system, endpoint, run_id, options, key))
+            except Exception as error:  # one broken driver must not end the whole comparison
+                options.log(f"[{key}] failed: {type(error).__name__}: {error}")
+                results["skipped"].append(
+                    {"system": system, "replicas": replicas, "reason": f"driver failed: {error}"}
+                )
+                continue
             results["runs"].extend(runs)
             if runs:
                 results["durability"][key] = runs[0]["durability"]

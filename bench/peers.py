@@ -61,8 +61,13 @@ def ensure_installed(peer: str) -> None:
             raise PeerError(f"{binary} is missing; run: apt-get install {APT_PACKAGES[peer][0]}")
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         subprocess.run(["apt-get", "install", "-y", "-q", *APT_PACKAGES[peer]], check=True, env=env)
+    ensure_modules(PIP_MODULES.get(peer, {}))
+
+
+def ensure_modules(modules: dict[str, str]) -> None:
+    """pip install the PyPI package of every module (name -> package) that does not import."""
     missing = []
-    for module, package in PIP_MODULES.get(peer, {}).items():
+    for module, package in modules.items():
         try:
             importlib.import_module(module)
         except ImportError:

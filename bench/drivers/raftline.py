@@ -25,10 +25,13 @@ class RaftlineDriver(Driver):
     def durability(self) -> str:
         r = self.endpoint.replicas
         fsync = self.endpoint.extra.get("fsync", "always")
+        stored = (
+            "fsynced the batch" if fsync == "always" else f"appended the batch (--fsync {fsync})"
+        )
+        who = "a majority" if r > 1 else "the one replica"
         return (
             f"Raft group per partition, replication factor {r}; acks=all answers after "
-            f"{'a majority' if r > 1 else 'the one replica'} appended the batch "
-            f"(--fsync {fsync})"
+            f"{who} {stored}; group commit, one fsync per round of batches"
         )
 
     async def connect(self) -> None:
