@@ -37,6 +37,7 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 LEADER_WAIT_S = 5.0  # how long a request waits through a leader election before a 503
 PRODUCE_TIMEOUT_S = 15.0
 TOPIC_CACHE_S = 1.0
+DESCRIBE_WAIT_S = 0.5  # a first describe longer than this runs on in the background
 
 
 @dataclass(slots=True)
@@ -55,15 +56,36 @@ class ApiState:
         self.self_http = self_http
         self.forwarder = Forwarder()
         self.topics: dict[str, TopicMeta] = {}
+        self.refreshing: set[str] = set()
         self.sticky: dict[str, itertools.count[int]] = {}
         self.background: set[asyncio.Task[None]] = set()
         self.requests: dict[tuple[str, str, int], int] = {}
 
     async def topic_meta(self, topic: str) -> TopicMeta:
+        """Partition count and limits of a topic. A stale entry is served while a background
+        refresh runs: describing needs a metadata read barrier, which stalls for seconds while
+        the metadata group elects a new leader, and produce must not wait on that."""
         cached = self.topics.get(topic)
-        now = time.monotonic()
-        if cached is not None and now - cached.fetched_at < TOPIC_CACHE_S:
-            return cached
+        if cached is None:
+            partitions = await self.broker.topic_partition_count(topic)  # local, no barrier
+            try:
+                return await asyncio.wait_for(self._describe(topic), DESCRIBE_WAIT_S)
+            except (TimeoutError, BrokerError) as exc:
+                if isinstance(exc, BrokerError) and not exc.retryable:
+                    raise
+                # Metadata is electing a leader: go on with the widest limit until it answers.
+                cached = TopicMeta(
+                    partitions, validation.LIMIT_MAX_MESSAGE_BYTES, "none", fetched_at=0.0
+                )
+                self.topics[topic] = cached
+        if time.monotonic() - cached.fetched_at >= TOPIC_CACHE_S and topic not in self.refreshing:
+            self.refreshing.add(topic)
+            task = asyncio.ensure_future(self._refresh(topic))
+            self.background.add(task)
+            task.add_done_callback(self.background.discard)
+        return cached
+
+    async def _describe(self, topic: str) -> TopicMeta:
         description = await self.broker.describe_topic(topic)
         config = description.get("config") or {}
         meta = TopicMeta(
@@ -71,10 +93,19 @@ class ApiState:
             or await self.broker.topic_partition_count(topic),
             max_message_bytes=validation.max_message_bytes(config),
             compression=str(config.get("compression.type", "none")),
-            fetched_at=now,
+            fetched_at=time.monotonic(),
         )
         self.topics[topic] = meta
         return meta
+
+    async def _refresh(self, topic: str) -> None:
+        try:
+            await self._describe(topic)
+        except BrokerError as exc:
+            if exc.code == "unknown_topic":
+                self.topics.pop(topic, None)
+        finally:
+            self.refreshing.discard(topic)
 
     def next_sticky(self, topic: str, partitions: int) -> int:
         cursor = self.sticky.setdefault(topic, itertools.count())
