@@ -130,6 +130,15 @@ class _Round:
     def writes(self) -> bool:
         return self.ready is not None or self.trim is not None
 
+    @property
+    def touches_disk(self) -> bool:
+        """False when the Ready holds only a commit-index change (kept in memory by the
+        storage until the next term/vote write): such rounds skip the disk thread."""
+        rd = self.ready
+        return self.trim is not None or (
+            rd is not None and (bool(rd.entries) or rd.snapshot is not None or rd.must_sync)
+        )
+
 
 class Runtime:
     def __init__(
@@ -359,7 +368,9 @@ class Runtime:
             self._wakeup.clear()
             rounds = [self._feed(g) for n in self._take_dirty() if (g := self.groups.get(n))]
             readies = [r for r in rounds if r.writes]
-            if readies:
+            if readies and not any(r.touches_disk for r in readies):
+                self._persist(readies)
+            elif readies:
                 self._disk_idle.clear()
                 try:
                     await loop.run_in_executor(self._disk, self._persist, readies)
