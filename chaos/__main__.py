@@ -22,9 +22,12 @@ def _parser() -> argparse.ArgumentParser:
     go.add_argument("--nodes", type=int, default=5)
     go.add_argument("--time-limit", type=float, default=120.0, help="seconds of workload")
     go.add_argument(
+        "--recovery", type=float, default=20.0, help="seconds of workload after the last heal"
+    )
+    go.add_argument(
         "--nemesis",
         default="partition,kill,pause",
-        help="comma list of partition,kill,pause,loss,clock (empty: none)",
+        help="comma list of partition,kill,pause,loss,slow,clock (empty: none)",
     )
     go.add_argument("--out", type=Path, default=Path("chaos-results"))
     go.add_argument("--compose-file", type=Path, default=Path("docker-compose.yml"))
@@ -55,11 +58,19 @@ def main(argv: list[str] | None = None) -> int:
             result = report.analyse(ops)
             report.write_outputs(args.out or args.history.parent, ops, result)
         else:
-            if args.time_limit <= 0 or args.partitions < 1 or args.producers < 1:
-                raise ValueError("--time-limit, --partitions and --producers must be positive")
+            if (
+                args.time_limit <= 0
+                or args.recovery < 0
+                or args.partitions < 1
+                or args.producers < 1
+            ):
+                raise ValueError(
+                    "--time-limit, --partitions, --producers must be positive; --recovery >= 0"
+                )
             config = RunConfig(
                 nodes=args.nodes,
                 time_limit_s=args.time_limit,
+                recovery_s=args.recovery,
                 nemesis=[n for n in args.nemesis.split(",") if n.strip()],
                 out_dir=args.out,
                 compose_file=args.compose_file,

@@ -201,13 +201,23 @@ class ComposeCluster:
         return out.strip() == "running"
 
     # Network faults: nftables inside the node's own network namespace (entered from the host).
-    def _nft(self, node: Node, script: str) -> None:
+    def _in_netns(self, node: Node, argv: list[str], script: str = "", check: bool = True) -> None:
+        """Runs a host tool (nft, tc) inside the node's network namespace."""
         if not self.is_running(node):
             return  # a killed node has no namespace; it comes back with no rules anyway
-        argv = ["nsenter", "-t", str(self.pid(node)), "-n", "nft", "-f", "-"]
-        done = subprocess.run(argv, input=script, capture_output=True, text=True, timeout=30)
-        if done.returncode != 0:
-            raise ClusterError(f"nft in {node.service} failed: {done.stderr.strip()}")
+        entered = ["nsenter", "-t", str(self.pid(node)), "-n", *argv]
+        done = subprocess.run(entered, input=script, capture_output=True, text=True, timeout=30)
+        if check and done.returncode != 0:
+            raise ClusterError(f"{argv[0]} in {node.service} failed: {done.stderr.strip()}")
+
+    def _nft(self, node: Node, script: str) -> None:
+        self._in_netns(node, ["nft", "-f", "-"], script)
+
+    def slow_down(self, node: Node, rate_kbit: int, queue_ms: int = 400) -> None:
+        """Limits what `node` sends to `rate_kbit`; queueing then delays its messages by up to
+        `queue_ms` (this kernel has no netem, but the token bucket filter works)."""
+        tbf = ["tbf", "rate", f"{rate_kbit}kbit", "burst", "32kbit", "latency", f"{queue_ms}ms"]
+        self._in_netns(node, ["tc", "qdisc", "replace", "dev", "eth0", "root", *tbf])
 
     def drop_from(self, node: Node, peers: Iterable[Node], loss_percent: int = 100) -> None:
         """Drops packets arriving at `node` from `peers` (all of them, or a random share)."""
@@ -224,6 +234,8 @@ class ComposeCluster:
 
     def heal(self, node: Node) -> None:
         self._nft(node, f"table inet {NFT_TABLE} {{}}\ndelete table inet {NFT_TABLE}\n")
+        # Fails harmlessly when no shaping is installed.
+        self._in_netns(node, ["tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
 
     def heal_all(self) -> None:
         """Thaws paused nodes and lifts every network rule (killed nodes stay down)."""

@@ -115,6 +115,33 @@ class PacketLoss:
 
 
 @dataclass
+class SlowNetwork:
+    """A minority of nodes send through a narrow, queueing link: delayed messages."""
+
+    cluster: ComposeCluster
+    rate_kbit: int = 1000
+    name: str = "slow"
+    slowed: list[Node] = field(default_factory=list)
+
+    def start(self, rng: random.Random) -> dict[str, Any]:
+        minority = max(1, (len(self.cluster.nodes) - 1) // 2)
+        self.slowed = rng.sample(self.cluster.nodes, rng.randint(1, minority))
+        for node in self.slowed:
+            self.cluster.slow_down(node, self.rate_kbit)
+        return {
+            "fault": self.name,
+            "nodes": [n.node_id for n in self.slowed],
+            "kbit": self.rate_kbit,
+        }
+
+    def stop(self) -> dict[str, Any]:
+        for node in self.slowed:
+            self.cluster.heal(node)
+        healed, self.slowed = [n.node_id for n in self.slowed], []
+        return {"fault": self.name, "nodes": healed}
+
+
+@dataclass
 class ProcessFault:
     """kill: SIGKILL then restart from the same volume; pause: freeze then thaw."""
 
@@ -185,6 +212,7 @@ def make_faults(cluster: Cluster, names: Sequence[str], topic: str) -> list[Faul
         "kill": lambda: ProcessFault(cluster, targets, "kill"),
         "pause": lambda: ProcessFault(cluster, targets, "pause"),
         "loss": lambda: PacketLoss(cluster),
+        "slow": lambda: SlowNetwork(cluster),
         "clock": lambda: ClockSkew(cluster),
     }
     unknown = [n for n in names if n not in makers]

@@ -24,7 +24,8 @@ from raftline.chaos.workload import Workload, session
 @dataclass
 class RunConfig:
     nodes: int = 5
-    time_limit_s: float = 120.0
+    time_limit_s: float = 120.0  # workload under faults
+    recovery_s: float = 20.0  # workload after the last heal, no faults
     nemesis: list[str] = field(default_factory=lambda: ["partition", "kill", "pause"])
     out_dir: Path = Path("chaos-results")
     compose_file: Path = Path("docker-compose.yml")
@@ -41,6 +42,23 @@ class RunConfig:
     final_read_s: float = 180.0
 
 
+def _heal(cluster: Cluster) -> None:
+    """Lifts whatever a fault left behind and brings dead nodes back."""
+    cluster.heal_all()
+    for node in cluster.nodes:
+        if not cluster.is_running(node):
+            cluster.start(node)
+
+
+async def _faults(cluster: Cluster, schedule: Schedule, until: float) -> None:
+    nemesis = threading.Thread(target=schedule.run, name="nemesis", daemon=True)
+    nemesis.start()
+    await asyncio.sleep(max(0.0, until - time.monotonic()))
+    schedule.stopping.set()
+    await asyncio.to_thread(nemesis.join, 120)
+    await asyncio.to_thread(_heal, cluster)
+
+
 async def _workload(
     config: RunConfig, cluster: Cluster, recorder: Recorder, schedule: Schedule
 ) -> dict[str, Any]:
@@ -50,23 +68,16 @@ async def _workload(
     async with session() as http:
         if not await work.create_topic(http, time.monotonic() + 60):
             raise ClusterError(f"could not create topic {config.topic!r} within 60 s")
-        nemesis = threading.Thread(target=schedule.run, name="nemesis", daemon=True)
-        nemesis.start()
-        until = time.monotonic() + config.time_limit_s
+        faults_until = time.monotonic() + config.time_limit_s
+        # The clients go on through a quiet recovery period after the last heal.
+        until = faults_until + config.recovery_s
         clients = [work.produce(http, p, until) for p in range(config.producers)]
         clients += [
             work.consume(http, config.producers + c, c % config.partitions, until)
             for c in range(config.consumers)
         ]
         clients.append(work.metadata(http, config.producers + config.consumers, until))
-        await asyncio.gather(*clients)
-        schedule.stopping.set()
-        await asyncio.to_thread(nemesis.join, 120)
-        # Heal whatever a fault left behind, bring back dead nodes, then let the cluster settle.
-        cluster.heal_all()
-        for node in cluster.nodes:
-            if not cluster.is_running(node):
-                cluster.start(node)
+        await asyncio.gather(_faults(cluster, schedule, faults_until), *clients)
         ready = await asyncio.to_thread(cluster.wait_ready, config.ready_timeout_s)
         complete = await work.final_reads(
             http, config.producers + config.consumers + 1, time.monotonic() + config.final_read_s

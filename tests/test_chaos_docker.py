@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from raftline.chaos.cluster import ComposeCluster, Node
-from raftline.chaos.nemesis import Partition, ProcessFault, Targets
+from raftline.chaos.nemesis import Partition, ProcessFault, SlowNetwork, Targets
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 REPO = Path(__file__).resolve().parent.parent
@@ -85,3 +85,16 @@ def test_paused_node_is_frozen_until_the_fault_heals(cluster: ComposeCluster) ->
     assert not reaches(cluster, other, victim)
     pause.stop()
     assert reaches(cluster, other, victim)
+
+
+def qdiscs(cluster: ComposeCluster, node: Node) -> str:
+    argv = ["nsenter", "-t", str(cluster.pid(node)), "-n", "tc", "qdisc", "show", "dev", "eth0"]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout
+
+
+def test_slowed_nodes_send_through_a_token_bucket_until_healed(cluster: ComposeCluster) -> None:
+    slow = SlowNetwork(cluster)
+    slowed = [cluster.node(i) for i in slow.start(random.Random(4))["nodes"]]
+    assert slowed and all("tbf" in qdiscs(cluster, n) for n in slowed)
+    slow.stop()
+    assert not any("tbf" in qdiscs(cluster, n) for n in slowed)

@@ -135,6 +135,7 @@ def short_run(url: str, out: Path) -> RunConfig:
         urls=[url],
         nemesis=[],
         time_limit_s=1.5,
+        recovery_s=0.5,
         out_dir=out,
         producers=3,
         consumers=2,
