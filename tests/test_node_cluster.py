@@ -347,3 +347,33 @@ async def test_deleting_a_topic_removes_its_replicas_everywhere_and_the_name_can
     await produce_anywhere(cluster, "gone", batch_of(b"new"))
     batches, _, _ = await leader_of(cluster, "gone").fetch("gone", 0, 0, 1 << 20, 0)
     assert values(batches) == [b"new"]
+
+
+async def test_concurrent_produce_requests_share_appends_and_fsyncs(tmp_path: Path) -> None:
+    broker = (await start_all(configs(tmp_path, 1)))[0]
+    try:
+        await broker.create_topic("busy", 1, 1, {})
+        await broker.produce("busy", 0, batch_of(b"warm"), "all")
+        before = broker.runtime.stats["fsyncs"]
+        offsets = await asyncio.gather(
+            *(broker.produce("busy", 0, batch_of(b"m%d" % i, b"n"), "all") for i in range(50))
+        )
+        assert broker.runtime.stats["fsyncs"] - before < 10
+        assert sorted(offsets) == list(range(offsets[0], offsets[0] + 100, 2))
+    finally:
+        await broker.stop()
+
+
+async def test_acks_leader_and_acks_none_writes_become_visible(tmp_path: Path) -> None:
+    broker = (await start_all(configs(tmp_path, 1)))[0]
+    try:
+        await broker.create_topic("acks", 1, 1, {})
+        assert await broker.produce("acks", 0, batch_of(b"none"), "none") == -1
+        offset = await broker.produce("acks", 0, batch_of(b"leader"), "leader")
+        await wait_for(
+            lambda: broker.partitions[next(iter(broker.partitions))].high_watermark > offset
+        )
+        batches, _, _ = await broker.fetch("acks", 0, 0, 1 << 20, 0)
+        assert values(batches) == [b"none", b"leader"]
+    finally:
+        await broker.stop()
