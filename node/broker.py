@@ -130,7 +130,7 @@ class Broker:
         except Exception:
             log.exception("cannot open the log of %s", group)
             return
-        if group not in self.meta.state.groups_of(self.node_id):
+        if self.meta.state.topics.get(topic.name) is not topic:  # deleted while opening
             await self.runtime.run_on_disk(storage.close)
             return
         commit = storage.hard_state.commit
