@@ -67,11 +67,6 @@ class SparseIndex:
             return None
         return self.keys[i - 1], self.values[i - 1]
 
-    def truncate_keys_from(self, key: int) -> None:
-        """Drop every entry whose key is >= `key`."""
-        i = bisect.bisect_left(self.keys, key)
-        del self.keys[i:], self.values[i:]
-
     def truncate_values_from(self, value: int) -> None:
         """Drop every entry whose value is >= `value` (values are non-decreasing too)."""
         i = bisect.bisect_left(self.values, value)

@@ -133,14 +133,11 @@ def write_atomically(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-_shared_files: FileCache | None = None
+_shared_files = FileCache()
 
 
 def shared_file_cache() -> FileCache:
     """The node-wide handle cache logs use unless given one."""
-    global _shared_files
-    if _shared_files is None:
-        _shared_files = FileCache()
     return _shared_files
 
 
