@@ -144,6 +144,15 @@ class Checker:
                 f"term {entry.term} (has term {log.term_at(entry.last_index)})",
             )
 
+    def on_leader_commit(self, node: int, term: int, commit: int, commit_term: int | None) -> None:
+        """A leader advanced its commit index: by counting replicas, so only to its own term."""
+        if commit_term != term:
+            raise InvariantViolation(
+                "previous-term entry committed by counting",
+                f"leader {node} of term {term} moved its commit to offset {commit} "
+                f"of term {commit_term}",
+            )
+
     # Applying
     def on_applied(self, node: int, applied: int, entry: Entry, node_term: int) -> None:
         """`node`, having applied up to `applied`, now applies `entry` as committed."""

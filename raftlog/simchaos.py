@@ -30,6 +30,8 @@ class Plan:
     action_every: int  # mean virtual time between chaos actions
     weights: dict[str, int] = field(default_factory=dict)
     max_down: int = 1
+    max_append_bytes: int = 1 << 20  # tiny values send one entry per APPEND
+    max_inflight: int = 64
 
 
 def make_plan(seed: int, nodes: int | None = None, steps: int | None = None) -> Plan:
@@ -72,6 +74,8 @@ def make_plan(seed: int, nodes: int | None = None, steps: int | None = None) -> 
         action_every=rng.choice((2, 5, 10, 30)),
         weights=weights,
         max_down=rng.choice((size - 1, (size - 1) // 2)) if size > 1 else 1,
+        max_append_bytes=rng.choice((1, 64, 1 << 20)),
+        max_inflight=rng.choice((1, 4, 64)),
     )
 
 
@@ -225,7 +229,12 @@ class SeedResult:
 def build(seed: int, nodes: int | None = None, steps: int | None = None, trace: int = 0):
     """The Simulation and Plan for one seed (without running it)."""
     plan = make_plan(seed, nodes, steps)
-    raft = RaftConfig(election_ticks=plan.election_ticks, heartbeat_ticks=plan.heartbeat_ticks)
+    raft = RaftConfig(
+        election_ticks=plan.election_ticks,
+        heartbeat_ticks=plan.heartbeat_ticks,
+        max_append_bytes=plan.max_append_bytes,
+        max_inflight=plan.max_inflight,
+    )
     sim = Simulation(
         seed,
         plan.nodes,

@@ -300,6 +300,8 @@ class Simulation:
         if role == "leader":
             checker.check_leader_complete(node_id, core.term, node.log)
         commit = core.commit_index
+        if role == "leader" and commit > node.last_commit:
+            checker.on_leader_commit(node_id, core.term, commit, node.log.term_at(commit))
         if commit < node.last_commit:
             raise InvariantViolation(
                 "commit index regressed", f"node {node_id}: {node.last_commit} -> {commit}"

@@ -155,3 +155,10 @@ def test_a_read_index_below_an_acknowledged_commit_is_flagged() -> None:
     checker.on_read_state(1, 1, b"r1")
     with pytest.raises(InvariantViolation, match="stale read"):
         checker.on_read_state(2, 0, b"r1")
+
+
+def test_a_leader_moving_its_commit_to_a_previous_term_entry_is_flagged() -> None:
+    checker = Checker()
+    checker.on_leader_commit(1, 4, 7, 4)
+    with pytest.raises(InvariantViolation, match="previous-term entry committed"):
+        checker.on_leader_commit(1, 4, 6, 2)

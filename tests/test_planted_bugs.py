@@ -1,0 +1,98 @@
+"""The simulator's checker is not vacuous: cores with known Raft bugs planted (by subclassing)
+fail within a bounded number of seeds, with the rule each bug breaks."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from raftline.raftlog import simcluster
+from raftline.raftlog.raft import RaftNode
+from raftline.raftlog.simchaos import run_seed
+from raftline.raftlog.types import HardState, Message, MessageType, Ready
+
+
+class CommitsPreviousTermByCounting(RaftNode):
+    """Figure 8 bug: the leader commits whatever a quorum holds, whatever its term."""
+
+    def _maybe_commit(self) -> None:
+        matches = sorted(
+            self._self_match
+            if v == self.node_id
+            else (pr.match if (pr := self._progress.get(v)) is not None else -1)
+            for v in self.voters
+        )
+        quorum_match = matches[(len(matches) - 1) // 2]
+        if quorum_match > self.commit_index:
+            self._commit_to(quorum_match)
+
+
+class VoteNotSynced(RaftNode):
+    """Term and vote are written but not fsynced before the vote reply leaves."""
+
+    def ready(self) -> Ready:
+        rd = super().ready()
+        rd.must_sync = bool(rd.entries) or rd.snapshot is not None
+        return rd
+
+
+class GrantsVoteBeforeSync(RaftNode):
+    """Its own candidacy is synced, but a vote granted to a peer leaves before the fsync."""
+
+    def ready(self) -> Ready:
+        rd = super().ready()
+        hard = rd.hard_state
+        if hard is not None and hard.vote not in (None, self.node_id) and not rd.entries:
+            rd.must_sync = False
+        return rd
+
+
+class VoteNotPersisted(RaftNode):
+    """The vote never reaches the hard state on disk."""
+
+    def ready(self) -> Ready:
+        rd = super().ready()
+        if rd.hard_state is not None:
+            rd.hard_state = HardState(rd.hard_state.term, None, rd.hard_state.commit)
+        return rd
+
+
+class IgnoresPreviousTerm(RaftNode):
+    """An APPEND is accepted when the follower holds the previous offset, whatever its term."""
+
+    def step(self, msg: Message) -> None:
+        if msg.type == MessageType.APPEND and msg.term >= self.term:
+            held = self.term_at(msg.log_index)
+            if held is not None:
+                msg = replace(msg, log_term=held)
+        super().step(msg)
+
+
+def first_failure(monkeypatch: pytest.MonkeyPatch, core: type[RaftNode], seeds: int) -> str:
+    monkeypatch.setattr(simcluster, "RaftNode", core)
+    for seed in range(seeds):
+        result = run_seed(seed)
+        if result.violation is not None:
+            return result.violation
+    raise AssertionError(f"{core.__name__} survived {seeds} seeds")
+
+
+@pytest.mark.parametrize(
+    ("core", "seeds", "rule"),
+    [
+        (CommitsPreviousTermByCounting, 100, "previous-term entry committed by counting"),
+        (VoteNotSynced, 5, "self-vote was durable"),
+        (GrantsVoteBeforeSync, 20, "vote sent before it was durable"),
+        (VoteNotPersisted, 5, "durable"),
+        (IgnoresPreviousTerm, 300, "log matching"),
+    ],
+)
+def test_the_simulator_finds_a_planted_bug(
+    monkeypatch: pytest.MonkeyPatch, core: type[RaftNode], seeds: int, rule: str
+) -> None:
+    assert rule in first_failure(monkeypatch, core, seeds)
+
+
+def test_the_unmodified_core_passes_the_same_seeds() -> None:
+    assert all(run_seed(seed).violation is None for seed in range(50))
