@@ -58,6 +58,12 @@ class OffsetOutOfRangeError(ValueError):
     """An offset below the log start offset or beyond the next offset."""
 
 
+class LogFailedError(Exception):
+    """An fsync failed. The kernel may have dropped the dirty pages, so a retried fsync
+    could succeed without the data: the log refuses all further writes and syncs until it
+    is reopened (recovery then validates what is really on disk)."""
+
+
 @dataclass(frozen=True, slots=True)
 class LogConfig:
     """Kafka's defaults (LogConfig.java) except fsync, which defaults to every append."""
@@ -168,6 +174,7 @@ class PartitionLog:
         self._syncing = False
         self._truncations = 0  # bumped by truncation: an fsync in flight then proves nothing
         self._unsynced_dirs: list[Path] = []  # new directory entries the next sync covers
+        self._failure: OSError | None = None  # a failed fsync: the log is unusable
         self._unsynced_bytes = 0
         self._last_sync_ms = clock()
         self.recovery = self._open()
@@ -213,6 +220,7 @@ class PartitionLog:
         if not batches:
             raise ValueError("nothing to append")
         with self._lock:
+            self._check_not_failed()
             first = self.next_offset
             if base_offset is not None and base_offset != first:
                 raise ValueError(f"append at offset {base_offset}, but the next offset is {first}")
@@ -287,6 +295,7 @@ class PartitionLog:
             target = self.next_offset
             truncations = self._truncations
             while self._durable < target and truncations == self._truncations:
+                self._check_not_failed()
                 if self._syncing:
                     self._synced.wait()
                     continue
@@ -299,6 +308,9 @@ class PartitionLog:
                     segment.sync()
                     for directory in dirs:
                         fsync_dir(directory)
+                except OSError as exc:
+                    self._failure = exc
+                    raise LogFailedError(f"fsync of {segment.path} failed: {exc}") from exc
                 finally:
                     self._lock.acquire()
                     self._syncing = False
@@ -307,6 +319,10 @@ class PartitionLog:
                     self._durable = max(self._durable, covered)
                     self._last_sync_ms = self.clock()
             return self._durable
+
+    def _check_not_failed(self) -> None:
+        if self._failure is not None:
+            raise LogFailedError(f"{self.directory}: an earlier fsync failed: {self._failure}")
 
     def maybe_sync(self) -> None:
         """Fsync if the "interval" policy says it is due; the owner calls this periodically."""

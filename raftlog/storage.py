@@ -119,6 +119,11 @@ class RaftStorage:
     and term (partitionLeaderEpoch); NOOP and CONFIG become control batches of Raftline's
     control types whose record value is the entry's data; CONTROL entries must already be
     control batches (transaction markers) and are stored like DATA.
+
+    Recent entries are served from a cache holding the core's own Entry objects: an
+    immutable DATA payload is not copied to stamp it, so a cached entry's batch header may
+    still show the producer's base offset and epoch; Entry.index and Entry.term are
+    authoritative (followers stamp again on append).
     """
 
     def __init__(

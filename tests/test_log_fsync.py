@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from raftline.raftlog.log import LogConfig, PartitionLog
+from raftline.raftlog.log import LogConfig, LogFailedError, PartitionLog
 from raftline.raftlog.records import Record, build_batch
 
 BATCH = build_batch([Record(value=b"x" * 100)], timestamp=0)
@@ -151,3 +151,24 @@ def test_truncation_pulls_the_durable_offset_back(tmp_path: Path) -> None:
     assert log.durable_offset == 2
     log.append(BATCH, term=2)
     assert log.durable_offset == 3
+
+
+def test_a_failed_fsync_makes_the_log_refuse_writes_until_reopened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = PartitionLog(tmp_path, LogConfig(fsync="always"))
+    log.append(BATCH, term=1)
+
+    def eio(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", eio)
+    with pytest.raises(LogFailedError):
+        log.append(BATCH, term=1)
+    monkeypatch.undo()  # the disk "works" again, but the lost pages cannot be trusted
+    with pytest.raises(LogFailedError):
+        log.sync()
+    with pytest.raises(LogFailedError):
+        log.append(BATCH, term=1)
+    assert log.durable_offset == 1
+    assert PartitionLog(tmp_path, LogConfig(fsync="always")).next_offset == 2
