@@ -228,9 +228,7 @@ class Broker:
                 self._transfer(group, preferred)
             else:
                 with contextlib.suppress(RemoteError):
-                    await self.runtime.transport.call(
-                        current, "transfer", [group, preferred], BARRIER_S
-                    )
+                    await self.runtime.transport.call(current, "transfer", [group, preferred], 1.0)
 
     def _transfer(self, group: str, to: int) -> None:
         if group in self.runtime.groups and self.runtime.groups[group].role == "leader":
