@@ -314,16 +314,35 @@ def read_partition(node: Node, topic: str, partition: int, wait_ms: int = 0) -> 
 
 def replica_values(node: Node, topic: str, partition: int) -> list[str]:
     """Values of the data records in one node's copy of a partition, read from its segment
-    files (the node should be stopped). The tail may hold entries that never committed."""
-    from raftline.raftlog.records import iter_batches
+    files. The tail may hold entries that never committed; on a running node a batch still
+    being written ends the read."""
+    from raftline.raftlog.batch import CorruptBatchError, batch_size_at
+    from raftline.raftlog.records import decode_batch
 
     [directory] = (node.data_dir / "partitions").glob(f"{topic}~*~{partition}")
     values: list[str] = []
     for segment in sorted(directory.glob("*.log")):
-        for decoded in iter_batches(segment.read_bytes()):
+        data = segment.read_bytes()
+        position = 0
+        while (size := batch_size_at(data, position)) is not None and size > 0:
+            try:
+                decoded = decode_batch(data[position : position + size])
+            except CorruptBatchError:
+                return values
             if not decoded.header.is_control:
                 values.extend((r.value or b"").decode() for r in decoded.records)
+            position += size
     return values
+
+
+def wait_for_replicas(cluster: Cluster, topic: str, partition: int, values: list[str]) -> None:
+    """Wait (bounded) until every node's copy holds `values`: followers catch up after acks."""
+    wanted = set(values)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if all(wanted <= set(replica_values(n, topic, partition)) for n in cluster.nodes):
+            return
+        time.sleep(0.2)
 
 
 def check_acked_once_in_order(acked_values: list[str], stored: list[str]) -> None:

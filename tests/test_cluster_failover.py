@@ -20,6 +20,7 @@ from cluster_harness import (
     read_partition,
     replica_values,
     running_cluster,
+    wait_for_replicas,
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
@@ -60,14 +61,9 @@ def _kill_produce_restart(cluster: Cluster, victim_id: int, topic: str) -> tuple
 def _check_every_replica(cluster: Cluster, topic: str, acked: list[str]) -> None:
     committed = [m["value"] for m in read_partition(cluster.nodes[0], topic, 0)]
     check_acked_once_in_order(acked, committed)
-    # Let followers catch up, then read every node's own copy from disk after a clean stop.
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        partition = cluster.describe(topic)["partitions"][0]
-        if sorted(partition["in_sync"]) == [1, 2, 3]:
-            break
-        time.sleep(0.2)
-    time.sleep(1.0)
+    # Followers may still be catching up: wait for them, then read each node's own copy from
+    # disk after a clean stop.
+    wait_for_replicas(cluster, topic, 0, acked)
     cluster.close()
     for node in cluster.nodes:
         check_acked_once_in_order(acked, replica_values(node, topic, 0))
