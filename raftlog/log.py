@@ -178,7 +178,8 @@ class PartitionLog:
         self._unsynced_bytes = 0
         self._last_sync_ms = clock()
         self.recovery = self._open()
-        logger.info("opened %s: %s", self.directory, self.recovery)
+        level = logging.DEBUG if self.recovery.clean else logging.WARNING
+        logger.log(level, "opened %s: %s", self.directory, self.recovery)
 
     # --- state -----------------------------------------------------------------------------
 
