@@ -294,3 +294,28 @@ def test_leader_probes_from_an_entry_boundary_when_hint_falls_inside_an_older_ba
     group.stabilize()
     stored = [(e.index, e.term, e.count) for e in group.logs[2].all_entries()]
     assert stored == [(0, 1, 1), (1, 1, 5), (6, 3, 1), (7, 4, 1)]
+
+
+FIGURE_7_LEADER = [1, 1, 1, 4, 4, 5, 5, 6, 6, 6]
+FIGURE_7_FOLLOWERS = {
+    "a": [1, 1, 1, 4, 4, 5, 5, 6, 6],
+    "b": [1, 1, 1, 4],
+    "c": [1, 1, 1, 4, 4, 5, 5, 6, 6, 6, 6],
+    "d": [1, 1, 1, 4, 4, 5, 5, 6, 6, 6, 7, 7],
+    "e": [1, 1, 1, 4, 4, 4, 4],
+    "f": [1, 1, 1, 2, 2, 2, 3, 3, 3, 3, 3],
+}
+
+
+@pytest.mark.parametrize("case", sorted(FIGURE_7_FOLLOWERS))
+def test_new_leader_brings_every_figure_7_follower_log_in_line(case: str) -> None:
+    group = Group()
+    leader_log = [Entry(i, t) for i, t in enumerate(FIGURE_7_LEADER)]
+    group.seed(1, leader_log, HardState(term=7))
+    group.seed(2, [Entry(i, t) for i, t in enumerate(FIGURE_7_FOLLOWERS[case])], HardState(term=7))
+    group.seed(3, leader_log, HardState(term=7))
+    group.elect(1)
+    group.tick(1)
+    group.stabilize()
+    assert [e.term for e in group.logs[2].all_entries()] == [*FIGURE_7_LEADER, 8]
+    assert group[2].commit_index == group[1].commit_index == len(FIGURE_7_LEADER)
