@@ -60,6 +60,7 @@ class ApiState:
         self.sticky: dict[str, itertools.count[int]] = {}
         self.background: set[asyncio.Task[None]] = set()
         self.requests: dict[tuple[str, str, int], int] = {}
+        self.seconds: dict[tuple[str, str], float] = {}  # time spent answering, per route
 
     async def topic_meta(self, topic: str) -> TopicMeta:
         """Partition count and limits of a topic. A stale entry is served while a background
@@ -212,6 +213,7 @@ async def error_middleware(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
     state = request.app[STATE_KEY]
+    started = time.monotonic()
     try:
         response = await handler(request)
     except ApiError as exc:
@@ -240,6 +242,8 @@ async def error_middleware(
     name = route.canonical if route is not None else "unmatched"
     key = (request.method, name, response.status)
     state.requests[key] = state.requests.get(key, 0) + 1
+    timed = (request.method, name)
+    state.seconds[timed] = state.seconds.get(timed, 0.0) + time.monotonic() - started
     return response
 
 
@@ -277,6 +281,15 @@ async def metrics(request: web.Request) -> web.Response:
         lines.append(
             f'raftline_http_requests_total{{method="{method}",route="{route}",'
             f'status="{status}"}} {count}'
+        )
+    lines += [
+        "# HELP raftline_http_request_seconds_total Time spent answering HTTP requests, by route.",
+        "# TYPE raftline_http_request_seconds_total counter",
+    ]
+    for (method, route), seconds in sorted(state.seconds.items()):
+        lines.append(
+            f'raftline_http_request_seconds_total{{method="{method}",route="{route}"}} '
+            f"{seconds:.6f}"
         )
     text = state.broker.metrics_text().rstrip("\n") + "\n" + "\n".join(lines) + "\n"
     return web.Response(text=text, content_type="text/plain", charset="utf-8")

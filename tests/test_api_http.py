@@ -415,6 +415,7 @@ async def test_metrics_are_prometheus_text_counting_requests(api: TestClient) ->
     text = await (await api.get("/metrics")).text()
     assert "# TYPE raftline_http_requests_total counter" in text
     assert 'route="/v1/topics",status="200"' in text
+    assert 'raftline_http_request_seconds_total{method="GET",route="/v1/topics"}' in text
 
 
 async def test_openapi_document_describes_every_route(api: TestClient) -> None:
