@@ -105,6 +105,8 @@ class ApiState:
         except BrokerError as exc:
             if exc.code == "unknown_topic":
                 self.topics.pop(topic, None)
+        except Exception:  # the next request retries; the cached limits stay meanwhile
+            log.debug("refreshing topic %s failed", topic, exc_info=True)
         finally:
             self.refreshing.discard(topic)
 
