@@ -7,7 +7,11 @@ or global randomness in here.
 Membership changes follow the Raft thesis (section 4.1): one voter added or removed at a time,
 in force as soon as its CONFIG entry is in a log; a new leader must commit an entry of its own
 term first, and only one change may be uncommitted. A removed leader keeps replicating without
-counting itself until the change commits, then steps down.
+counting itself until the change commits, then steps down and sends TIMEOUT_NOW to an up-to-date
+voter. A voter whose removal is appended but not yet committed may still campaign.
+
+Durability: every message in a Ready may depend on that Ready's entries and hard state, which
+the driver persists first; the leader counts its own entries toward commit only after advance().
 """
 
 from __future__ import annotations
