@@ -241,8 +241,8 @@ class PartitionLog:
         infos: list[BatchInfo] = []
         pending = 0
         total = 0
-        for data, term in batches:
-            length, last_delta, max_timestamp = _append_fields(data)
+        fields = [_append_fields(data) for data, _ in batches]  # all valid, or nothing written
+        for (data, term), (length, last_delta, max_timestamp) in zip(batches, fields, strict=True):
             size = length + LOG_OVERHEAD
             last_offset = offset + last_delta
             occupied = active.size + pending

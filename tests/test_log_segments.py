@@ -303,3 +303,11 @@ def test_retention_with_nothing_expired_keeps_everything(tmp_path: Path) -> None
     bases = log.segment_bases
     assert log.apply_retention(now_ms=2000) == 0
     assert log.segment_bases == bases
+
+
+def test_append_many_with_one_bad_batch_writes_none_of_them(tmp_path: Path) -> None:
+    log = small_log(tmp_path)
+    good = records(2)
+    with pytest.raises(batch.CorruptBatchError):
+        log.append_many([(good, 1)] * 20 + [(b"garbage" * 10, 1)])
+    assert (log.next_offset, log.size_bytes, log.segment_bases) == (0, 0, [0])
