@@ -53,6 +53,8 @@ from raftline.raftlog.types import (
 log = logging.getLogger(__name__)
 
 _HEARTBEATS = (MessageType.HEARTBEAT, MessageType.HEARTBEAT_RESP)
+ORPHANS_PER_GROUP = 16
+ORPHAN_GROUPS = 1024
 
 
 class GroupStopped(Exception):
@@ -153,6 +155,7 @@ class Runtime:
         self._active: set[str] = set()  # groups that receive ticks (not quiet)
         self._dirty: set[str] = set()
         self._notices: dict[int, list[list[Any]]] = defaultdict(list)
+        self._orphans: dict[str, list[Message]] = {}  # messages for groups not created yet
         self._wakeup = asyncio.Event()
         self._disk_idle = asyncio.Event()
         self._disk_idle.set()
@@ -210,6 +213,7 @@ class Runtime:
             applied=applied,
         )
         group = Group(name, core, storage, replica, applied=applied, term=core.term)
+        group.inbox.extend(self._orphans.pop(name, []))
         self.groups[name] = group
         self._active.add(name)
         self._touch(group)
@@ -310,8 +314,11 @@ class Runtime:
     def _on_raft(self, peer: int, messages: list[Message], notices: list[list[Any]]) -> None:
         for msg in messages:
             group = self.groups.get(msg.group)
-            if group is None or msg.dst != self.node_id or msg.src != peer:
+            if msg.dst != self.node_id or msg.src != peer:
                 self.stats["messages_dropped"] += 1
+                continue
+            if group is None:
+                self._hold_orphan(msg)
                 continue
             group.inbox.append(msg)
             if msg.type == MessageType.HEARTBEAT_RESP:
@@ -327,6 +334,18 @@ class Runtime:
                 self._dirty.add(group.name)
         self.stats["messages_received"] += len(messages)
         self._wakeup.set()
+
+    def _hold_orphan(self, msg: Message) -> None:
+        """Keep a few messages for a group this node has not created yet (its metadata lags the
+        leader's by a moment), so a new partition's first election need not time out."""
+        held = self._orphans.setdefault(msg.group, [])
+        if len(held) < ORPHANS_PER_GROUP:
+            held.append(msg)
+        else:
+            self.stats["messages_dropped"] += 1
+        while len(self._orphans) > ORPHAN_GROUPS:
+            dropped = self._orphans.pop(next(iter(self._orphans)))
+            self.stats["messages_dropped"] += len(dropped)
 
     def _on_link(self, peer: int, up: bool) -> None:
         for group in self.groups.values():
