@@ -421,24 +421,33 @@ class Simulation:
 
     def propose(self, node_id: int, data: bytes | None = None, count: int = 1) -> int | None:
         """Offer a payload to `node_id`; its base offset, or None if that node is not leader."""
+        payload = data if data is not None else self.next_payload()
+        offsets = self.propose_many(node_id, [payload], count)
+        return offsets[0] if offsets else None
+
+    def propose_many(self, node_id: int, payloads: list[bytes], count: int = 1) -> list[int]:
+        """Offer payloads in one go, as a runtime batching producers does, then run one Ready
+        cycle; their base offsets (fewer if the node stops leading part way)."""
         node = self.nodes[node_id]
         core = node.core
+        offsets: list[int] = []
         if core is None:
-            return None
-        payload = data if data is not None else self.next_payload()
-        self._note("propose", (node_id, payload, count))
-        offset: list[int] = []
+            return offsets
+        self._note("propose", (node_id, payloads[:3], len(payloads), count))
 
         def feed() -> None:
             # Registered before the Ready loop: a single voter commits within this very drive.
-            offset.append(core.propose(payload, count))
-            node.pending[offset[0]] = payload
+            for payload in payloads:
+                offset = core.propose(payload, count)
+                node.pending[offset] = payload
+                offsets.append(offset)
 
         try:
             self._drive(node, feed)
         except NotLeaderError:
-            return None
-        return offset[0]
+            if offsets:  # the earlier proposals were accepted: hand them to the core's Ready
+                self._drive(node, None)
+        return offsets
 
     def change_membership(
         self, node_id: int, voters: Iterable[int], learners: Iterable[int]
