@@ -10,7 +10,7 @@ import pytest
 from raftline.raftlog import simcluster
 from raftline.raftlog.raft import RaftNode
 from raftline.raftlog.simchaos import run_seed
-from raftline.raftlog.types import HardState, Message, MessageType, Ready
+from raftline.raftlog.types import HardState, Message, MessageType, ReadState, Ready
 
 
 class CommitsPreviousTermByCounting(RaftNode):
@@ -69,6 +69,32 @@ class IgnoresPreviousTerm(RaftNode):
         super().step(msg)
 
 
+class AcksBeforeSync(RaftNode):
+    """Appended entries are acknowledged without waiting for the fsync."""
+
+    def ready(self) -> Ready:
+        rd = super().ready()
+        hard = rd.hard_state
+        if rd.entries and (hard is None or (hard.term, hard.vote) == (self.term, self.vote)):
+            rd.must_sync = rd.snapshot is not None
+        return rd
+
+
+class ReadsLocalCommit(RaftNode):
+    """Read barriers are answered from the local commit index, without asking the leader."""
+
+    def read_index(self, context: bytes) -> None:
+        self._read_states.append(ReadState(self.commit_index, context))
+
+
+class NeverCampaigns(RaftNode):
+    """Election timeouts never fire (a stuck timer)."""
+
+    def tick(self) -> None:
+        if self.role == "leader":
+            super().tick()
+
+
 def first_failure(monkeypatch: pytest.MonkeyPatch, core: type[RaftNode], seeds: int) -> str:
     monkeypatch.setattr(simcluster, "RaftNode", core)
     for seed in range(seeds):
@@ -86,6 +112,9 @@ def first_failure(monkeypatch: pytest.MonkeyPatch, core: type[RaftNode], seeds: 
         (GrantsVoteBeforeSync, 20, "vote sent before it was durable"),
         (VoteNotPersisted, 5, "durable"),
         (IgnoresPreviousTerm, 300, "log matching"),
+        (AcksBeforeSync, 20, "append acknowledged before it was durable"),
+        (ReadsLocalCommit, 100, "stale read index"),
+        (NeverCampaigns, 5, "no progress after healing"),
     ],
 )
 def test_the_simulator_finds_a_planted_bug(
