@@ -124,6 +124,7 @@ class RaftNode:
         self._heartbeat_elapsed = 0
         self._randomized_timeout = 0
         self._votes: dict[int, bool] = {}
+        self._pre_vote_round = 0  # tells this pre-election's answers from delayed older ones
         self._progress: dict[int, Progress] = {}
         self._self_match = -1  # leader: last offset durable on its own disk
         self._transferee: int | None = None
@@ -367,10 +368,11 @@ class RaftNode:
         self.leader_id = None  # forget the leader, or our own lease check blocks peers
         self._reset_role_state()
         self._votes[self.node_id] = True
+        self._pre_vote_round += 1
         if self._count_votes()[0]:
             self._become_candidate(transfer=False)
             return
-        self._request_votes(MessageType.PRE_VOTE, self.term + 1, b"")
+        self._request_votes(MessageType.PRE_VOTE, self.term + 1, self._pre_vote_context())
 
     def _become_candidate(self, transfer: bool) -> None:
         self.term += 1
@@ -401,6 +403,9 @@ class RaftNode:
                     )
                 )
 
+    def _pre_vote_context(self) -> bytes:
+        return b"pre-vote %d" % self._pre_vote_round
+
     def _count_votes(self) -> tuple[bool, bool]:
         """(won, lost) among the current voters."""
         voters = self.voters
@@ -426,15 +431,21 @@ class RaftNode:
                 self.vote = msg.src
                 self._election_elapsed = 0
             # A granted pre-vote answers in the term it asked about.
-            self._msgs.append(Message(resp, self.node_id, msg.src, msg.term))
+            self._msgs.append(Message(resp, self.node_id, msg.src, msg.term, context=msg.context))
         else:
-            self._msgs.append(Message(resp, self.node_id, msg.src, self.term, reject=True))
+            self._msgs.append(
+                Message(resp, self.node_id, msg.src, self.term, reject=True, context=msg.context)
+            )
 
     def _on_vote_response(self, msg: Message) -> None:
         if msg.type == MessageType.PRE_VOTE_RESP:
             # Grants carry the term asked about; anything else answers another pre-election.
             expected = self.term if msg.reject else self.term + 1
-            if self.role != PRE_CANDIDATE or msg.term != expected:
+            if (
+                self.role != PRE_CANDIDATE
+                or msg.term != expected
+                or msg.context != self._pre_vote_context()
+            ):
                 return
         elif self.role != CANDIDATE:
             return

@@ -96,8 +96,10 @@ def test_voter_refuses_candidate_whose_last_term_is_older() -> None:
 def test_candidate_does_not_count_vote_from_stale_term() -> None:
     group = Group(config=NO_PREVOTE)
     group[1].campaign()  # term 1
+    group.process(1)
     group.take()
     group[1].campaign()  # term 2
+    group.process(1)
     group.take()
     group.deliver([Message(MessageType.VOTE_RESP, 2, 1, term=1)])
     assert group[1].role == "candidate"
@@ -108,6 +110,7 @@ def test_candidate_does_not_count_vote_from_stale_term() -> None:
 def test_candidate_steps_down_when_a_majority_refuses() -> None:
     group = Group(config=NO_PREVOTE)
     group[1].campaign()
+    group.process(1)
     group.take()
     group.deliver([Message(MessageType.VOTE_RESP, 2, 1, term=1, reject=True)])
     assert group[1].role == "candidate"
@@ -118,6 +121,7 @@ def test_candidate_steps_down_when_a_majority_refuses() -> None:
 def test_candidate_follows_same_term_leader() -> None:
     group = Group(config=NO_PREVOTE)
     group[2].campaign()  # term 1, never delivered
+    group.process(2)
     group.take()
     group.deliver([Message(MessageType.HEARTBEAT, 1, 2, term=1, commit=-1)])
     assert (group[2].role, group[2].leader_id, group[2].term) == ("follower", 1, 1)
@@ -216,11 +220,26 @@ def test_learner_never_campaigns() -> None:
 def test_pre_vote_grant_for_another_term_is_not_counted() -> None:
     group = Group()
     group[1].campaign()
-    group.take()
-    group.deliver([Message(MessageType.PRE_VOTE_RESP, 2, 1, term=5)])  # answers another round
+    group.process(1)
+    ask = group.take(MessageType.PRE_VOTE)[0]
+    group.deliver([Message(MessageType.PRE_VOTE_RESP, 2, 1, term=5, context=ask.context)])
     assert (group[1].role, group[1].term) == ("pre_candidate", 0)
-    group.deliver([Message(MessageType.PRE_VOTE_RESP, 2, 1, term=1)])
+    group.deliver([Message(MessageType.PRE_VOTE_RESP, 2, 1, term=1, context=ask.context)])
     assert (group[1].role, group[1].term) == ("candidate", 1)
+
+
+def test_delayed_grant_from_an_earlier_pre_election_is_not_counted() -> None:
+    group = Group()
+    group[1].campaign()
+    group.process(1)
+    group.deliver(group.take(MessageType.PRE_VOTE, src=1)[:1])
+    delayed = group.take(MessageType.PRE_VOTE_RESP)
+    assert delayed and not delayed[0].reject
+    group[1].campaign()  # a second pre-election for the same term
+    group.process(1)
+    group.take()
+    group.deliver(delayed)
+    assert group[1].role == "pre_candidate"
 
 
 def test_leader_ignores_higher_term_vote_while_its_lease_holds() -> None:
