@@ -5,6 +5,7 @@ ARG BASE=python:3.11-slim
 # Stage 1: wheels. Wheels already built on the host (build/wheels, from scripts/build-image.sh) are
 # used as they are; otherwise pip builds them here, which needs PyPI.
 FROM ${BASE} AS wheels
+LABEL org.opencontainers.image.title=raftline
 COPY . /src
 RUN set -eu; mkdir -p /wheels; \
     if ls /src/build/wheels/*.whl >/dev/null 2>&1; then \
@@ -16,6 +17,7 @@ RUN set -eu; mkdir -p /wheels; \
 # Stage 2: runtime. `python3 -m venv` works on both bases (python:3.11-slim ships python3 in
 # /usr/local/bin, a Debian base in /usr/bin), so nothing below names an interpreter path.
 FROM ${BASE}
+LABEL org.opencontainers.image.title=raftline
 RUN python3 -m venv /opt/raftline
 COPY --from=wheels /wheels /tmp/wheels
 RUN /opt/raftline/bin/pip install --no-cache-dir --no-index --find-links /tmp/wheels raftline \

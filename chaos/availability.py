@@ -52,14 +52,24 @@ def _share(ops: list[Completed]) -> dict[str, Any]:
     return {"ops": len(ops), "ok": ok, "ok_share": round(ok / len(ops), 4) if ops else None}
 
 
+def _key(op: Completed) -> Any:
+    return op.invoke.value.get("key") if isinstance(op.invoke.value, dict) else None
+
+
 def _recovery_s(window: FaultWindow, ops: list[Completed], fs: frozenset[str]) -> float | None:
-    """Seconds from the heal to the first success of an operation invoked after it."""
+    """Seconds from the heal until every key (partition) that had traffic had a success again,
+    counting only operations invoked after the heal; None if some key never recovered."""
     if window.end is None:
         return None
-    firsts = [
-        op.end for op in ops if op.invoke.f in fs and op.type == "ok" and op.start >= window.end
-    ]
-    return round((min(firsts) - window.end) / NS, 3) if firsts else None
+    relevant = [op for op in ops if op.invoke.f in fs]
+    first_ok: dict[Any, float] = {}
+    for op in relevant:
+        if op.type == "ok" and op.start >= window.end:
+            first_ok[_key(op)] = min(first_ok.get(_key(op), math.inf), op.end)
+    keys = {_key(op) for op in relevant}
+    if not keys or keys - set(first_ok):
+        return None
+    return round((max(first_ok.values()) - window.end) / NS, 3)
 
 
 def availability(

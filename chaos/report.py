@@ -48,11 +48,11 @@ def summary_text(result: dict[str, Any]) -> str:
         lines.append(f"availability {part}: {share['ok']}/{share['ops']} ok ({share['ok_share']})")
     for fault in avail["faults"]:
         lines.append(
-            f"  {fault['fault']}: {fault['start_s']}s..{fault['end_s']}s, "
+            f"  {fault['fault']}: {fault['start_s']}s..{fault['end_s'] or 'end'}s, "
             + (
-                "no success after it"
+                "not every partition recovered"
                 if fault["recovery_s"] is None
-                else f"first success {fault['recovery_s']}s after heal"
+                else f"every partition writable {fault['recovery_s']}s after heal"
             )
         )
     return "\n".join(lines) + "\n"

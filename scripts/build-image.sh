@@ -70,7 +70,10 @@ main() {
     build_wheels
     log "docker build $IMAGE (BASE=$BASE_IMAGE)"
     docker build --build-arg "BASE=$BASE_IMAGE" -t "$IMAGE" "$ROOT"
-    docker run --rm "$IMAGE" --help >/dev/null 2>&1 || true
+    # Untagged leftovers (the wheels stage, the image this build replaced) would pile up; prune
+    # removes only untagged images, and only ours carry this label.
+    docker image prune -f --filter label=org.opencontainers.image.title=raftline >/dev/null
+    docker run --rm "$IMAGE" serve --help >/dev/null || { log "image cannot run 'raftline serve --help'"; exit 1; }
     log "done: $IMAGE"
 }
 

@@ -12,9 +12,11 @@ def nemesis(f: str, at_s: float) -> list[Op]:
     return [Op(NEMESIS, "invoke", f, value, time=t), Op(NEMESIS, "ok", f, value, time=t)]
 
 
-def send(process: int, at_s: float, outcome: str, took_s: float = 0.1) -> list[Op]:
+def send(
+    process: int, at_s: float, outcome: str, took_s: float = 0.1, key: str = "t/0"
+) -> list[Op]:
     start, end = int(at_s * NS), int((at_s + took_s) * NS)
-    value = {"key": "t/0", "value": process}
+    value = {"key": key, "value": process}
     return [
         Op(process, "invoke", "send", value, time=start),
         Op(process, outcome, "send", value, time=end),
@@ -45,9 +47,30 @@ def test_success_share_is_split_by_fault_window() -> None:
     assert result["overall"]["ops"] == 5
 
 
-def test_recovery_time_runs_from_heal_to_first_success_invoked_after_it() -> None:
+def test_recovery_time_runs_from_heal_to_success_invoked_after_it() -> None:
     (fault,) = availability(faulty_run())["faults"]
     assert fault["recovery_s"] == 1.5
+
+
+def test_recovery_waits_for_the_slowest_partition() -> None:
+    ops = index_ops(
+        nemesis("start", 1.0)
+        + nemesis("stop", 2.0)
+        + send(1, 2.0, "ok", took_s=0.5, key="t/0")
+        + send(2, 2.0, "fail", key="t/1")
+        + send(2, 3.0, "ok", took_s=1.0, key="t/1")
+    )
+    assert availability(ops)["faults"][0]["recovery_s"] == 2.0
+
+
+def test_partition_without_success_after_heal_means_not_recovered() -> None:
+    ops = index_ops(
+        nemesis("start", 1.0)
+        + nemesis("stop", 2.0)
+        + send(1, 2.0, "ok", key="t/0")
+        + send(2, 2.0, "fail", key="t/1")
+    )
+    assert availability(ops)["faults"][0]["recovery_s"] is None
 
 
 def test_fault_never_healed_has_no_recovery_time() -> None:
