@@ -111,6 +111,7 @@ class RaftNode:
         snap = log.snapshot_meta()
         self._configs = self._load_configs(snap, Membership.of(voters, learners))
         self.applied = max(applied, snap.index)
+        self._handed_out = self.applied  # last committed offset given to the driver to apply
         self.commit_index = max(hard_state.commit, self.applied)
         if self.commit_index > self._log.last_index():
             raise ValueError(
@@ -273,7 +274,7 @@ class RaftNode:
             or self._log.unstable
             or self._log.pending_snapshot is not None
             or self._read_states
-            or self.commit_index > self.applied
+            or self.commit_index > self._handed_out
             or (self._needs_flush and self.role == LEADER)
             or self._hard_state_changed()
         )
@@ -762,7 +763,7 @@ class RaftNode:
             self._commit_to(snap.index)  # we hold the entries already: just fast-forward
         else:
             self._log.restore(snap)
-            self.commit_index = self.applied = snap.index
+            self.commit_index = self.applied = self._handed_out = snap.index
             member = Membership.of(snap.voters, snap.learners) if snap.voters else None
             self._configs.reset(snap.index, member or self._configs.current)
             self._on_membership_change()
@@ -871,9 +872,14 @@ class RaftNode:
         return hs.term != self.term or hs.vote != self.vote or hs.commit != self.commit_index
 
     def _committed_entries(self) -> list[Entry]:
-        if self.commit_index <= self.applied:
+        """Entries to apply next; never the same twice, even if ready() repeats before advance()."""
+        if self.commit_index <= self._handed_out:
             return []
-        return self._log.slice(self.applied + 1, self.commit_index, self.config.max_committed_bytes)
+        committed = self._log.slice(
+            self._handed_out + 1, self.commit_index, self.config.max_committed_bytes
+        )
+        self._handed_out = committed[-1].last_index
+        return committed
 
     def _load_configs(self, snap: SnapshotMeta, bootstrap: Membership) -> ConfigHistory:
         """Membership from the snapshot point (or bootstrap) plus CONFIG entries in the log."""

@@ -319,3 +319,17 @@ def test_new_leader_brings_every_figure_7_follower_log_in_line(case: str) -> Non
     group.stabilize()
     assert [e.term for e in group.logs[2].all_entries()] == [*FIGURE_7_LEADER, 8]
     assert group[2].commit_index == group[1].commit_index == len(FIGURE_7_LEADER)
+
+
+def test_committed_entries_are_handed_out_once_even_if_ready_repeats() -> None:
+    group = Group((1,))
+    leader = group.elect(1)
+    leader.propose(b"a")
+    group.process(1)
+    leader.propose(b"b")
+    rd = leader.ready()
+    group.logs[1].append(rd.entries)
+    leader.advance(rd)  # commits b
+    first, second = leader.ready(), leader.ready()
+    assert [e.data for e in first.committed] == [b"b"]
+    assert second.committed == []
