@@ -10,6 +10,7 @@ import random
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from raftline.raftlog.invariants import InvariantViolation
 from raftline.raftlog.raft import RaftConfig
@@ -62,6 +63,7 @@ def make_plan(seed: int, nodes: int | None = None, steps: int | None = None) -> 
         "transfer": rng.choice((0, 1, 2)),
         "compact": rng.choice((0, 1, 3)),
         "read": rng.choice((0, 1, 3)),
+        "pause": rng.choice((0, 1, 2)),
     }
     return Plan(
         nodes=size,
@@ -102,6 +104,7 @@ class Chaos:
             "transfer": self.transfer,
             "compact": self.compact,
             "read": self.read,
+            "pause": self.pause,
         }
         self._next()
 
@@ -148,10 +151,12 @@ class Chaos:
         return not node.alive and bool(node.bootstrap[0])
 
     def partition(self) -> None:
+        """Split the nodes into 2 or 3 random groups (sizes arbitrary, maybe one empty)."""
         nodes = sorted(self.sim.nodes)
         self.rng.shuffle(nodes)
-        cut = self.rng.randint(1, len(nodes))
-        self.sim.partition(nodes[:cut], nodes[cut:])
+        cuts = sorted(self.rng.randint(0, len(nodes)) for _ in range(self.rng.randint(1, 2)))
+        bounds = [0, *cuts, len(nodes)]
+        self.sim.partition(*(nodes[a:b] for a, b in pairwise(bounds)))
 
     def isolate(self) -> None:
         node = self._pick(sorted(self.sim.nodes))
@@ -208,6 +213,12 @@ class Chaos:
         node = self._pick(self.sim.live())
         if node is not None:
             self.sim.compact(node)
+
+    def pause(self) -> None:
+        node = self._pick(self.sim.live())
+        if node is not None:
+            timeout = 2 * self.plan.election_ticks * TICK
+            self.sim.pause(node, self.rng.randint(1, 3 * timeout))
 
     def read(self) -> None:
         node = self._pick(self.sim.live())

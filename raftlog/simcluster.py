@@ -55,6 +55,7 @@ class SimNode:
         "last_commit",
         "log",
         "node_id",
+        "paused_until",
         "pending",
         "tick_interval",
     )
@@ -71,6 +72,7 @@ class SimNode:
         self.bootstrap: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
         self.last_commit = -1
         self.pending: dict[int, bytes] = {}  # proposed base offset -> payload, until applied
+        self.paused_until = 0  # a stopped process (GC, SIGSTOP): no ticks, inputs wait
 
     @property
     def alive(self) -> bool:
@@ -149,6 +151,9 @@ class Simulation:
             node_id, incarnation = payload  # type: ignore[misc]
             node = self.nodes[node_id]
             if node.core is not None and node.incarnation == incarnation:
+                if node.paused_until > at:
+                    self._schedule(node.paused_until, _TICK, payload)
+                    return True
                 self._note("tick", node_id)
                 self._schedule(at + node.tick_interval, _TICK, payload)
                 self._drive(node, node.core.tick)
@@ -198,6 +203,7 @@ class Simulation:
         hard = log.hard_state
         self._check_restart(node)
         node.incarnation += 1
+        node.paused_until = 0
         node.applied = snap.index
         node.config = (snap.voters, snap.learners) if snap.voters else node.bootstrap
         node.last_commit = hard.commit
@@ -237,6 +243,12 @@ class Simulation:
         )
         node.core = None
         node.pending.clear()
+
+    def pause(self, node_id: int, duration: int) -> None:
+        """Freeze a live replica for `duration`: it neither ticks nor handles messages."""
+        node = self.nodes[node_id]
+        node.paused_until = max(node.paused_until, self.time + duration)
+        self._note("pause", (node_id, duration))
 
     def restart(self, node_id: int) -> None:
         self.crash(node_id)
@@ -386,6 +398,9 @@ class Simulation:
 
     def _deliver(self, msg: Message) -> None:
         node = self.nodes[msg.dst]
+        if node.paused_until > self.time and node.core is not None:
+            self._schedule(node.paused_until, _DELIVER, msg)  # it waits in the socket buffer
+            return
         delivered = node.core is not None and self.connected(msg.src, msg.dst)
         if delivered:
             self._note("deliver", msg)
@@ -429,7 +444,7 @@ class Simulation:
         """Offer payloads in one go, as a runtime batching producers does, then run one Ready
         cycle; their base offsets (fewer if the node stops leading part way)."""
         node = self.nodes[node_id]
-        core = node.core
+        core = self.running(node_id)
         offsets: list[int] = []
         if core is None:
             return offsets
@@ -453,7 +468,7 @@ class Simulation:
         self, node_id: int, voters: Iterable[int], learners: Iterable[int]
     ) -> bool:
         """Propose a configuration on `node_id`; False if it refuses (not leader, one pending)."""
-        core = self.nodes[node_id].core
+        core = self.running(node_id)
         if core is None:
             return False
         voters, learners = sorted(voters), sorted(learners)
@@ -466,18 +481,18 @@ class Simulation:
 
     def transfer(self, node_id: int, to: int) -> None:
         """Ask leader `node_id` to hand leadership to voter `to`."""
-        core = self.nodes[node_id].core
+        core = self.running(node_id)
         if core is not None:
             self._note("transfer", (node_id, to))
             self._drive(self.nodes[node_id], lambda: core.transfer_leadership(to))
 
     def read(self, node_id: int) -> bytes | None:
-        """Ask `node_id` for a read barrier (None if it knows no leader); the answer is checked
-        when it comes back."""
+        """Ask `node_id` for a read barrier (None if it is down, paused or knows no leader);
+        the answer is checked when it comes back."""
         context = b"r%d" % self.steps
-        core = self.nodes[node_id].core
+        core = self.running(node_id)
         if core is None:
-            raise ValueError(f"node {node_id} is down")
+            return None
         self.checker.on_read_request(context)
         self._note("read", (node_id, context))
         try:
@@ -489,7 +504,7 @@ class Simulation:
     def compact(self, node_id: int) -> SnapshotMeta | None:
         """Trim `node_id`'s log up to what it applied, as a runtime does after a snapshot."""
         node = self.nodes[node_id]
-        core = node.core
+        core = self.running(node_id)
         if core is None or node.applied <= node.log.snapshot_meta().index:
             return None
         voters, learners = node.config
@@ -499,6 +514,11 @@ class Simulation:
         return meta
 
     # ----------------------------------------------------------------- inspection
+    def running(self, node_id: int) -> RaftNode | None:
+        """The core of `node_id` if it is up and not paused (able to take a request now)."""
+        node = self.nodes[node_id]
+        return node.core if node.paused_until <= self.time else None
+
     def live(self) -> list[int]:
         return [n for n, node in self.nodes.items() if node.alive]
 
