@@ -41,6 +41,9 @@ logger = logging.getLogger(__name__)
 
 FsyncPolicy = Literal["always", "interval", "never"]
 LOG_START_FILE = "log-start-offset.checkpoint"
+# Written by close(): "<base offset> <size>" of the active segment, all of it fsynced with its
+# indexes written. Opening trusts a matching segment instead of CRC-scanning all of it.
+CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 _DAY_MS = 24 * 3600 * 1000
 # The header fields an append needs: batchLength, magic, lastOffsetDelta, maxTimestamp,
 # recordsCount. One unpack instead of a full BatchHeader keeps the per-batch cost small.
@@ -492,17 +495,47 @@ class PartitionLog:
         return self.drop_prefix(self.retention_point(now_ms))
 
     def close(self) -> None:
-        """Persist the active segment's indexes, fsync unless the policy is "never",
-        and release file handles."""
+        """Shut down cleanly: fsync (whatever the policy), write the active segment's
+        indexes, leave the clean-shutdown marker and release file handles."""
+        self.sync()
         with self._lock:
             segments = list(self._segments)
-        if self.config.fsync != "never":
-            self.sync()
-        segments[-1].write_indexes()
+            active = segments[-1]
+            active.write_indexes()
+            marker = b"%d %d\n" % (active.base_offset, active.size)
+            write_atomically(self.directory / CLEAN_SHUTDOWN_FILE, marker)
         for segment in segments:
             self.files.forget(segment.path)
 
     # --- recovery ----------------------------------------------------------------------------
+
+    def _take_clean_shutdown_marker(self) -> tuple[int, int] | None:
+        """Read and remove the marker close() left: (active segment base, size)."""
+        marker = self.directory / CLEAN_SHUTDOWN_FILE
+        try:
+            text = marker.read_text()
+        except FileNotFoundError:
+            return None
+        marker.unlink()
+        # The removal must be durable before anything appended from now on: the next sync.
+        self._unsynced_dirs.append(self.directory)
+        try:
+            base, size = (int(field) for field in text.split())
+        except ValueError:
+            return None
+        return base, size
+
+    @staticmethod
+    def _load_clean(segment: Segment, report: RecoveryReport) -> bool:
+        """Load the active segment of a cleanly closed log like a sealed one; False if its
+        data turns out damaged (then it is recovered like after a crash)."""
+        try:
+            if segment.load_sealed():
+                report.rebuilt_indexes.append(segment.index_path.name)
+            segment.check_last_batch()
+        except CorruptBatchError:
+            return False
+        return True
 
     def _open(self) -> RecoveryReport:
         if not self.directory.exists():
@@ -512,6 +545,7 @@ class PartitionLog:
         start_file = self.directory / LOG_START_FILE
         if start_file.exists():
             self._log_start = int(start_file.read_text().strip() or 0)
+        clean = self._take_clean_shutdown_marker()
         bases = sorted(int(p.stem) for p in self.directory.glob("*.log") if p.stem.isdigit())
         # A crash during a prefix drop can leave segments wholly below the log start.
         while len(bases) > 1 and bases[1] <= self._log_start:
@@ -528,7 +562,10 @@ class PartitionLog:
                         report.rebuilt_indexes.append(segment.index_path.name)
                 except CorruptBatchError as exc:
                     raise CorruptLogError(f"{segment.path}: {exc}") from exc
-            else:
+            elif clean != (base, segment.path.stat().st_size) or not self._load_clean(
+                segment, report
+            ):
+                clean = None
                 cut, reason = segment.recover_tail()
                 report.truncated_bytes, report.truncated_reason = cut, reason
                 if cut:
@@ -552,8 +589,8 @@ class PartitionLog:
             # Made durable by the first sync: until data is synced nothing depends on it.
             self._unsynced_dirs.append(self.directory)
         self._log_start = max(self._log_start, self._bases[0])
-        if self._segments[-1].size:
-            self._segments[-1].sync()  # whatever survived is durable from here on
+        if self._segments[-1].size and clean is None:
+            self._segments[-1].sync()  # whatever survived the crash is durable from here on
         self._durable = self.next_offset
         report.segments = len(self._segments)
         report.log_start_offset = self._log_start

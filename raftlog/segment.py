@@ -386,6 +386,15 @@ class Segment:
             self.write_indexes()
         return rebuilt
 
+    def check_last_batch(self) -> None:
+        """CRC-check the last batch (where a crash would have left damage)."""
+        if self.size == 0:
+            return
+        position, header = self.locate(self.next_offset - 1)
+        if header is None:
+            raise CorruptBatchError(f"{self.path.name}: last batch not found")
+        check_crc(self.read(position, position + header.size), header)
+
     def _load_indexes(self, fd: int) -> None:
         offsets = SparseIndex.load(OFFSET_ENTRY, self.index_path)
         times = SparseIndex.load(TIME_ENTRY, self.timeindex_path)

@@ -14,6 +14,7 @@ from pathlib import Path
 from raftline.raftlog import batch
 from raftline.raftlog.log import LogConfig, PartitionLog
 from raftline.raftlog.records import iter_batches
+from raftline.raftlog.segment import FileCache
 
 # Two threads append with fsync="always" and print "<base offset> <value>" once the append
 # (and so its fsync) returned.
@@ -71,8 +72,11 @@ def run_writer_until_killed(directory: Path, round_: int, rng: random.Random) ->
 
 
 def stored_batches(directory: Path) -> dict[int, bytes]:
-    """Base offset -> first record value of every stored batch, CRC-checked, contiguous."""
-    log = PartitionLog(directory, CONFIG)
+    """Base offset -> first record value of every stored batch, CRC-checked, contiguous.
+
+    The log is opened and dropped without a clean close, as by a crashed process."""
+    files = FileCache()
+    log = PartitionLog(directory, CONFIG, files)
     assert log.recovery.rebuilt_indexes == []
     out: dict[int, bytes] = {}
     offset = log.log_start_offset
@@ -82,7 +86,7 @@ def stored_batches(directory: Path) -> dict[int, bytes]:
             assert decoded.header.base_offset == offset
             out[offset] = decoded.records[0].value or b""
             offset = decoded.header.last_offset + 1
-    log.close()
+    files.close_all()
     return out
 
 

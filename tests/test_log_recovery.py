@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from raftline.raftlog import batch
+from raftline.raftlog import batch, segment
 from raftline.raftlog.index import OFFSET_ENTRY
 from raftline.raftlog.log import LOG_START_FILE, CorruptLogError, LogConfig, PartitionLog
 from raftline.raftlog.records import Record, build_batch
+from raftline.raftlog.segment import FileCache
 
 CONFIG = LogConfig(segment_bytes=1000, index_interval_bytes=150, fsync="never")
 
@@ -20,10 +21,15 @@ def records(n: int, tag: str = "v") -> bytes:
 
 
 def filled_log(directory: Path, batches: int = 40) -> PartitionLog:
-    log = PartitionLog(directory, CONFIG)
+    log = PartitionLog(directory, CONFIG, FileCache())
     for i in range(batches):
         log.append(records(2, tag=f"b{i}-"), term=1)
     return log
+
+
+def crash(log: PartitionLog) -> None:
+    """Drop the log the way a killed process does: no clean shutdown, handles just closed."""
+    log.files.close_all()
 
 
 def seg(directory: Path, base: int, suffix: str = ".log") -> Path:
@@ -44,7 +50,7 @@ def test_clean_close_reopens_with_a_clean_report(tmp_path: Path) -> None:
 def test_torn_last_batch_is_cut_and_earlier_batches_survive(tmp_path: Path) -> None:
     log = filled_log(tmp_path)
     last = seg(tmp_path, log.segment_bases[-1])
-    log.close()
+    crash(log)
     size = last.stat().st_size
     torn_at = last_batch_position(last)
     os.truncate(last, size - 5)
@@ -58,7 +64,7 @@ def test_torn_last_batch_is_cut_and_earlier_batches_survive(tmp_path: Path) -> N
 def test_bit_flip_in_the_tail_fails_the_crc_and_the_batch_is_cut(tmp_path: Path) -> None:
     log = filled_log(tmp_path)
     last = seg(tmp_path, log.segment_bases[-1])
-    log.close()
+    crash(log)
     data = bytearray(last.read_bytes())
     data[-3] ^= 0x10  # inside the last record's value
     last.write_bytes(data)
@@ -75,7 +81,7 @@ def last_batch_position_of(data: bytes | bytearray) -> int:
 def test_zeroed_garbage_after_the_last_batch_is_cut(tmp_path: Path) -> None:
     log = filled_log(tmp_path)
     last = seg(tmp_path, log.segment_bases[-1])
-    log.close()
+    crash(log)
     size = last.stat().st_size
     with last.open("ab") as f:
         f.write(bytes(4096))
@@ -89,7 +95,7 @@ def test_corrupt_batch_in_the_middle_of_the_last_segment_cuts_from_there(tmp_pat
     log = filled_log(tmp_path)
     base = log.segment_bases[-1]
     last = seg(tmp_path, base)
-    log.close()
+    crash(log)
     data = bytearray(last.read_bytes())
     positions = [pos for pos, _ in batch.iter_headers(bytes(data))]
     assert len(positions) >= 3
@@ -102,7 +108,7 @@ def test_corrupt_batch_in_the_middle_of_the_last_segment_cuts_from_there(tmp_pat
 
 def test_batch_with_an_unexpected_base_offset_is_cut(tmp_path: Path) -> None:
     log = filled_log(tmp_path, batches=3)
-    log.close()
+    crash(log)
     path = seg(tmp_path, 0)
     stray = bytearray(records(1))
     batch.stamp(stray, 99, 1)  # a valid batch, but not the offset that follows
@@ -117,7 +123,7 @@ def test_batch_with_an_unexpected_base_offset_is_cut(tmp_path: Path) -> None:
 def test_damaged_index_of_a_sealed_segment_is_rebuilt(tmp_path: Path, damage: str) -> None:
     log = filled_log(tmp_path)
     base = log.segment_bases[0]
-    log.close()
+    crash(log)
     index = seg(tmp_path, base, ".index")
     original = index.read_bytes()
     assert len(original) >= 16
@@ -140,7 +146,7 @@ def test_damaged_index_of_a_sealed_segment_is_rebuilt(tmp_path: Path, damage: st
 def test_corruption_inside_an_older_segment_is_an_error_not_a_silent_cut(tmp_path: Path) -> None:
     log = filled_log(tmp_path)
     base = log.segment_bases[0]
-    log.close()
+    crash(log)
     path = seg(tmp_path, base)
     data = bytearray(path.read_bytes())
     data[200:212] = b"\xee" * 12
@@ -153,7 +159,7 @@ def test_corruption_inside_an_older_segment_is_an_error_not_a_silent_cut(tmp_pat
 def test_truncated_older_segment_is_an_error(tmp_path: Path) -> None:
     log = filled_log(tmp_path)
     base = log.segment_bases[0]
-    log.close()
+    crash(log)
     path = seg(tmp_path, base)
     os.truncate(path, path.stat().st_size - 7)
     with pytest.raises(CorruptLogError):
@@ -163,7 +169,7 @@ def test_truncated_older_segment_is_an_error(tmp_path: Path) -> None:
 def test_missing_middle_segment_is_an_error(tmp_path: Path) -> None:
     log = filled_log(tmp_path)
     middle = log.segment_bases[1]
-    log.close()
+    crash(log)
     seg(tmp_path, middle).unlink()
     with pytest.raises(CorruptLogError, match="previous segment ends"):
         PartitionLog(tmp_path, CONFIG)
@@ -172,7 +178,7 @@ def test_missing_middle_segment_is_an_error(tmp_path: Path) -> None:
 def test_segments_left_below_the_log_start_by_a_crash_are_removed(tmp_path: Path) -> None:
     log = filled_log(tmp_path)
     bases = log.segment_bases
-    log.close()
+    crash(log)
     # The checkpoint was written but the crash came before the old segments were deleted.
     (tmp_path / LOG_START_FILE).write_text(f"{bases[2]}\n")
     reopened = PartitionLog(tmp_path, CONFIG)
@@ -185,3 +191,59 @@ def test_recovered_tail_is_durable_after_open(tmp_path: Path) -> None:
     filled_log(tmp_path, batches=5)  # never closed, never synced
     reopened = PartitionLog(tmp_path, CONFIG)
     assert reopened.durable_offset == reopened.next_offset == 10
+
+
+def count_crc_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = segment.check_crc
+
+    def counting(*args: object) -> None:
+        calls.append(1)
+        real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(segment, "check_crc", counting)
+    return calls
+
+
+def test_after_a_clean_close_open_checks_only_the_last_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    filled_log(tmp_path).close()
+    calls = count_crc_checks(monkeypatch)
+    assert PartitionLog(tmp_path, CONFIG).next_offset == 80
+    assert len(calls) == 1
+
+
+def test_after_a_crash_open_crc_checks_the_whole_last_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = filled_log(tmp_path)
+    batches_in_last = (log.next_offset - log.segment_bases[-1]) // 2
+    crash(log)
+    calls = count_crc_checks(monkeypatch)
+    PartitionLog(tmp_path, CONFIG)
+    assert len(calls) == batches_in_last > 1
+
+
+def test_damaged_last_batch_after_a_clean_close_is_still_cut(tmp_path: Path) -> None:
+    log = filled_log(tmp_path)
+    last = seg(tmp_path, log.segment_bases[-1])
+    log.close()
+    data = bytearray(last.read_bytes())
+    data[-3] ^= 0x10
+    last.write_bytes(data)
+    reopened = PartitionLog(tmp_path, CONFIG)
+    assert "CRC" in (reopened.recovery.truncated_reason or "")
+    assert reopened.next_offset == 78
+
+
+def test_clean_shutdown_marker_is_used_once(tmp_path: Path) -> None:
+    filled_log(tmp_path).close()
+    log = PartitionLog(tmp_path, CONFIG, FileCache())
+    log.append(records(2), term=2)
+    last = seg(tmp_path, log.segment_bases[-1])
+    crash(log)
+    os.truncate(last, last.stat().st_size - 4)  # the crash tore the new batch
+    reopened = PartitionLog(tmp_path, CONFIG)
+    assert reopened.recovery.truncated_bytes > 0
+    assert reopened.next_offset == 80
