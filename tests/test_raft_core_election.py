@@ -247,3 +247,13 @@ def test_leader_ignores_higher_term_vote_while_its_lease_holds() -> None:
     leader = group.elect(1)
     group.deliver([Message(MessageType.VOTE, 3, 1, term=7, log_index=9, log_term=1)])
     assert (leader.role, leader.term) == ("leader", 1)
+
+
+def test_learner_contact_does_not_keep_a_leader_in_office() -> None:
+    group = Group((1, 2, 3, 4), learners=(4,))
+    leader = group.elect(1)
+    group.isolated = {2, 3}
+    for _ in range(2 * group.config.election_ticks):
+        group.tick(1)
+        group.stabilize()  # the learner keeps answering heartbeats
+    assert leader.role == "follower"
