@@ -67,7 +67,7 @@ def make_plan(seed: int, nodes: int | None = None, steps: int | None = None) -> 
     }
     return Plan(
         nodes=size,
-        steps=steps if steps is not None else rng.randint(200, 800),
+        steps=steps if steps is not None else rng.randint(150, 600),
         net=net,
         tick_intervals=intervals,
         election_ticks=rng.choice((5, 8, 10)),

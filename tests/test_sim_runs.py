@@ -4,7 +4,7 @@ command line summarises, exits non-zero on a violation and prints how to replay 
 from __future__ import annotations
 
 import pytest
-from test_planted_bugs import IgnoresPreviousTerm
+from test_planted_bugs import AcksBeforeSync
 
 from raftline.raftlog import sim, simcluster
 from raftline.raftlog.simchaos import make_plan, run_seed
@@ -51,10 +51,10 @@ def test_cli_prints_a_summary_and_exits_zero(capsys: pytest.CaptureFixture[str])
 def test_cli_exits_non_zero_with_the_seed_and_a_trace_on_a_violation(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(simcluster, "RaftNode", IgnoresPreviousTerm)
-    assert sim.main(["--seeds", "80", "--quiet"]) == 1
+    monkeypatch.setattr(simcluster, "RaftNode", AcksBeforeSync)
+    assert sim.main(["--seeds", "3", "--quiet"]) == 1
     out = capsys.readouterr().out
-    assert "log matching" in out
+    assert "append acknowledged before it was durable" in out
     assert "replay: python -m raftline.raftlog.sim --seeds 1 --start" in out
     assert "deliver APPEND" in out  # the trace of the last steps
 
