@@ -69,12 +69,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     totals = Counter[str]()
     failures: list[SeedResult] = []
+    slowest_recovery = 0.0
     for done, result in enumerate(
         _results(args.start, args.seeds, args.nodes, args.steps, args.jobs), 1
     ):
         totals["steps"] += result.steps
         totals["elections"] += result.elections
         totals["commits"] += result.commits
+        slowest_recovery = max(slowest_recovery, result.recovery)
         if result.violation is not None:
             failures.append(result)
         if not args.quiet and (done % 20 == 0 or done == args.seeds):
@@ -85,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"seeds {args.seeds} (from {args.start})  steps {totals['steps']}  "
         f"elections {totals['elections']}  commits {totals['commits']}  "
-        f"violations {len(failures)}  in {elapsed:.1f}s"
+        f"violations {len(failures)}  in {elapsed:.1f}s  "
+        f"(slowest recovery after healing: {slowest_recovery:.1f} election timeouts)"
     )
     for failure in failures[:5]:
         nodes_flag = f" --nodes {args.nodes}" if args.nodes is not None else ""

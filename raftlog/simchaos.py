@@ -235,6 +235,7 @@ class SeedResult:
     commits: int
     violation: str | None = None
     trace: list[str] = field(default_factory=list)
+    recovery: float = 0.0  # election timeouts from healing to a committed proposal
 
 
 def build(seed: int, nodes: int | None = None, steps: int | None = None, trace: int = 0):
@@ -259,17 +260,19 @@ def build(seed: int, nodes: int | None = None, steps: int | None = None, trace: 
     return sim, plan
 
 
-def settle(sim: Simulation, plan: Plan) -> None:
+def settle(sim: Simulation, plan: Plan) -> float:
     """Liveness: heal everything, restart every member; a leader must commit a new proposal
-    within a bounded time."""
+    within a bounded time. Returns the time it took, in election timeouts."""
     sim.heal()
     sim.net = RELIABLE
     for node_id, node in sim.nodes.items():
         if not node.alive and node.bootstrap[0]:
             sim.start(node_id)
     slowest = max(node.tick_interval for node in sim.nodes.values())
-    budget = 30 * 2 * plan.election_ticks * slowest
-    deadline = sim.time + budget
+    timeout = plan.election_ticks * slowest
+    budget = 20 * timeout
+    healed = sim.time
+    deadline = healed + budget
     while sim.time < deadline:
         if not sim.run_until(lambda: sim.leader() is not None, deadline - sim.time):
             break
@@ -282,7 +285,7 @@ def settle(sim: Simulation, plan: Plan) -> None:
         # Leadership may move (a transfer in flight); then try again on the new leader.
         sim.run_until(_committed_or_deposed(sim, payload, leader), 40 * slowest)
         if payload in sim.acked:
-            return
+            return (sim.time - healed) / timeout
     raise InvariantViolation(
         "no progress after healing",
         f"no leader committed a proposal within {budget} time units "
@@ -325,7 +328,7 @@ def run_seed(
         chaos = Chaos(sim, plan)
         sim.run_steps(plan.steps)
         chaos.running = False
-        settle(sim, plan)
+        recovery = settle(sim, plan)
         check_final(sim)
     except Exception as exc:  # a violation, or a harness bug: either way report the seed
         detail = str(exc) if isinstance(exc, InvariantViolation) else traceback.format_exc()
@@ -339,5 +342,10 @@ def run_seed(
             sim.trace(),
         )
     return SeedResult(
-        seed, plan.nodes, sim.steps, len(sim.checker.leaders), len(sim.checker.committed)
+        seed,
+        plan.nodes,
+        sim.steps,
+        len(sim.checker.leaders),
+        len(sim.checker.committed),
+        recovery=recovery,
     )
