@@ -100,9 +100,11 @@ class ConsumerProcess:
         )
         self.received = 0
         self.result: dict[str, Any] | None = None
+        self.started = False
 
     async def start(self) -> None:
         self.process.start()
+        self.started = True
         if not await self._until(lambda kind: kind == "ready", READY_TIMEOUT_S):
             error = (self.result or {}).get("first_error") or f"exit code {self.process.exitcode}"
             raise RuntimeError(f"consumer process did not subscribe: {error}")
@@ -116,6 +118,8 @@ class ConsumerProcess:
 
     async def stop(self) -> dict[str, Any]:
         """Stop the child and return its tally (received counts, errors, e2e histogram)."""
+        if not self.started:
+            raise RuntimeError("consumer process never started")
         if self.result is None and self.process.is_alive():
             self.conn.send(("stop",))
             await self._until(lambda _: self.result is not None, RESULT_TIMEOUT_S)
