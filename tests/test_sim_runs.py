@@ -62,3 +62,8 @@ def test_cli_exits_non_zero_with_the_seed_and_a_trace_on_a_violation(
 def test_cli_refuses_nonsense_arguments() -> None:
     with pytest.raises(SystemExit):
         sim.main(["--seeds", "0"])
+
+
+def test_cli_spreads_seeds_over_worker_processes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert sim.main(["--seeds", "8", "--start", "40", "--jobs", "2", "--quiet"]) == 0
+    assert "seeds 8 (from 40)" in capsys.readouterr().out
