@@ -82,7 +82,9 @@ class SimNode:
 class Simulation:
     """A cluster of RaftNodes driven exactly like a runtime drives them, on virtual time.
 
-    Every random choice comes from random.Random(seed), split into independent streams.
+    Each Ready is handled in order: install the snapshot, append entries, save the hard
+    state, fsync if must_sync, send messages, apply committed entries, deliver read states,
+    advance. Every random choice comes from random.Random(seed), split into independent streams.
     The checker runs on every persisted write, sent vote and applied entry, and on each
     touched node after every step; a broken rule raises InvariantViolation at once.
     """
