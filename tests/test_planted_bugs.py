@@ -69,6 +69,15 @@ class IgnoresPreviousTerm(RaftNode):
         super().step(msg)
 
 
+class VotesForStaleLogs(RaftNode):
+    """Votes are granted without the candidate's-log-is-up-to-date check."""
+
+    def step(self, msg: Message) -> None:
+        if msg.type in (MessageType.VOTE, MessageType.PRE_VOTE):
+            msg = replace(msg, log_index=1 << 40, log_term=1 << 30)
+        super().step(msg)
+
+
 class AcksBeforeSync(RaftNode):
     """Appended entries are acknowledged without waiting for the fsync."""
 
@@ -112,6 +121,7 @@ def first_failure(monkeypatch: pytest.MonkeyPatch, core: type[RaftNode], seeds: 
         (GrantsVoteBeforeSync, 20, "vote sent before it was durable"),
         (VoteNotPersisted, 5, "durable"),
         (IgnoresPreviousTerm, 300, "log matching"),
+        (VotesForStaleLogs, 150, "leader completeness"),
         (AcksBeforeSync, 20, "append acknowledged before it was durable"),
         (ReadsLocalCommit, 100, "stale read index"),
         (NeverCampaigns, 5, "no progress after healing"),
