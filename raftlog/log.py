@@ -282,9 +282,13 @@ class PartitionLog:
             self.config.index_interval_bytes,
             self.clock(),
         )
-        fsync_dir(self.directory)
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
+        # A truncation back to the log start can leave sealed segments holding nothing readable.
+        while len(self._segments) > 1 and self._segments[0].next_offset <= self._log_start:
+            self._segments.pop(0).delete()
+            self._bases.pop(0)
+        fsync_dir(self.directory)
         return segment
 
     # --- durability --------------------------------------------------------------------------

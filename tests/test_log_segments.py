@@ -311,3 +311,19 @@ def test_append_many_with_one_bad_batch_writes_none_of_them(tmp_path: Path) -> N
     with pytest.raises(batch.CorruptBatchError):
         log.append_many([(good, 1)] * 20 + [(b"garbage" * 10, 1)])
     assert (log.next_offset, log.size_bytes, log.segment_bases) == (0, 0, [0])
+
+
+def test_segments_left_wholly_below_the_log_start_by_truncation_go_at_the_next_roll(
+    tmp_path: Path,
+) -> None:
+    log = small_log(tmp_path)
+    while log.size_bytes + len(records(2)) <= 1000:  # fill the first segment
+        log.append(records(2), term=1)
+    assert log.segment_bases == [0]
+    start = log.next_offset - 2
+    log.drop_prefix(start)
+    log.truncate_suffix(start)  # segment 0 now ends exactly at the log start
+    log.append(records(8), term=2)  # does not fit: rolls
+    assert log.segment_bases == [start]
+    assert not (tmp_path / "p0" / f"{0:020d}.log").exists()
+    assert headers(log.read(start, 1000))[0].leader_epoch == 2
