@@ -1,10 +1,12 @@
 """Real `raftline serve` processes on loopback for cluster tests: start, wait, SIGKILL, restart.
 
-Owns free-port allocation, per-node temp data dirs and logs, readiness waits and certain cleanup.
+Owns free-port allocation, per-node temp data dirs and logs, readiness waits, certain cleanup
+and the failure report (event timeline, producer history, every node's log).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,12 +17,32 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 READY_TIMEOUT_S = 30.0
+REPLICA_CATCH_UP_S = 30.0  # followers copy what was acknowledged; generous for loaded machines
+REPORT_LOG_LINES = 400  # per node in a failure report
+REPORT_NAME = "failure-report.txt"  # written next to the nodes' data when a cluster test fails
+
+
+class Timeline:
+    """What the harness did and saw, in seconds since the cluster was created."""
+
+    def __init__(self) -> None:
+        self.origin = time.monotonic()
+        self.events: list[tuple[float, str]] = []
+
+    def at(self, moment: float) -> float:
+        return moment - self.origin
+
+    def note(self, text: str) -> None:
+        self.events.append((time.monotonic(), text))
+
+    def render(self) -> str:
+        return "\n".join(f"{self.at(moment):9.3f} s  {text}" for moment, text in self.events)
 
 
 def free_port() -> int:
@@ -56,8 +78,11 @@ def http_json(url: str, method: str = "GET", body: Any = None, timeout: float = 
 
 
 class Node:
-    def __init__(self, node_id: int, root: Path, peers: str) -> None:
+    def __init__(
+        self, node_id: int, root: Path, peers: str, timeline: Timeline | None = None
+    ) -> None:
         self.node_id = node_id
+        self.timeline = timeline or Timeline()
         self.http = f"127.0.0.1:{free_port()}"
         self.raft = f"127.0.0.1:{free_port()}"
         self.data_dir = root / f"node-{node_id}"
@@ -83,6 +108,7 @@ class Node:
             command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         log.close()
+        self.timeline.note(f"node {self.node_id} started (pid {self.process.pid})")
 
     @property
     def running(self) -> bool:
@@ -93,6 +119,7 @@ class Node:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(10)
+            self.timeline.note(f"node {self.node_id} SIGKILLed")
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM and wait for a clean exit (SIGKILL if it does not come)."""
@@ -101,7 +128,9 @@ class Node:
         self.process.send_signal(signal.SIGTERM)
         try:
             self.process.wait(timeout)
+            self.timeline.note(f"node {self.node_id} stopped (exit {self.process.returncode})")
         except subprocess.TimeoutExpired:
+            self.timeline.note(f"node {self.node_id} ignored SIGTERM for {timeout} s")
             self.kill()
 
     def ready(self) -> bool:
@@ -117,16 +146,28 @@ class Node:
         except OSError:
             return ""
 
+    def report(self) -> str:
+        state = "running" if self.running else f"exited {self.process and self.process.poll()}"
+        return (
+            f"--- node {self.node_id} ({state}; http {self.http}, raft {self.raft}, "
+            f"data {self.data_dir}) log, last {REPORT_LOG_LINES} lines ---\n"
+            f"{self.log_tail(REPORT_LOG_LINES)}"
+        )
+
 
 class Cluster:
     """N nodes listing each other in --peers; every node's data and log under `root`."""
 
     def __init__(self, root: Path, size: int = 3) -> None:
         root.mkdir(parents=True, exist_ok=True)
+        self.root = root
+        self.timeline = Timeline()
+        # Parts of the failure report registered by helpers (e.g. a producer's history).
+        self.reporters: list[Callable[[], str]] = []
         ids = range(1, size + 1)
         raft = {i: f"127.0.0.1:{free_port()}" for i in ids}
         peers = ",".join(f"{i}={address}" for i, address in raft.items())
-        self.nodes = [Node(i, root, peers) for i in ids]
+        self.nodes = [Node(i, root, peers, self.timeline) for i in ids]
         for node in self.nodes:
             node.raft = raft[node.node_id]
 
@@ -202,6 +243,13 @@ class Cluster:
         for node in self.nodes:
             node.stop(timeout=10)
 
+    def failure_report(self) -> str:
+        """Timeline, registered reporters' histories and every node's log."""
+        parts = [f"=== cluster under {self.root}: timeline ===", self.timeline.render()]
+        parts += [reporter() for reporter in self.reporters]
+        parts += [node.report() for node in self.nodes]
+        return "\n".join(parts) + "\n"
+
 
 @contextmanager
 def running_cluster(root: Path, size: int = 3) -> Iterator[Cluster]:
@@ -211,8 +259,12 @@ def running_cluster(root: Path, size: int = 3) -> Iterator[Cluster]:
         cluster.start()
         yield cluster
     except BaseException:
-        for node in cluster.nodes:
-            sys.stderr.write(f"--- node {node.node_id} log ---\n{node.log_tail()}\n")
+        cluster.timeline.note("test body failed")
+        cluster.close()  # logs then hold the clean-stop lines too
+        report = cluster.failure_report()
+        sys.stderr.write(report)
+        with contextlib.suppress(OSError):
+            (root / REPORT_NAME).write_text(report)
         raise
     finally:
         cluster.close()
@@ -235,6 +287,7 @@ class ContinuousProducer:
         self._stop = False
         self._sequence = 0
         self._thread = threading.Thread(target=self._run, name="continuous-producer", daemon=True)
+        cluster.reporters.append(self.report)
 
     def start(self) -> ContinuousProducer:
         self._thread.start()
@@ -272,9 +325,27 @@ class ContinuousProducer:
                 offset = int(answer["offsets"][0]["offset"])
                 self.acked.append((value, offset, sent_at, time.monotonic()))
             else:
-                self.failures.append((time.monotonic(), f"{status} {answer}"))
+                self.failures.append((time.monotonic(), f"node {node.node_id}: {status} {answer}"))
                 turn += 1
                 time.sleep(0.02)
+
+    def report(self) -> str:
+        """Every failed request and the acknowledged offsets, as runs of consecutive offsets."""
+        at = self.cluster.timeline.at
+        lines = [f"=== producer to {self.topic}/{self.partition}: {len(self.acked)} acked ==="]
+        lines += [f"{at(moment):9.3f} s  failed: {text}" for moment, text in self.failures]
+        run: list[tuple[str, int, float, float]] = []
+        for ack in [*self.acked, None]:
+            if run and (ack is None or ack[1] != run[-1][1] + 1):
+                (first, low, sent, _), (last, high, _, acked) = run[0], run[-1]
+                lines.append(
+                    f"{at(sent):9.3f} s  acked {first}..{last} at offsets {low}..{high} "
+                    f"(last ack at {at(acked):.3f} s)"
+                )
+                run = []
+            if ack is not None:
+                run.append(ack)
+        return "\n".join(lines)
 
     def wait_for_acks(self, count: int, timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout
@@ -335,25 +406,58 @@ def replica_values(node: Node, topic: str, partition: int) -> list[str]:
     return values
 
 
-def wait_for_replicas(cluster: Cluster, topic: str, partition: int, values: list[str]) -> None:
-    """Wait (bounded) until every node's copy holds `values`: followers catch up after acks."""
+def wait_for_replicas(
+    cluster: Cluster,
+    topic: str,
+    partition: int,
+    values: list[str],
+    timeout: float = REPLICA_CATCH_UP_S,
+) -> None:
+    """Wait (bounded) until every node's copy holds `values`: followers catch up after acks.
+    A copy still lacking some when the time is up fails, naming the node and what it lacks."""
     wanted = set(values)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if all(wanted <= set(replica_values(n, topic, partition)) for n in cluster.nodes):
+    deadline = time.monotonic() + timeout
+    while True:
+        lacking = {
+            n.node_id: wanted - set(replica_values(n, topic, partition)) for n in cluster.nodes
+        }
+        if not any(lacking.values()):
             return
+        if time.monotonic() > deadline:
+            break
         time.sleep(0.2)
+    cluster.timeline.note(f"replicas still lacking acknowledged messages after {timeout} s")
+    raise AssertionError(
+        "; ".join(
+            f"node {node_id}'s copy lacks {len(lost)} acknowledged messages: {sorted(lost)[:3]}"
+            for node_id, lost in lacking.items()
+            if lost
+        )
+    )
 
 
-def check_acked_once_in_order(acked_values: list[str], stored: list[str]) -> None:
-    """Every acknowledged value appears exactly once, and in acknowledgement order."""
+def check_acked_once_in_order(acked_values: list[str], stored: list[str], where: str = "") -> None:
+    """Every acknowledged value appears exactly once, and in acknowledgement order.
+    `where` names the copy checked (e.g. "node 2's disk") in the failure message."""
     wanted = frozenset(acked_values)
+    label = f"{where}: " if where else ""
     positions: dict[str, int] = {}
     for index, value in enumerate(stored):
         if value in wanted:
-            assert value not in positions, f"{value} stored twice"
+            assert value not in positions, (
+                f"{label}{value} stored twice, at positions {positions[value]} and {index} "
+                f"of {len(stored)} stored values"
+            )
             positions[value] = index
     missing = [v for v in acked_values if v not in positions]
-    assert not missing, f"{len(missing)} acknowledged messages lost, first {missing[:3]}"
+    assert not missing, (
+        f"{label}{len(missing)} of {len(acked_values)} acknowledged messages lost, "
+        f"first {missing[:3]}; {len(stored)} values stored, last {stored[-3:]}"
+    )
     order = [positions[v] for v in acked_values]
-    assert order == sorted(order), "acknowledged messages out of order"
+    inversions = [
+        (acked_values[i], acked_values[i + 1])
+        for i in range(len(order) - 1)
+        if order[i] > order[i + 1]
+    ]
+    assert not inversions, f"{label}acknowledged messages out of order, e.g. {inversions[:3]}"

@@ -60,13 +60,14 @@ def _kill_produce_restart(cluster: Cluster, victim_id: int, topic: str) -> tuple
 
 def _check_every_replica(cluster: Cluster, topic: str, acked: list[str]) -> None:
     committed = [m["value"] for m in read_partition(cluster.nodes[0], topic, 0)]
-    check_acked_once_in_order(acked, committed)
+    check_acked_once_in_order(acked, committed, "the committed log read through node 1")
     # Followers may still be catching up: wait for them, then read each node's own copy from
     # disk after a clean stop.
     wait_for_replicas(cluster, topic, 0, acked)
     cluster.close()
     for node in cluster.nodes:
-        check_acked_once_in_order(acked, replica_values(node, topic, 0))
+        copy = replica_values(node, topic, 0)
+        check_acked_once_in_order(acked, copy, f"node {node.node_id}'s copy on disk")
 
 
 def test_partition_leader_sigkill_loses_no_acknowledged_message(tmp_path: Path) -> None:
