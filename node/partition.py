@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +16,8 @@ from raftline.node.errors import BrokerError, NotLeader
 from raftline.node.runtime import Runtime
 from raftline.raftlog.batch import CorruptBatchError, check_crc, iter_headers, parse_header
 from raftline.raftlog.types import Entry
+
+log = logging.getLogger(__name__)
 
 ACKS = ("all", "leader", "none")
 LEADER_SETTLE_S = 2.0  # how long a read waits for a new leader to commit its first entry
@@ -58,15 +61,15 @@ class PartitionReplica:
                 if entry.term == term:
                     fut.set_result(entry.index)
                 else:
-                    fut.set_exception(self._lost())
+                    fut.set_exception(self._lost(entry.index, term))
             if entry.term == self._term:
                 self._term_committed = True
         last = entries[-1].last_index
         # A proposal whose offset now lies under a different committed entry was overwritten.
         for index in [i for i in self._waiters if i <= last]:
-            _, fut = self._waiters.pop(index)
+            term, fut = self._waiters.pop(index)
             if not fut.done():
-                fut.set_exception(self._lost())
+                fut.set_exception(self._lost(index, term))
         self.high_watermark = last + 1
         self._new_data.set()
         self._new_data = asyncio.Event()
@@ -79,7 +82,16 @@ class PartitionReplica:
             self._new_data.set()  # long-polls return and the API layer finds the new leader
             self._new_data = asyncio.Event()
 
-    def _lost(self) -> BrokerError:
+    def _lost(self, offset: int, term: int) -> BrokerError:
+        # The API layer retries these (safe: the write can never commit); a post-mortem of a
+        # duplicate or a gap starts here.
+        log.info(
+            "%s/%d: write at offset %d of term %d was overwritten before it committed",
+            self.topic,
+            self.partition,
+            offset,
+            term,
+        )
         return BrokerError(
             "leader_unavailable",
             f"leadership of {self.topic}/{self.partition} changed before the write committed",

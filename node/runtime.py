@@ -554,6 +554,16 @@ class Runtime:
     def _role_changed(self, group: Group) -> None:
         core = group.core
         group.role, group.leader, group.term = core.role, core.leader_id, core.term
+        # Rare, and what a post-mortem of a failover needs first: who led what, when.
+        log.info(
+            "group %s: %s in term %d, leader %s, commit %d, last %d",
+            group.name,
+            group.role,
+            group.term,
+            group.leader,
+            core.commit_index,
+            core.last_index,
+        )
         if group.leader is not None:
             self._learn_leader(group.name, group.leader, group.term)
         if group.role == "leader":
