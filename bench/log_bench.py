@@ -173,11 +173,16 @@ def main() -> None:
         for case in CASES:
             batches = make_batches(case)
             results: dict[str, list[Result]] = {"raw": [], "log": []}
-            for run in range(args.runs):  # interleaved, so both sides see the same disk weather
+            for run in range(args.runs):
                 raw_path = root / f"raw-{run}"
                 log_dir = root / f"log-{run}"
-                results["raw"].append(raw_append(raw_path, batches, case.fsync_every, args.seconds))
-                results["log"].append(log_append(log_dir, batches, case, args.seconds))
+                # Interleaved, each side first every other run: both see the same disk weather.
+                for side in ("raw", "log") if run % 2 == 0 else ("log", "raw"):
+                    if side == "raw":
+                        result = raw_append(raw_path, batches, case.fsync_every, args.seconds)
+                    else:
+                        result = log_append(log_dir, batches, case, args.seconds)
+                    results[side].append(result)
             raw = max(results["raw"], key=lambda r: r.mb_per_s)
             logged = max(results["log"], key=lambda r: r.mb_per_s)
             rows.append((case.name, logged, raw))
