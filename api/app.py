@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgpack
+import orjson
 from aiohttp import web
 
 from raftline.api import codec, validation
@@ -177,8 +177,9 @@ def reply(
             content_type="application/msgpack",
             headers=headers,
         )
+    # orjson: several times faster than json.dumps on fetch answers of thousands of messages.
     return web.Response(
-        text=json.dumps(data, separators=(",", ":")),
+        body=orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS),
         status=status,
         content_type="application/json",
         headers=headers,
@@ -201,7 +202,7 @@ async def read_body(request: web.Request) -> Any:
             raise invalid(f"body is not valid msgpack: {exc}") from None
     # Anything else is read as JSON: curl's default form content type included.
     try:
-        return json.loads(raw)
+        return orjson.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise invalid(f"body is not valid JSON: {exc}") from None
 
@@ -385,6 +386,8 @@ async def _produce_partition(
 
 
 async def produce(request: web.Request) -> web.Response:
+    if request.content_type == codec.BATCH_CONTENT_TYPE:
+        return await _produce_batch(request)
     state = _state(request)
     topic = _topic(request)
     spec = validation.produce_request(await read_body(request))
@@ -410,6 +413,41 @@ async def produce(request: web.Request) -> web.Response:
         for delta, index in enumerate(indexes):
             offsets[index] = {"partition": partition, "offset": base + delta}
     return reply(request, {"offsets": offsets})
+
+
+async def _produce_batch(request: web.Request) -> web.Response:
+    """A record batch the producer built (`?partition=P&acks=...`): checked, then stored as
+    sent. Answers `{"partition", "base_offset", "count"}`; the records got consecutive offsets."""
+    state = _state(request)
+    topic = _topic(request)
+    text = request.query.get("partition")
+    if text is None:
+        raise invalid(f"a {codec.BATCH_CONTENT_TYPE} body needs the partition query parameter")
+    partition = validation.partition_index(text)
+    acks = request.query.get("acks", "all")
+    if acks not in validation.ACKS:
+        raise invalid(f"acks must be one of {', '.join(validation.ACKS)}")
+    try:
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError(
+            "message_too_large", f"request body exceeds {MAX_BODY_BYTES} bytes"
+        ) from None
+    meta = await state.topic_meta(topic)
+    if partition >= meta.partitions:
+        raise ApiError(
+            "unknown_partition",
+            f"topic {topic!r} has no partition {partition} ({meta.partitions} partitions)",
+        )
+    batch, count = codec.produced_batch(body, meta.max_message_bytes, meta.compression)
+    work = _produce_partition(state, topic, partition, batch, acks)
+    if acks == "none":
+        task = asyncio.ensure_future(_fire_and_forget([work]))
+        state.background.add(task)
+        task.add_done_callback(state.background.discard)
+        return reply(request, {}, status=202)
+    base = await work
+    return reply(request, {"partition": partition, "base_offset": base, "count": count})
 
 
 async def _fire_and_forget(work: list[Awaitable[int]]) -> None:
@@ -447,8 +485,10 @@ async def internal_batch(request: web.Request) -> web.Response:
 
 
 async def _fetch_local(
-    state: ApiState, topic: str, partition: int, spec: validation.FetchRequest
+    state: ApiState, topic: str, partition: int, spec: validation.FetchRequest, raw: bool
 ) -> dict[str, Any]:
+    """The JSON answer's fields; with `raw`, whole batches under "batches" instead of
+    "messages"."""
     deadline = time.monotonic() + spec.wait_ms / 1000
     offset = await _resolve_offset(state, topic, partition, spec.offset)
     while True:
@@ -456,14 +496,17 @@ async def _fetch_local(
         batches, log_start, high_watermark = await state.broker.fetch(
             topic, partition, offset, spec.max_bytes, wait_ms
         )
-        decoded = codec.decode_batches(
-            batches, partition, offset, spec.max_messages, spec.max_bytes
-        )
+        if raw:
+            decoded = codec.select_batches(batches, offset, spec.max_messages)
+        else:
+            decoded = codec.decode_batches(
+                batches, partition, offset, spec.max_messages, spec.max_bytes
+            )
         # Batches holding only control records move the offset on: read (and wait) past them.
         caught_up = decoded.next_offset >= high_watermark and wait_ms == 0
         if decoded.messages or decoded.next_offset == offset or caught_up:
             return {
-                "messages": decoded.messages,
+                "batches" if raw else "messages": decoded.messages,
                 "next_offset": decoded.next_offset,
                 "log_start_offset": log_start,
                 "high_watermark": high_watermark,
@@ -489,9 +532,11 @@ async def fetch(request: web.Request) -> web.Response:
     topic = _topic(request)
     partition = validation.partition_index(request.match_info["partition"])
     spec = validation.fetch_request(dict(request.query))
+    # Whole stored batches when the client asks for them; it decodes them itself.
+    raw = codec.BATCH_CONTENT_TYPE in request.headers.get("Accept", "")
 
     async def local() -> dict[str, Any]:
-        return await _fetch_local(state, topic, partition, spec)
+        return await _fetch_local(state, topic, partition, spec, raw)
 
     async def remote(leader: str) -> dict[str, Any]:
         params = {
@@ -509,7 +554,22 @@ async def fetch(request: web.Request) -> web.Response:
         if forwarded and exc.code == "leader_unavailable":
             exc.extra.setdefault("leader_http", None)
         raise
-    return reply(request, body)
+    if raw and "batches" in body:
+        return _batches_response(body)
+    return reply(request, body)  # JSON, also when a forwarded request came back as JSON
+
+
+def _batches_response(body: dict[str, Any]) -> web.Response:
+    """Batches back to back; the positions that a JSON answer carries go in headers."""
+    return web.Response(
+        body=b"".join(body["batches"]),
+        content_type=codec.BATCH_CONTENT_TYPE,
+        headers={
+            "Raftline-Next-Offset": str(body["next_offset"]),
+            "Raftline-Log-Start-Offset": str(body["log_start_offset"]),
+            "Raftline-High-Watermark": str(body["high_watermark"]),
+        },
+    )
 
 
 # ---- application ---------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Translation between API messages and Kafka record batches (via raftlog.records).
 
-Owns building one batch per partition from produce messages and decoding fetched batches to JSON.
+Owns building one batch per partition from produce messages, checking batches that producers
+built themselves (the binary body), and turning fetched batches into JSON or whole batches.
 """
 
 from __future__ import annotations
@@ -9,10 +10,14 @@ import base64
 from dataclasses import dataclass
 from typing import Any
 
-from raftline.api.errors import ApiError
+from raftline.api.errors import ApiError, invalid
 from raftline.api.validation import ProduceMessage
-from raftline.raftlog.batch import HEADER_SIZE, MAX_BATCH_SIZE, CorruptBatchError
-from raftline.raftlog.records import Codec, Record, build_batch, iter_batches
+from raftline.raftlog.batch import HEADER_SIZE, MAX_BATCH_SIZE, CorruptBatchError, parse_header
+from raftline.raftlog.records import Codec, Record, build_batch, check_batch, decode_batch
+
+# Body type of a produce request holding one Kafka v2 record batch that the client built, and of
+# a fetch answer holding whole stored batches: the broker neither decodes nor re-encodes them.
+BATCH_CONTENT_TYPE = "application/vnd.raftline.batch"
 
 # Topic compression.type -> batch codec ("producer": the API is the producer; it sends plain).
 CODECS: dict[str, Codec] = {
@@ -28,7 +33,7 @@ CODECS: dict[str, Codec] = {
 
 @dataclass(slots=True)
 class DecodedFetch:
-    messages: list[dict[str, Any]]
+    messages: list[Any]  # JSON-ready message objects, or whole batches (select_batches)
     next_offset: int
 
 
@@ -52,14 +57,68 @@ def encode_batch(messages: list[ProduceMessage], compression: str, now_ms: int) 
         raise ApiError("invalid_request", f"messages cannot form a record batch: {exc}") from None
 
 
-def _text_field(name: str, data: bytes | None) -> dict[str, Any]:
+def produced_batch(body: bytes, max_message_bytes: int, compression: str) -> tuple[bytes, int]:
+    """The batch to store for a producer-built `body`, and its record count.
+
+    The body is checked as strictly as a fetch would decode it (CRC and every record field),
+    so nothing stored can fail to decode later. A record's encoded size counts against
+    max.message.bytes. It is stored as sent unless the topic forces another compression.
+    """
+    try:
+        header, largest = check_batch(body)
+    except CorruptBatchError as exc:
+        raise invalid(f"body is not one valid record batch: {exc}") from None
+    if header.is_control or header.is_transactional:
+        raise invalid("producers cannot write control or transactional batches")
+    if header.records_count != header.offset_count:
+        raise invalid("record offset deltas must run 0, 1, 2, ... without gaps")
+    if largest > max_message_bytes:
+        raise ApiError(
+            "message_too_large",
+            f"a record of {largest} bytes exceeds the topic's {max_message_bytes} "
+            "(max.message.bytes)",
+        )
+    codec = CODECS.get(compression, Codec.NONE)
+    if compression == "producer" or header.codec == codec:
+        return body, header.records_count
+    records = [
+        Record(value=r.value, key=r.key, headers=r.headers, timestamp=r.timestamp)
+        for r in decode_batch(body).records
+    ]
+    return build_batch(records, codec=codec), header.records_count
+
+
+def select_batches(batches: list[bytes], offset: int, max_messages: int) -> DecodedFetch:
+    """Whole data batches holding offsets at or after `offset`, up to the one that reaches
+    `max_messages`, read from their headers only. `next_offset` passes every batch read,
+    control batches included (they are not returned)."""
+    chosen: list[bytes] = []
+    next_offset = offset
+    count = 0
+    for raw in batches:
+        header = parse_header(raw)
+        last = header.last_offset
+        if last < offset:
+            continue
+        next_offset = last + 1
+        if header.is_control:
+            continue
+        chosen.append(raw)
+        count += last + 1 - max(offset, header.base_offset)
+        if count >= max_messages:
+            break
+    return DecodedFetch(chosen, next_offset)
+
+
+def _put_text(message: dict[str, Any], name: str, data: bytes | None) -> None:
     """`name`: the UTF-8 text (or null); `name_b64` instead when the bytes are not UTF-8."""
     if data is None:
-        return {name: None}
+        message[name] = None
+        return
     try:
-        return {name: data.decode("utf-8")}
+        message[name] = data.decode("utf-8")
     except UnicodeDecodeError:
-        return {f"{name}_b64": base64.b64encode(data).decode("ascii")}
+        message[f"{name}_b64"] = base64.b64encode(data).decode("ascii")
 
 
 def decode_batches(
@@ -76,33 +135,34 @@ def decode_batches(
     budget = max_bytes
     try:
         for raw in batches:
-            for decoded in iter_batches(raw):
-                if decoded.header.is_control:
-                    next_offset = max(next_offset, decoded.header.last_offset + 1)
+            header = parse_header(raw)
+            if header.is_control or header.last_offset < offset:
+                # Nothing to return: only the header is read, the records stay packed.
+                next_offset = max(next_offset, header.last_offset + 1)
+                continue
+            for record in decode_batch(raw).records:
+                if record.offset < offset:
                     continue
-                for record in decoded.records:
-                    if record.offset < offset:
-                        continue
-                    size = len(record.key or b"") + len(record.value or b"")
-                    if len(messages) >= max_messages or (messages and size > budget):
-                        return DecodedFetch(messages, next_offset)
-                    budget -= size
-                    message: dict[str, Any] = {
-                        "partition": partition,
-                        "offset": record.offset,
-                        "timestamp": record.timestamp,
-                    }
-                    message.update(_text_field("key", record.key))
-                    message.update(_text_field("value", record.value))
-                    message["headers"] = {
-                        name: value.decode("utf-8", "replace") if value is not None else None
-                        for name, value in record.headers
-                    }
-                    messages.append(message)
-                    next_offset = record.offset + 1
-                next_offset = max(next_offset, decoded.header.last_offset + 1)
-                if len(messages) >= max_messages:  # decoding the next batch would be wasted
+                size = len(record.key or b"") + len(record.value or b"")
+                if len(messages) >= max_messages or (messages and size > budget):
                     return DecodedFetch(messages, next_offset)
+                budget -= size
+                message: dict[str, Any] = {
+                    "partition": partition,
+                    "offset": record.offset,
+                    "timestamp": record.timestamp,
+                }
+                _put_text(message, "key", record.key)
+                _put_text(message, "value", record.value)
+                message["headers"] = {
+                    name: value.decode("utf-8", "replace") if value is not None else None
+                    for name, value in record.headers
+                }
+                messages.append(message)
+                next_offset = record.offset + 1
+            next_offset = max(next_offset, header.last_offset + 1)
+            if len(messages) >= max_messages:  # decoding the next batch would be wasted
+                return DecodedFetch(messages, next_offset)
     except CorruptBatchError as exc:
         raise ApiError(
             "internal_error", f"stored batch failed to decode: {exc}", retryable=True

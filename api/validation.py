@@ -28,6 +28,8 @@ LIMIT_MAX_MESSAGE_BYTES = 10 * 1024 * 1024
 MESSAGE_FIELDS = frozenset(
     {"key", "key_b64", "value", "value_b64", "headers", "partition", "timestamp"}
 )
+# The shape almost every producer sends; such messages skip the field-by-field checks.
+COMMON_MESSAGE_FIELDS = frozenset({"key", "value", "partition"})
 PRODUCE_FIELDS = frozenset({"acks", "messages"})
 CREATE_FIELDS = frozenset({"name", "partitions", "replication_factor", "config"})
 
@@ -48,11 +50,10 @@ class ProduceMessage:
     @property
     def size(self) -> int:
         """Bytes this message adds to a batch, roughly as Kafka counts it (payload only)."""
-        return (
-            len(self.key or b"")
-            + len(self.value or b"")
-            + sum(len(k) + len(v) for k, v in self.headers)
-        )
+        size = len(self.key or b"") + len(self.value or b"")
+        if self.headers:
+            size += sum(len(k) + len(v) for k, v in self.headers)
+        return size
 
 
 @dataclass(slots=True)
@@ -152,7 +153,30 @@ def _headers(raw: Any, where: str) -> list[tuple[str, bytes]]:
     return headers
 
 
+def _common_message(raw: Any) -> ProduceMessage | None:
+    """The message when `raw` has the common shape (text value, optional text key, optional
+    non-negative partition, nothing else); None sends it through the full checks."""
+    if type(raw) is not dict or not raw.keys() <= COMMON_MESSAGE_FIELDS:
+        return None
+    value = raw.get("value")
+    key = raw.get("key")
+    partition = raw.get("partition")
+    if type(value) is not str or (key is not None and type(key) is not str):
+        return None
+    if partition is not None and (type(partition) is not int or partition < 0):
+        return None
+    try:
+        return ProduceMessage(
+            None if key is None else key.encode("utf-8"), value.encode("utf-8"), [], partition
+        )
+    except UnicodeEncodeError:  # a lone surrogate: the full checks word the error
+        return None
+
+
 def _message(raw: Any, index: int) -> ProduceMessage:
+    common = _common_message(raw)
+    if common is not None:
+        return common
     where = f"messages[{index}]"
     obj = _object(raw, where)
     _no_unknown(obj, MESSAGE_FIELDS, where)

@@ -1,6 +1,8 @@
 """Python client for the Raftline HTTP API: sync and asyncio admin, producer and consumer.
 
 Owns batching (linger, size), key partitioning, leader discovery, retries and keep-alive reuse.
+By default producers send Kafka record batches they build themselves and consumers read whole
+stored batches (`wire="batch"`); `wire="json"` speaks the plain JSON contract instead.
 """
 
 from __future__ import annotations
@@ -20,11 +22,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import orjson
 
+from raftline.api.codec import BATCH_CONTENT_TYPE
 from raftline.api.partitioner import partition_for_key
+from raftline.raftlog.records import Record, build_batch, iter_batches
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 METADATA_TTL_S = 30.0
+WIRES = ("batch", "json")  # body formats of produce and fetch; see the module docstring
 
 
 class RaftlineError(Exception):
@@ -135,6 +141,26 @@ def encode_message(
     return message
 
 
+def _as_bytes(data: bytes | str | None) -> bytes | None:
+    return data.encode("utf-8") if isinstance(data, str) else data
+
+
+def encode_record(
+    value: bytes | str | None,
+    key: bytes | str | None = None,
+    *,
+    headers: dict[str, str] | None = None,
+    timestamp: int | None = None,
+) -> Record:
+    """The record a batching producer puts in its own batch for one message."""
+    return Record(
+        _as_bytes(value),
+        _as_bytes(key),
+        tuple((name, _as_bytes(v)) for name, v in headers.items()) if headers else (),
+        timestamp,
+    )
+
+
 def _decoded(obj: dict[str, Any], name: str) -> bytes | None:
     if f"{name}_b64" in obj:
         return base64.b64decode(obj[f"{name}_b64"])
@@ -159,6 +185,94 @@ def parse_fetch(body: dict[str, Any]) -> FetchResult:
         int(body["next_offset"]),
         int(body["log_start_offset"]),
         int(body["high_watermark"]),
+    )
+
+
+@dataclass(slots=True)
+class _Answer:
+    """A successful HTTP answer: headers (lower-case names) and the raw body."""
+
+    headers: dict[str, str]
+    raw: bytes
+
+    def json(self) -> Any:
+        return orjson.loads(self.raw) if self.raw else {}
+
+
+@dataclass(slots=True)
+class _Request:
+    params: dict[str, str] | None = None
+    payload: bytes | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _json_request(body: Any, params: dict[str, str] | None) -> _Request:
+    if body is None:
+        return _Request(params)
+    return _Request(params, json.dumps(body).encode("utf-8"), {"Content-Type": "application/json"})
+
+
+def _batch_request(partition: int, records: list[Record], acks: str) -> _Request:
+    params = {"partition": str(partition), "acks": acks}
+    headers = {"Content-Type": BATCH_CONTENT_TYPE}
+    return _Request(params, build_batch(records), headers)
+
+
+def _batch_acks(answer: dict[str, Any]) -> list[Acked]:
+    if "base_offset" not in answer:  # acks=none
+        return []
+    partition, base = int(answer["partition"]), int(answer["base_offset"])
+    return [Acked(partition, base + i) for i in range(int(answer["count"]))]
+
+
+def _fetch_request(
+    wire: str, offset: int | str, max_messages: int, max_bytes: int, wait_ms: int
+) -> _Request:
+    params = _fetch_params(offset, max_messages, max_bytes, wait_ms)
+    return _Request(params, headers={"Accept": BATCH_CONTENT_TYPE} if wire == "batch" else {})
+
+
+def _fetch_answer(
+    answer: _Answer, partition: int, offset: int | str, max_messages: int
+) -> FetchResult:
+    """A fetch answer in either format (a node that forwarded the fetch may answer JSON)."""
+    if answer.headers.get("content-type", "").split(";")[0] != BATCH_CONTENT_TYPE:
+        return parse_fetch(answer.json())
+    headers = answer.headers
+    next_offset = int(headers["raftline-next-offset"])
+    start = offset if isinstance(offset, int) else 0  # the node resolved earliest/latest
+    messages: list[Message] = []
+    for decoded in iter_batches(answer.raw):
+        if decoded.header.is_control:
+            continue
+        for record in decoded.records:
+            if record.offset < start:
+                continue
+            if len(messages) >= max_messages:  # whole batches came; keep the asked number
+                return FetchResult(
+                    messages,
+                    record.offset,
+                    int(headers["raftline-log-start-offset"]),
+                    int(headers["raftline-high-watermark"]),
+                )
+            messages.append(
+                Message(
+                    partition,
+                    record.offset,
+                    record.timestamp,
+                    record.key,
+                    record.value,
+                    {
+                        name: None if value is None else value.decode("utf-8", "replace")
+                        for name, value in record.headers
+                    },
+                )
+            )
+    return FetchResult(
+        messages,
+        next_offset,
+        int(headers["raftline-log-start-offset"]),
+        int(headers["raftline-high-watermark"]),
     )
 
 
@@ -252,9 +366,23 @@ class _Partitioner:
         self._sticky.pop(topic, None)
 
 
+def _queued_message(
+    wire: str,
+    value: bytes | str | None,
+    key: bytes | str | None,
+    partition: int,
+    headers: dict[str, str] | None,
+    timestamp: int | None,
+) -> dict[str, Any] | Record:
+    """What a producer queues for one message: a record for its own batch, or a JSON object."""
+    if wire == "batch":
+        return encode_record(value, key, headers=headers, timestamp=timestamp)
+    return encode_message(value, key, partition=partition, headers=headers, timestamp=timestamp)
+
+
 @dataclass(slots=True)
 class _Pending:
-    message: dict[str, Any]
+    message: Any  # a Record (wire "batch") or a JSON message object (wire "json")
     size: int
     future: Any  # concurrent.futures.Future or asyncio.Future of Acked
 
@@ -268,17 +396,25 @@ class _Accumulator:
         self.batch_messages = batch_messages
         self.batches: dict[int, list[_Pending]] = {}
         self.started: dict[int, float] = {}
+        self.sizes: dict[int, int] = {}  # bytes queued per partition, kept as messages arrive
+        self.queued = 0
 
     def add(self, partition: int, pending: _Pending) -> bool:
         """Queue one message; True when its partition's batch became full."""
         batch = self.batches.setdefault(partition, [])
         if not batch:
             self.started[partition] = time.monotonic()
+            self.sizes[partition] = 0
         batch.append(pending)
-        return self._full(batch)
+        self.sizes[partition] += pending.size
+        self.queued += 1
+        return self._full(partition)
 
-    def _full(self, batch: list[_Pending]) -> bool:
-        return len(batch) >= self.batch_messages or sum(p.size for p in batch) >= self.batch_bytes
+    def _full(self, partition: int) -> bool:
+        return (
+            len(self.batches[partition]) >= self.batch_messages
+            or self.sizes[partition] >= self.batch_bytes
+        )
 
     def next_deadline(self) -> float | None:
         return min((t + self.linger_s for t in self.started.values()), default=None)
@@ -287,16 +423,18 @@ class _Accumulator:
         now = time.monotonic()
         ready = [
             p
-            for p, batch in self.batches.items()
-            if everything or self._full(batch) or now >= self.started[p] + self.linger_s
+            for p in self.batches
+            if everything or self._full(p) or now >= self.started[p] + self.linger_s
         ]
         out = [(p, self.batches.pop(p)) for p in ready]
-        for p in ready:
+        for p, batch in out:
             self.started.pop(p, None)
+            self.sizes.pop(p, None)
+            self.queued -= len(batch)
         return out
 
     def __len__(self) -> int:
-        return sum(len(b) for b in self.batches.values())
+        return self.queued
 
 
 # ---- sync --------------------------------------------------------------------------------
@@ -356,14 +494,26 @@ class _ConnectionPool:
             self._idle.clear()
 
 
+def _checked_wire(wire: str) -> str:
+    if wire not in WIRES:
+        raise ValueError(f"wire must be one of {', '.join(WIRES)}, got {wire!r}")
+    return wire
+
+
 class Client:
     """Blocking client. `url` may list several nodes separated by commas (bootstrap order)."""
 
     def __init__(
-        self, url: str = DEFAULT_URL, *, timeout: float = 30.0, retry: RetryPolicy | None = None
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+        wire: str = "batch",
     ) -> None:
         self.urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
         self.retry = retry or RetryPolicy()
+        self.wire = _checked_wire(wire)
         self.metadata = _Metadata()
         self._pool = _ConnectionPool(timeout)
         self._current = 0
@@ -377,22 +527,21 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _once(
-        self, method: str, path: str, body: Any, params: dict[str, str] | None, url: str | None
-    ) -> Any:
+    def _once(self, method: str, path: str, request: _Request, url: str | None) -> _Answer:
         base = url or self.urls[self._current % len(self.urls)]
+        params = request.params
         target = path + ("?" + urllib.parse.urlencode(params) if params else "")
-        payload = None if body is None else json.dumps(body).encode("utf-8")
-        headers = {"Content-Type": "application/json"} if payload is not None else {}
         try:
-            status, _, raw = self._pool.request(base, method, target, payload, headers)
+            status, headers, raw = self._pool.request(
+                base, method, target, request.payload, request.headers
+            )
         except (OSError, http.client.HTTPException) as exc:
             if url is None:
                 self._current += 1  # next bootstrap node on the next try
             raise _connection_error(base, exc) from exc
         if status >= 400:
             raise _error_from(status, raw)
-        return json.loads(raw) if raw else {}
+        return _Answer({name.lower(): value for name, value in headers.items()}, raw)
 
     def call(
         self,
@@ -402,10 +551,16 @@ class Client:
         params: dict[str, str] | None = None,
         url: str | None = None,
     ) -> Any:
-        """One request with retries on retryable errors; raises RaftlineError."""
+        """One JSON request with retries on retryable errors; raises RaftlineError."""
+        return self.exchange(method, path, _json_request(body, params), url).json()
+
+    def exchange(
+        self, method: str, path: str, request: _Request, url: str | None = None
+    ) -> _Answer:
+        """One request of any body format, with retries on retryable errors."""
         for attempt in itertools.count():
             try:
-                return self._once(method, path, body, params, url)
+                return self._once(method, path, request, url)
             except RaftlineError as error:
                 if not error.retryable or attempt >= self.retry.retries:
                     raise
@@ -448,6 +603,19 @@ class Client:
         )
         return [Acked(int(o["partition"]), int(o["offset"])) for o in body.get("offsets", [])]
 
+    def produce_records(
+        self,
+        topic: str,
+        partition: int,
+        records: list[Record],
+        acks: str = "all",
+        url: str | None = None,
+    ) -> list[Acked]:
+        """Send records (see encode_record) to one partition as one batch built here."""
+        request = _batch_request(partition, records, acks)
+        answer = self.exchange("POST", _topic_path(topic, "messages"), request, url)
+        return _batch_acks(answer.json())
+
     def fetch(
         self,
         topic: str,
@@ -458,12 +626,12 @@ class Client:
         max_bytes: int = 1 << 20,
         wait_ms: int = 0,
     ) -> FetchResult:
-        body = self.call(
+        answer = self.exchange(
             "GET",
             _topic_path(topic, "partitions", str(partition), "messages"),
-            params=_fetch_params(offset, max_messages, max_bytes, wait_ms),
+            _fetch_request(self.wire, offset, max_messages, max_bytes, wait_ms),
         )
-        return parse_fetch(body)
+        return _fetch_answer(answer, partition, offset, max_messages)
 
     def refresh_metadata(self, topic: str) -> None:
         self.metadata.update(self.describe_topic(topic), self.cluster())
@@ -517,7 +685,7 @@ class Producer:
     ) -> concurrent.futures.Future[Acked]:
         partitions = self.client.partition_count(self.topic)
         chosen = self._partitioner.choose(self.topic, partitions, key, partition)
-        message = encode_message(value, key, partition=chosen, headers=headers, timestamp=timestamp)
+        message = _queued_message(self.client.wire, value, key, chosen, headers, timestamp)
         future: concurrent.futures.Future[Acked] = concurrent.futures.Future()
         size = len(value or b"") + len(key or b"") + 64
         with self._wake:
@@ -579,10 +747,14 @@ class Producer:
             if not self.client.metadata.fresh(self.topic):
                 self.client.refresh_metadata(self.topic)
             url = self.client.metadata.leader_url(self.topic, partition)
+            messages = [p.message for p in batch]
             try:
-                acked = self.client.produce(
-                    self.topic, [p.message for p in batch], self.acks, url=url
-                )
+                if self.client.wire == "batch":
+                    acked = self.client.produce_records(
+                        self.topic, partition, messages, self.acks, url=url
+                    )
+                else:
+                    acked = self.client.produce(self.topic, messages, self.acks, url=url)
             except RaftlineError as error:
                 if error.retryable:
                     self.client.metadata.invalidate(self.topic)
@@ -661,10 +833,16 @@ class AsyncClient:
     """asyncio client over one aiohttp ClientSession (keep-alive connections are reused)."""
 
     def __init__(
-        self, url: str = DEFAULT_URL, *, timeout: float = 30.0, retry: RetryPolicy | None = None
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+        wire: str = "batch",
     ) -> None:
         self.urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
         self.retry = retry or RetryPolicy()
+        self.wire = _checked_wire(wire)
         self.metadata = _Metadata()
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
@@ -685,23 +863,26 @@ class AsyncClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _once(
-        self, method: str, path: str, body: Any, params: dict[str, str] | None, url: str | None
-    ) -> Any:
+    async def _once(self, method: str, path: str, request: _Request, url: str | None) -> _Answer:
         base = url or self.urls[self._current % len(self.urls)]
         try:
             async with self._http().request(
-                method, base + path, json=body, params=params
+                method,
+                base + path,
+                data=request.payload,
+                params=request.params,
+                headers=request.headers,
             ) as response:
                 raw = await response.read()
                 status = response.status
+                headers = {name.lower(): value for name, value in response.headers.items()}
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             if url is None:
                 self._current += 1
             raise _connection_error(base, exc) from exc
         if status >= 400:
             raise _error_from(status, raw)
-        return json.loads(raw) if raw else {}
+        return _Answer(headers, raw)
 
     async def call(
         self,
@@ -711,9 +892,16 @@ class AsyncClient:
         params: dict[str, str] | None = None,
         url: str | None = None,
     ) -> Any:
+        """One JSON request with retries on retryable errors; raises RaftlineError."""
+        return (await self.exchange(method, path, _json_request(body, params), url)).json()
+
+    async def exchange(
+        self, method: str, path: str, request: _Request, url: str | None = None
+    ) -> _Answer:
+        """One request of any body format, with retries on retryable errors."""
         for attempt in itertools.count():
             try:
-                return await self._once(method, path, body, params, url)
+                return await self._once(method, path, request, url)
             except RaftlineError as error:
                 if not error.retryable or attempt >= self.retry.retries:
                     raise
@@ -755,6 +943,19 @@ class AsyncClient:
         )
         return [Acked(int(o["partition"]), int(o["offset"])) for o in body.get("offsets", [])]
 
+    async def produce_records(
+        self,
+        topic: str,
+        partition: int,
+        records: list[Record],
+        acks: str = "all",
+        url: str | None = None,
+    ) -> list[Acked]:
+        """Send records (see encode_record) to one partition as one batch built here."""
+        request = _batch_request(partition, records, acks)
+        answer = await self.exchange("POST", _topic_path(topic, "messages"), request, url)
+        return _batch_acks(answer.json())
+
     async def fetch(
         self,
         topic: str,
@@ -765,12 +966,12 @@ class AsyncClient:
         max_bytes: int = 1 << 20,
         wait_ms: int = 0,
     ) -> FetchResult:
-        body = await self.call(
+        answer = await self.exchange(
             "GET",
             _topic_path(topic, "partitions", str(partition), "messages"),
-            params=_fetch_params(offset, max_messages, max_bytes, wait_ms),
+            _fetch_request(self.wire, offset, max_messages, max_bytes, wait_ms),
         )
-        return parse_fetch(body)
+        return _fetch_answer(answer, partition, offset, max_messages)
 
     async def refresh_metadata(self, topic: str) -> None:
         self.metadata.update(await self.describe_topic(topic), await self.cluster())
@@ -819,7 +1020,7 @@ class AsyncProducer:
     ) -> asyncio.Future[Acked]:
         partitions = await self.client.partition_count(self.topic)
         chosen = self._partitioner.choose(self.topic, partitions, key, partition)
-        message = encode_message(value, key, partition=chosen, headers=headers, timestamp=timestamp)
+        message = _queued_message(self.client.wire, value, key, chosen, headers, timestamp)
         future: asyncio.Future[Acked] = asyncio.get_running_loop().create_future()
         size = len(value or b"") + len(key or b"") + 64
         if self._accumulator.add(chosen, _Pending(message, size, future)):
@@ -852,10 +1053,14 @@ class AsyncProducer:
             if not self.client.metadata.fresh(self.topic):
                 await self.client.refresh_metadata(self.topic)
             url = self.client.metadata.leader_url(self.topic, partition)
+            messages = [p.message for p in batch]
             try:
-                acked = await self.client.produce(
-                    self.topic, [p.message for p in batch], self.acks, url=url
-                )
+                if self.client.wire == "batch":
+                    acked = await self.client.produce_records(
+                        self.topic, partition, messages, self.acks, url=url
+                    )
+                else:
+                    acked = await self.client.produce(self.topic, messages, self.acks, url=url)
             except RaftlineError as error:
                 if error.retryable:
                     self.client.metadata.invalidate(self.topic)
