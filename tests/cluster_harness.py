@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 READY_TIMEOUT_S = 30.0
+FETCH_RETRY_S = 20.0  # a fetch answered "retry" (e.g. leader_unavailable) is retried this long
 REPLICA_CATCH_UP_S = 30.0  # followers copy what was acknowledged; generous for loaded machines
 REPORT_LOG_LINES = 400  # per node in a failure report
 REPORT_NAME = "failure-report.txt"  # written next to the nodes' data when a cluster test fails
@@ -366,15 +367,21 @@ class ContinuousProducer:
 
 
 def read_partition(node: Node, topic: str, partition: int, wait_ms: int = 0) -> list[Any]:
-    """Every committed message of a partition through `node`'s API (forwarded to the leader)."""
+    """Every committed message of a partition through `node`'s API (forwarded to the leader).
+    Retryable errors (an election under way) are retried, as a client would, for a while."""
     messages: list[Any] = []
     offset: int | str = "earliest"
+    deadline = time.monotonic() + FETCH_RETRY_S
     while True:
         status, body = http_json(
             f"{node.url}/v1/topics/{topic}/partitions/{partition}/messages"
             f"?offset={offset}&max_messages=5000&wait_ms={wait_ms}",
             timeout=10.0,
         )
+        retryable = status != 200 and body.get("error", {}).get("retryable") is True
+        if retryable and time.monotonic() < deadline:
+            time.sleep(0.2)
+            continue
         if status != 200:
             raise RuntimeError(f"fetch failed: {status} {body}")
         messages.extend(body["messages"])
