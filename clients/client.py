@@ -19,7 +19,7 @@ import time
 import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 import orjson
@@ -101,9 +101,8 @@ class FetchResult:
     high_watermark: int
 
 
-@dataclass(slots=True, frozen=True)
-class Acked:
-    """Where a produced message landed."""
+class Acked(NamedTuple):
+    """Where a produced message landed (a named tuple: one is made per acknowledged message)."""
 
     partition: int
     offset: int
@@ -1018,7 +1017,11 @@ class AsyncProducer:
         headers: dict[str, str] | None = None,
         timestamp: int | None = None,
     ) -> asyncio.Future[Acked]:
-        partitions = await self.client.partition_count(self.topic)
+        metadata = self.client.metadata
+        if metadata.fresh(self.topic):  # skips a coroutine per message on the common path
+            partitions = metadata.partitions[self.topic]
+        else:
+            partitions = await self.client.partition_count(self.topic)
         chosen = self._partitioner.choose(self.topic, partitions, key, partition)
         message = _queued_message(self.client.wire, value, key, chosen, headers, timestamp)
         future: asyncio.Future[Acked] = asyncio.get_running_loop().create_future()

@@ -1,0 +1,161 @@
+"""The binary produce and fetch bodies (application/vnd.raftline.batch) on a real in-process node.
+
+Producers send one Kafka record batch they built; consumers may ask for whole stored batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from cluster_harness import free_port
+
+from raftline.api.app import create_app
+from raftline.api.codec import BATCH_CONTENT_TYPE
+from raftline.node.broker import Broker
+from raftline.node.config import NodeConfig
+from raftline.raftlog import batch as batch_format
+from raftline.raftlog.records import Record, build_batch, build_control_batch, iter_batches
+
+pytestmark = pytest.mark.timeout(60)
+BATCH_HEADERS = {"Content-Type": BATCH_CONTENT_TYPE}
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[TestClient]:
+    config = NodeConfig(
+        node_id=1,
+        data_dir=tmp_path / "data",
+        http=f"127.0.0.1:{free_port()}",
+        raft=f"127.0.0.1:{free_port()}",
+        fsync="never",
+    )
+    broker = Broker(config)
+    await broker.start()
+    client = TestClient(TestServer(create_app(broker, self_http=config.http)))
+    await client.start_server()
+    try:
+        for _ in range(200):
+            if (await client.get("/readyz")).status == 200:
+                break
+            await asyncio.sleep(0.05)
+        response = await client.post("/v1/topics", json={"name": "t", "partitions": 2})
+        assert response.status == 201, await response.text()
+        yield client
+    finally:
+        await client.close()
+        await broker.stop()
+
+
+def _records(*values: bytes) -> list[Record]:
+    return [Record(value=v, key=b"k" + v) for v in values]
+
+
+async def _post(api: TestClient, body: bytes, query: str = "partition=1") -> Any:
+    return await api.post(f"/v1/topics/t/messages?{query}", data=body, headers=BATCH_HEADERS)
+
+
+async def _error(response: Any, status: int, code: str) -> None:
+    body = await response.json()
+    assert response.status == status, body
+    assert body["error"]["code"] == code
+
+
+async def test_a_batch_body_is_stored_and_answered_with_its_base_offset_and_count(
+    api: TestClient,
+) -> None:
+    response = await _post(api, build_batch(_records(b"a", b"b", b"c")))
+    assert response.status == 200
+    answer = await response.json()
+    assert (answer["partition"], answer["count"]) == (1, 3)
+    fetched = await (await api.get("/v1/topics/t/partitions/1/messages?offset=0")).json()
+    offsets = [m["offset"] for m in fetched["messages"]]
+    assert offsets == [answer["base_offset"] + i for i in range(3)]
+    assert [(m["key"], m["value"]) for m in fetched["messages"]] == [
+        ("ka", "a"),
+        ("kb", "b"),
+        ("kc", "c"),
+    ]
+
+
+async def test_a_batch_body_with_acks_none_gets_202(api: TestClient) -> None:
+    response = await _post(api, build_batch(_records(b"a")), "partition=0&acks=none")
+    assert response.status == 202
+
+
+async def test_a_batch_body_needs_a_partition(api: TestClient) -> None:
+    await _error(await _post(api, build_batch(_records(b"a")), ""), 400, "invalid_request")
+
+
+async def test_a_batch_body_for_a_missing_partition_is_unknown_partition(api: TestClient) -> None:
+    await _error(
+        await _post(api, build_batch(_records(b"a")), "partition=2"), 404, "unknown_partition"
+    )
+
+
+async def test_bytes_that_are_not_a_batch_get_invalid_request(api: TestClient) -> None:
+    await _error(await _post(api, b"not a batch at all" * 5), 400, "invalid_request")
+
+
+async def test_a_batch_whose_records_are_broken_under_a_valid_crc_is_rejected(
+    api: TestClient,
+) -> None:
+    body = bytearray(build_batch(_records(b"value")))
+    body[batch_format.HEADER_SIZE] = 0x7F  # the first record's length: now past the end
+    body[batch_format.CRC_OFFSET : batch_format.CRC_OFFSET + 4] = batch_format.compute_crc(
+        body
+    ).to_bytes(4, "big")
+    await _error(await _post(api, bytes(body)), 400, "invalid_request")
+
+
+async def test_producers_cannot_write_control_batches(api: TestClient) -> None:
+    await _error(await _post(api, build_control_batch(100, b"{}")), 400, "invalid_request")
+
+
+async def test_a_record_over_max_message_bytes_is_too_large(api: TestClient) -> None:
+    response = await api.post(
+        "/v1/topics",
+        json={"name": "small", "partitions": 1, "config": {"max.message.bytes": "100"}},
+    )
+    assert response.status == 201
+    response = await api.post(
+        "/v1/topics/small/messages?partition=0",
+        data=build_batch(_records(b"x" * 200)),
+        headers=BATCH_HEADERS,
+    )
+    await _error(response, 413, "message_too_large")
+
+
+async def test_fetch_with_the_batch_type_answers_whole_batches_and_positions_in_headers(
+    api: TestClient,
+) -> None:
+    first = await (await _post(api, build_batch(_records(b"a", b"b")))).json()
+    await _post(api, build_batch(_records(b"c")))
+    response = await api.get(
+        f"/v1/topics/t/partitions/1/messages?offset={first['base_offset'] + 1}",
+        headers={"Accept": BATCH_CONTENT_TYPE},
+    )
+    assert response.status == 200
+    assert response.content_type == BATCH_CONTENT_TYPE
+    decoded = list(iter_batches(await response.read()))
+    values = [r.value for d in decoded for r in d.records]
+    assert values == [b"a", b"b", b"c"]  # the first batch whole: the client skips offset 0
+    assert int(response.headers["Raftline-Next-Offset"]) == first["base_offset"] + 3
+    assert int(response.headers["Raftline-High-Watermark"]) == first["base_offset"] + 3
+    assert "Raftline-Log-Start-Offset" in response.headers
+
+
+async def test_batch_fetch_stops_at_the_batch_that_reaches_max_messages(api: TestClient) -> None:
+    first = await (await _post(api, build_batch(_records(b"a", b"b")))).json()
+    await _post(api, build_batch(_records(b"c")))
+    response = await api.get(
+        f"/v1/topics/t/partitions/1/messages?offset={first['base_offset']}&max_messages=1",
+        headers={"Accept": BATCH_CONTENT_TYPE},
+    )
+    decoded = list(iter_batches(await response.read()))
+    assert [r.value for d in decoded for r in d.records] == [b"a", b"b"]
+    assert int(response.headers["Raftline-Next-Offset"]) == first["base_offset"] + 2
