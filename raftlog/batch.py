@@ -6,7 +6,7 @@ Owns header layout, CRC-32C checks and the in-place stamping of base offset and 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import crc32c
 
@@ -44,8 +44,10 @@ _ATTRIBUTES = struct.Struct(">h")
 _MAX_TIMESTAMP = struct.Struct(">q")
 
 
-@dataclass(slots=True, frozen=True)
-class BatchHeader:
+class BatchHeader(NamedTuple):
+    """The header fields in layout order. A NamedTuple: built from one unpack without
+    per-field setattr, which matters on every read, scan and recovery path."""
+
     base_offset: int
     batch_length: int
     leader_epoch: int  # Raftline stores the Raft term here
@@ -94,7 +96,7 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
     """Read the header at `pos`, checking magic and lengths but not the CRC."""
     if len(buf) - pos < HEADER_SIZE:
         raise CorruptBatchError(f"truncated batch header at {pos}: {len(buf) - pos} bytes")
-    header = BatchHeader(*_HEADER.unpack_from(buf, pos))
+    header = BatchHeader._make(_HEADER.unpack_from(buf, pos))
     if header.magic != MAGIC:
         raise CorruptBatchError(f"unsupported magic {header.magic} at {pos}")
     if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or header.size > MAX_BATCH_SIZE:

@@ -25,12 +25,10 @@ from raftline.raftlog.batch import (
     BatchHeader,
     CorruptBatchError,
     parse_header,
-    stamp,
 )
 from raftline.raftlog.segment import (
     MAX_RELATIVE_OFFSET,
     MAX_SEGMENT_BYTES,
-    BatchInfo,
     Bytes,
     FileCache,
     Segment,
@@ -48,8 +46,6 @@ _DAY_MS = 24 * 3600 * 1000
 # The header fields an append needs: batchLength, magic, lastOffsetDelta, maxTimestamp,
 # recordsCount. One unpack instead of a full BatchHeader keeps the per-batch cost small.
 _APPEND_FIELDS = struct.Struct(">8xi4xb6xi8xq14xi")
-# baseOffset, batchLength, partitionLeaderEpoch: the 16 bytes stamped on a batch.
-_STAMPED_PREFIX = struct.Struct(">qii")
 
 
 class CorruptLogError(Exception):
@@ -62,7 +58,7 @@ class OffsetOutOfRangeError(ValueError):
 
 
 class LogFailedError(Exception):
-    """An fsync failed. The kernel may have dropped the dirty pages, so a retried fsync
+    """A write or fsync failed. The kernel may have dropped the dirty pages, so a retried fsync
     could succeed without the data: the log refuses all further writes and syncs until it
     is reopened (recovery then validates what is really on disk)."""
 
@@ -209,65 +205,67 @@ class PartitionLog:
 
     # --- appending ---------------------------------------------------------------------------
 
-    def append(self, batch: Bytes, term: int, base_offset: int | None = None) -> int:
+    def append(
+        self, batch: Bytes, term: int, base_offset: int | None = None, *, sync: bool = True
+    ) -> int:
         """Append one record batch, stamping offsets and the Raft term; return its base offset.
 
         `base_offset` (a follower copying the leader) must equal the next offset.
         """
-        return self.append_many([(batch, term)], base_offset)
+        return self.append_many(((batch, term),), base_offset, sync=sync)
 
     def append_many(
-        self, batches: Sequence[tuple[Bytes, int]], base_offset: int | None = None
+        self,
+        batches: Sequence[tuple[Bytes, int]],
+        base_offset: int | None = None,
+        *,
+        sync: bool = True,
     ) -> int:
-        """Append (batch, term) pairs back to back; fsync once per the policy. Returns the
-        first batch's base offset."""
+        """Append (batch, term) pairs back to back and return the first batch's base offset.
+
+        With `sync` (the default) the batches reach the file before this returns, so a
+        killed process keeps them, and the fsync policy is applied once for the call. Without
+        it small batches may stay in the active segment's write buffer (reads still see them)
+        until the caller's `flush` or `sync` (or a read, roll or 64 KB of them): a round of
+        appends then costs one write and one fsync.
+        """
         if not batches:
             raise ValueError("nothing to append")
         with self._lock:
-            self._check_not_failed()
-            first = self.next_offset
+            if self._failure is not None:
+                self._check_not_failed()
+            first = self._segments[-1].next_offset
             if base_offset is not None and base_offset != first:
                 raise ValueError(f"append at offset {base_offset}, but the next offset is {first}")
-            self._unsynced_bytes += self._write(batches)
-        self._sync_per_policy()
+            now = self.clock()
+            self._unsynced_bytes += self._write(batches, now)
+            if sync:
+                self._flush_active()
+        if sync:
+            self._sync_per_policy(now)
         return first
 
-    def _write(self, batches: Sequence[tuple[Bytes, int]]) -> int:
+    def _write(self, batches: Sequence[tuple[Bytes, int]], now: int) -> int:
         active = self._segments[-1]
         offset = active.next_offset
-        now = self.clock()
         if active.size == 0:
             active.created_ms = now  # a segment ages from its first batch
         segment_bytes = self.config.segment_bytes
         aged = now - active.created_ms >= self.config.segment_ms
-        buffers: list[Bytes] = []
-        infos: list[BatchInfo] = []
-        pending = 0
-        total = 0
         fields = [_append_fields(data) for data, _ in batches]  # all valid, or nothing written
+        total = 0
         for (data, term), (length, last_delta, max_timestamp) in zip(batches, fields, strict=True):
             size = length + LOG_OVERHEAD
             last_offset = offset + last_delta
-            occupied = active.size + pending
-            if occupied and (
+            if active.size and (
                 aged
-                or occupied + size > segment_bytes
+                or active.size + size > segment_bytes
                 or last_offset - active.base_offset > MAX_RELATIVE_OFFSET
             ):
-                if buffers:
-                    active.write(buffers, infos, pending)
-                    buffers, infos, pending = [], [], 0
                 active, aged = self._roll(), False
-            if isinstance(data, bytearray):  # stamp in place
-                stamp(data, offset, term)
-                buffers.append(data)
-            else:  # write a stamped copy of the first 16 bytes; the payload is never copied
-                buffers += (_STAMPED_PREFIX.pack(offset, length, term), memoryview(data)[16:])
-            infos.append((last_offset, max_timestamp, size))
+            active.append(data, term, offset, last_offset, max_timestamp, size)
             offset = last_offset + 1
-            pending += size
             total += size
-        active.write(buffers, infos, pending)
         return total
 
     def _roll(self) -> Segment:
@@ -307,13 +305,14 @@ class PartitionLog:
                 if self._syncing:
                     self._synced.wait()
                     continue
-                self._syncing = True
                 covered, segment, before = self.next_offset, self._segments[-1], self._truncations
+                self._flush_active()  # under the lock: appends grow the buffer being written
+                self._syncing = True
                 dirs, self._unsynced_dirs = self._unsynced_dirs, []
                 self._unsynced_bytes = 0
                 self._lock.release()
                 try:
-                    segment.sync()
+                    segment.sync_flushed()
                     for directory in dirs:
                         fsync_dir(directory)
                 except OSError as exc:
@@ -328,23 +327,43 @@ class PartitionLog:
                     self._last_sync_ms = self.clock()
             return self._durable
 
+    def flush(self) -> None:
+        """Write buffered batches to the file without an fsync: a killed process keeps them."""
+        with self._lock:
+            self._check_not_failed()
+            self._flush_active()
+
+    def _flush_active(self) -> None:
+        """Write the active segment's buffer (lock held). A failed write leaves appended
+        batches that may never reach the file: like a failed fsync, it fails the log."""
+        active = self._segments[-1]
+        try:
+            active.flush()
+        except OSError as exc:
+            self._failure = exc
+            raise LogFailedError(f"write to {active.path} failed: {exc}") from exc
+
     def _check_not_failed(self) -> None:
         if self._failure is not None:
             raise LogFailedError(f"{self.directory}: an earlier fsync failed: {self._failure}")
 
-    def maybe_sync(self) -> None:
+    def maybe_sync(self, now_ms: int | None = None) -> None:
         """Fsync if the "interval" policy says it is due; the owner calls this periodically."""
-        if self.config.fsync != "interval" or self._durable >= self.next_offset:
+        config = self.config
+        if config.fsync != "interval" or self._durable >= self.next_offset:
             return
-        due = self.clock() - self._last_sync_ms >= self.config.flush_interval_ms
-        if due or self._unsynced_bytes >= self.config.flush_interval_bytes:
+        now = self.clock() if now_ms is None else now_ms
+        if (
+            self._unsynced_bytes >= config.flush_interval_bytes
+            or now - self._last_sync_ms >= config.flush_interval_ms
+        ):
             self.sync()
 
-    def _sync_per_policy(self) -> None:
+    def _sync_per_policy(self, now_ms: int) -> None:
         if self.config.fsync == "always":
             self.sync()
         else:
-            self.maybe_sync()
+            self.maybe_sync(now_ms)
 
     # --- reading -----------------------------------------------------------------------------
 

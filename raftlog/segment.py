@@ -6,6 +6,7 @@ Owns positional I/O on segment files, index upkeep, tail scans and the node-wide
 from __future__ import annotations
 
 import os
+import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from raftline.raftlog.batch import (
     HEADER_SIZE,
+    LOG_OVERHEAD,
     BatchHeader,
     CorruptBatchError,
     check_crc,
@@ -35,6 +37,12 @@ MAX_SEGMENT_BYTES = (1 << 31) - 1  # index positions are int32
 MAX_RELATIVE_OFFSET = (1 << 31) - 1  # index relative offsets are int32
 _SCAN_CHUNK = 1 << 20
 _IOV_MAX = 1024
+# Batches smaller than this are buffered per active segment and written together once this
+# many bytes are pending, or before a read, sync, truncation or roll: one write syscall per
+# 64 KB of small batches. Buffered batches are unsynced, so a crash may lose them.
+WRITE_BUFFER_BYTES = 64 * 1024
+# baseOffset, batchLength, partitionLeaderEpoch: the 16 bytes stamped on a batch.
+_STAMPED_PREFIX = struct.Struct(">qii")
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -130,11 +138,6 @@ class FileCache:
             os.close(handle.fd)
 
 
-# What the segment needs from a batch header to place and index it:
-# (last offset, max timestamp, size in bytes). A tuple: this is the per-append hot path.
-BatchInfo = tuple[int, int, int]
-
-
 def _pwrite_all(fd: int, buffers: Sequence[Bytes], position: int, total: int) -> None:
     """Write `buffers` (`total` bytes) at `position`, in IOV_MAX pieces, retrying short writes."""
     if len(buffers) <= _IOV_MAX and os.pwritev(fd, buffers, position) == total:
@@ -174,6 +177,9 @@ class Segment:
         self.offsets = offset_index()
         self.times = time_index()
         self._bytes_since_index = 0
+        # Appended batches not yet written to the file; they start at file position _flushed.
+        self._pending = bytearray()
+        self._flushed = 0
 
     @property
     def index_path(self) -> Path:
@@ -194,9 +200,43 @@ class Segment:
 
     # --- writing -------------------------------------------------------------------------
 
-    def write(self, buffers: Sequence[Bytes], batches: Sequence[BatchInfo], total: int) -> None:
-        """Append whole batches (their `total` bytes given as `buffers`) at the end."""
-        start = self.size
+    def append(
+        self, data: Bytes, term: int, offset: int, last_offset: int, max_timestamp: int, size: int
+    ) -> None:
+        """Append one whole batch (`size` bytes, already checked) stamped with `offset` and
+        `term`, and index it.
+
+        Small batches are copied into the write buffer and stamped there with one pack; a
+        batch of at least WRITE_BUFFER_BYTES goes to the file at once behind the buffer, its
+        payload never copied.
+        """
+        position = self.size
+        pending = self._pending
+        if size < WRITE_BUFFER_BYTES:
+            at = len(pending)
+            pending += data
+            _STAMPED_PREFIX.pack_into(pending, at, offset, size - LOG_OVERHEAD, term)
+            if at + size >= WRITE_BUFFER_BYTES:
+                self.flush()
+        else:
+            prefix = _STAMPED_PREFIX.pack(offset, size - LOG_OVERHEAD, term)
+            self._write_out([pending, prefix, memoryview(data)[len(prefix) :]], size)
+        if isinstance(data, bytearray):  # the caller's mutable batch shows its stamp too
+            _STAMPED_PREFIX.pack_into(data, 0, offset, size - LOG_OVERHEAD, term)
+        self._index(position, last_offset, max_timestamp, size)
+        self.size = position + size
+        self.next_offset = last_offset + 1
+
+    def flush(self) -> None:
+        """Write the buffered batches to the file (page cache); a no-op when none are."""
+        if self._pending:
+            self._write_out([self._pending], 0)
+
+    def _write_out(self, buffers: list[Bytes], extra: int) -> None:
+        """Write `buffers` (the pending buffer first, then `extra` more bytes) at the flushed
+        end and empty the buffer. On failure the file is cut back and the buffer kept."""
+        start = self._flushed
+        total = len(self._pending) + extra
         handle = self.files.acquire(self.path)
         try:
             _pwrite_all(handle.fd, buffers, start, total)
@@ -205,15 +245,10 @@ class Segment:
             raise
         finally:
             self.files.release(handle)
-        position = start
-        for info in batches:
-            self._index(position, info)
-            position += info[2]
-        self.size = position
-        self.next_offset = batches[-1][0] + 1
+        self._flushed = start + total
+        self._pending = bytearray()
 
-    def _index(self, position: int, info: BatchInfo) -> None:
-        last_offset, max_timestamp, size = info
+    def _index(self, position: int, last_offset: int, max_timestamp: int, size: int) -> None:
         if max_timestamp > self.max_timestamp:
             self.max_timestamp = max_timestamp
         if self._bytes_since_index >= self.index_interval:
@@ -227,9 +262,10 @@ class Segment:
 
     def truncate(self, position: int) -> None:
         """Cut the file at `position`, a batch boundary, and drop index entries past it."""
+        self.flush()
         with self.files.pin(self.path) as fd:
             os.ftruncate(fd, position)
-            self.size = position
+            self.size = self._flushed = position
             self.offsets.truncate_values_from(position)
             restart = self.offsets.last()
             scan_from = restart[1] if restart else 0
@@ -246,6 +282,11 @@ class Segment:
         self._bytes_since_index = position - scan_from if restart else position
 
     def sync(self) -> None:
+        self.flush()
+        self.sync_flushed()
+
+    def sync_flushed(self) -> None:
+        """Fsync what `flush` wrote; safe without the log's lock while appends go on."""
         with self.files.pin(self.path) as fd:
             os.fdatasync(fd)
 
@@ -254,6 +295,7 @@ class Segment:
         self.times.write(self.timeindex_path)
 
     def delete(self) -> None:
+        self._pending = bytearray()
         self.files.forget(self.path)
         for path in (self.path, self.index_path, self.timeindex_path):
             path.unlink(missing_ok=True)
@@ -300,6 +342,7 @@ class Segment:
         start = entry[1] if entry else 0
         # The target normally lies within one index interval of the entry.
         chunk = self.index_interval + HEADER_SIZE
+        self.flush()
         with self.files.pin(self.path) as fd:
             for position, header in self._scan(fd, start, self.size, verify=False, chunk=chunk):
                 if header.last_offset >= offset:
@@ -311,6 +354,7 @@ class Segment:
         with the offset of the batch starting there."""
         entry = self.offsets.floor_value(limit)
         position = max(start, entry[1]) if entry else start
+        self.flush()
         with self.files.pin(self.path) as fd:
             while position < self.size:
                 header = parse_header(os.pread(fd, HEADER_SIZE, position))
@@ -320,6 +364,7 @@ class Segment:
         return position, self.next_offset
 
     def read(self, start: int, end: int) -> bytes:
+        self.flush()
         with self.files.pin(self.path) as fd:
             return os.pread(fd, end - start, start)
 
@@ -329,7 +374,7 @@ class Segment:
         start_offset = max(from_offset, self.base_offset + entry[1] + 1 if entry else 0)
         position, header = self.locate(start_offset)
         if header is None:
-            return None
+            return None  # locate flushed the buffer
         with self.files.pin(self.path) as fd:
             for _, header in self._scan(fd, position, self.size, verify=False):
                 if header.max_timestamp >= timestamp:
@@ -357,14 +402,14 @@ class Segment:
                             f"batch at {position} has base offset {header.base_offset}, "
                             f"expected {self.next_offset}"
                         )
-                    self._index(position, self._info(header))
+                    self._index(position, header.last_offset, header.max_timestamp, header.size)
                     self.next_offset = header.last_offset + 1
                     good_end = position + header.size
             except CorruptBatchError as exc:
                 reason = str(exc)
             if good_end < file_size:
                 os.ftruncate(fd, good_end)
-        self.size = good_end
+        self.size = self._flushed = good_end
         return file_size - good_end, reason
 
     def load_sealed(self) -> bool:
@@ -375,7 +420,7 @@ class Segment:
         itself is damaged: a sealed segment was fsynced whole, so damage is real corruption.
         """
         with self.files.pin(self.path) as fd:
-            self.size = os.fstat(fd).st_size
+            self.size = self._flushed = os.fstat(fd).st_size
             try:
                 self._load_indexes(fd)
                 rebuilt = False
@@ -431,12 +476,8 @@ class Segment:
                     f"batch at {position} of {self.path.name} has base offset "
                     f"{header.base_offset}, expected {self.next_offset}"
                 )
-            self._index(position, self._info(header))
+            self._index(position, header.last_offset, header.max_timestamp, header.size)
             self.next_offset = header.last_offset + 1
-
-    @staticmethod
-    def _info(header: BatchHeader) -> BatchInfo:
-        return header.last_offset, header.max_timestamp, header.size
 
     def first_timestamp(self) -> int | None:
         """Max timestamp of the first batch: the age a reopened segment is rolled by."""
