@@ -260,7 +260,7 @@ def build(seed: int, nodes: int | None = None, steps: int | None = None, trace: 
     return sim, plan
 
 
-def settle(sim: Simulation, plan: Plan) -> float:
+def settle(sim: Simulation, election_ticks: int) -> float:
     """Liveness: heal everything, restart every member; a leader must commit a new proposal
     within a bounded time. Returns the time it took, in election timeouts."""
     sim.heal()
@@ -269,7 +269,7 @@ def settle(sim: Simulation, plan: Plan) -> float:
         if not node.alive and node.bootstrap[0]:
             sim.start(node_id)
     slowest = max(node.tick_interval for node in sim.nodes.values())
-    timeout = plan.election_ticks * slowest
+    timeout = election_ticks * slowest
     budget = 20 * timeout
     healed = sim.time
     deadline = healed + budget
@@ -328,7 +328,7 @@ def run_seed(
         chaos = Chaos(sim, plan)
         sim.run_steps(plan.steps)
         chaos.running = False
-        recovery = settle(sim, plan)
+        recovery = settle(sim, plan.election_ticks)
         check_final(sim)
     except Exception as exc:  # a violation, or a harness bug: either way report the seed
         detail = str(exc) if isinstance(exc, InvariantViolation) else traceback.format_exc()
