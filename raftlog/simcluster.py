@@ -124,6 +124,7 @@ class Simulation:
         self._queue: list[tuple[int, int, int, object]] = []
         self._seq = 0
         self._proposals = 0
+        self._reads = 0
         self._trace: deque[str] | None = deque(maxlen=trace) if trace else None
         intervals = tick_intervals or {}
         self.nodes: dict[int, SimNode] = {}
@@ -492,7 +493,8 @@ class Simulation:
     def read(self, node_id: int) -> bytes | None:
         """Ask `node_id` for a read barrier (None if it is down, paused or knows no leader);
         the answer is checked when it comes back."""
-        context = b"r%d" % self.steps
+        self._reads += 1
+        context = b"r%d" % self._reads  # unique: the core refuses a context already pending
         core = self.running(node_id)
         if core is None:
             return None
