@@ -8,8 +8,12 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from raftline.api.codec import BATCH_CONTENT_TYPE
+
 JSON = "application/json"
 MSGPACK = "application/msgpack"
+BATCH = BATCH_CONTENT_TYPE  # Kafka v2 record batches, passed through untouched
+_BINARY = {"schema": {"type": "string", "format": "binary"}}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -310,9 +314,28 @@ def openapi_document() -> dict[str, Any]:
         "/v1/topics/{topic}/messages": {
             "post": {
                 "summary": "Produce messages",
+                "description": (
+                    f"With Content-Type {BATCH} the body is one Kafka v2 record batch built by "
+                    "the producer for the `partition` query parameter; it is checked and stored "
+                    'as sent, and the answer is {"partition", "base_offset", "count"}.'
+                ),
                 "operationId": "produce",
-                "parameters": topic_item,
-                "requestBody": {"required": True, **_body("ProduceRequest", "messages")},
+                "parameters": [
+                    *topic_item,
+                    _query("partition", {"type": "integer", "minimum": 0}, f"with a {BATCH} body"),
+                    _query(
+                        "acks",
+                        {"type": "string", "enum": ["all", "leader", "none"]},
+                        f"with a {BATCH} body",
+                    ),
+                ],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        **_body("ProduceRequest", "messages")["content"],
+                        BATCH: _BINARY,
+                    },
+                },
                 "responses": {
                     "200": _body("ProduceResponse", "offsets in request order"),
                     "202": {
@@ -326,10 +349,22 @@ def openapi_document() -> dict[str, Any]:
         "/v1/topics/{topic}/partitions/{partition}/messages": {
             "get": {
                 "summary": "Fetch committed messages from a partition",
+                "description": (
+                    f"With Accept {BATCH} the answer is whole stored batches back to back (the "
+                    "first may start before `offset`; control batches are left out) and the "
+                    "headers Raftline-Next-Offset, Raftline-Log-Start-Offset and "
+                    "Raftline-High-Watermark."
+                ),
                 "operationId": "fetch",
                 "parameters": fetch_params,
                 "responses": {
-                    "200": _body("FetchResponse", "messages"),
+                    "200": {
+                        "description": "messages",
+                        "content": {
+                            **_body("FetchResponse", "messages")["content"],
+                            BATCH: _BINARY,
+                        },
+                    },
                     **_errors(400, 404, 416, 503, 504),
                 },
             }
