@@ -72,6 +72,7 @@ class LogConfig:
     retention_ms: int = 7 * _DAY_MS  # -1: keep forever
     retention_bytes: int = -1  # -1: no size limit
     index_interval_bytes: int = 4096
+    # "interval" buffers small appends between fsyncs (see PartitionLog.append_many).
     fsync: FsyncPolicy = "always"
     flush_interval_ms: int = 100  # "interval": fsync once this old ...
     flush_interval_bytes: int = 256 * 1024  # ... or once this many bytes are unsynced
@@ -223,11 +224,13 @@ class PartitionLog:
     ) -> int:
         """Append (batch, term) pairs back to back and return the first batch's base offset.
 
-        With `sync` (the default) the batches reach the file before this returns, so a
-        killed process keeps them, and the fsync policy is applied once for the call. Without
-        it small batches may stay in the active segment's write buffer (reads still see them)
-        until the caller's `flush` or `sync` (or a read, roll or 64 KB of them): a round of
-        appends then costs one write and one fsync.
+        With `sync` (the default) the fsync policy is applied once for the call: "always"
+        fsyncs before returning; "never" writes the batches to the file, so a killed process
+        keeps them; "interval" fsyncs when due and until then may leave small batches in the
+        active segment's write buffer (reads see them; being unsynced, a crash of the
+        process may lose them just as one of the machine may). Without `sync` nothing is
+        written or synced beyond the buffer's own 64 KB: the caller ends its round with
+        `flush` or `sync`, so a round of appends costs one write and one fsync.
         """
         if not batches:
             raise ValueError("nothing to append")
@@ -239,10 +242,11 @@ class PartitionLog:
                 raise ValueError(f"append at offset {base_offset}, but the next offset is {first}")
             now = self.clock()
             self._unsynced_bytes += self._write(batches, now)
-            if sync:
+            policy = self.config.fsync
+            if sync and policy == "never":
                 self._flush_active()
-        if sync:
-            self._sync_per_policy(now)
+        if sync and (policy == "always" or (policy == "interval" and self._sync_due(now))):
+            self.sync()
         return first
 
     def _write(self, batches: Sequence[tuple[Bytes, int]], now: int) -> int:
@@ -347,23 +351,19 @@ class PartitionLog:
         if self._failure is not None:
             raise LogFailedError(f"{self.directory}: an earlier fsync failed: {self._failure}")
 
-    def maybe_sync(self, now_ms: int | None = None) -> None:
+    def maybe_sync(self) -> None:
         """Fsync if the "interval" policy says it is due; the owner calls this periodically."""
-        config = self.config
-        if config.fsync != "interval" or self._durable >= self.next_offset:
-            return
-        now = self.clock() if now_ms is None else now_ms
-        if (
-            self._unsynced_bytes >= config.flush_interval_bytes
-            or now - self._last_sync_ms >= config.flush_interval_ms
-        ):
+        due = self.config.fsync == "interval" and self._durable < self.next_offset
+        if due and self._sync_due(self.clock()):
             self.sync()
 
-    def _sync_per_policy(self, now_ms: int) -> None:
-        if self.config.fsync == "always":
-            self.sync()
-        else:
-            self.maybe_sync(now_ms)
+    def _sync_due(self, now: int) -> bool:
+        """The "interval" policy: enough bytes unsynced or the interval elapsed."""
+        config = self.config
+        return (
+            self._unsynced_bytes >= config.flush_interval_bytes
+            or now - self._last_sync_ms >= config.flush_interval_ms
+        )
 
     # --- reading -----------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """One segment of a partition log: a `.log` file of Kafka record batches and its sparse indexes.
 
-Owns positional I/O on segment files, index upkeep, tail scans and the node-wide LRU of handles.
+Owns positional I/O on segment files, the write buffer of appended batches, index upkeep, tail
+scans and the node-wide LRU of handles.
 """
 
 from __future__ import annotations
@@ -223,7 +224,12 @@ class Segment:
             self._write_out([pending, prefix, memoryview(data)[len(prefix) :]], size)
         if isinstance(data, bytearray):  # the caller's mutable batch shows its stamp too
             _STAMPED_PREFIX.pack_into(data, 0, offset, size - LOG_OVERHEAD, term)
-        self._index(position, last_offset, max_timestamp, size)
+        # _index inlined: this runs for every appended batch.
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+        if self._bytes_since_index >= self.index_interval:
+            self._add_index_entry(position, last_offset)
+        self._bytes_since_index += size
         self.size = position + size
         self.next_offset = last_offset + 1
 
@@ -249,16 +255,21 @@ class Segment:
         self._pending = bytearray()
 
     def _index(self, position: int, last_offset: int, max_timestamp: int, size: int) -> None:
+        """Account a batch in the indexes (what `append` does inline)."""
         if max_timestamp > self.max_timestamp:
             self.max_timestamp = max_timestamp
         if self._bytes_since_index >= self.index_interval:
-            relative = last_offset - self.base_offset
-            self.offsets.append(relative, position)
-            last_time = self.times.last()
-            if last_time is None or self.max_timestamp > last_time[0]:
-                self.times.append(self.max_timestamp, relative)
-            self._bytes_since_index = 0
+            self._add_index_entry(position, last_offset)
         self._bytes_since_index += size
+
+    def _add_index_entry(self, position: int, last_offset: int) -> None:
+        """Index the batch at `position`: once per index interval of bytes."""
+        relative = last_offset - self.base_offset
+        self.offsets.append(relative, position)
+        last_time = self.times.last()
+        if last_time is None or self.max_timestamp > last_time[0]:
+            self.times.append(self.max_timestamp, relative)
+        self._bytes_since_index = 0
 
     def truncate(self, position: int) -> None:
         """Cut the file at `position`, a batch boundary, and drop index entries past it."""

@@ -60,11 +60,26 @@ def test_unsynced_appends_stay_out_of_the_file_until_flushed(tmp_path: Path) -> 
     assert file_offsets(tmp_path) == [0, 1, 2]
 
 
-def test_default_append_reaches_the_file_before_returning(tmp_path: Path) -> None:
+def test_never_policy_append_reaches_the_file_before_returning(tmp_path: Path) -> None:
     log = PartitionLog(tmp_path, LogConfig(fsync="never"))
     log.append(SMALL, term=1)
     log.append(SMALL, term=1)
     assert file_offsets(tmp_path) == [0, 1]
+
+
+def test_interval_policy_buffers_small_appends_until_the_fsync_is_due(
+    tmp_path: Path, fdatasync: CallCounter
+) -> None:
+    config = LogConfig(
+        fsync="interval", flush_interval_bytes=3 * len(SMALL), flush_interval_ms=10**9
+    )
+    log = PartitionLog(tmp_path, config)
+    log.append(SMALL, term=1)
+    log.append(SMALL, term=1)
+    assert (file_offsets(tmp_path), fdatasync.calls) == ([], 0)
+    log.append(SMALL, term=1)
+    assert (file_offsets(tmp_path), fdatasync.calls) == ([0, 1, 2], 1)
+    assert log.durable_offset == 3
 
 
 def test_reads_see_buffered_batches_stamped_with_valid_crcs(tmp_path: Path) -> None:
