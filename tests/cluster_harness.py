@@ -7,6 +7,7 @@ and the failure report (event timeline, producer history, every node's log).
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -61,7 +63,8 @@ def serve_command() -> list[str]:
 
 
 def http_json(url: str, method: str = "GET", body: Any = None, timeout: float = 5.0) -> Any:
-    """One request; returns (status, parsed body). Connection failures raise OSError."""
+    """One request; returns (status, parsed body). Connection failures raise OSError, and so
+    does an answer cut short (a node killed mid-response)."""
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(
         url, data=data, method=method, headers={"Content-Type": "application/json"}
@@ -70,6 +73,8 @@ def http_json(url: str, method: str = "GET", body: Any = None, timeout: float = 
         with urllib.request.urlopen(request, timeout=timeout) as response:
             raw = response.read()
             return response.status, json.loads(raw) if raw else {}
+    except http.client.HTTPException as error:
+        raise ConnectionError(f"torn HTTP exchange with {url}: {error!r}") from error
     except urllib.error.HTTPError as error:
         raw = error.read()
         try:
@@ -285,6 +290,7 @@ class ContinuousProducer:
         # (value, offset, sent at, acknowledged at), monotonic seconds
         self.acked: list[tuple[str, int, float, float]] = []
         self.failures: list[tuple[float, str]] = []
+        self.crash: str | None = None  # the traceback that ended the thread early, if any
         self._stop = False
         self._sequence = 0
         self._thread = threading.Thread(target=self._run, name="continuous-producer", daemon=True)
@@ -299,6 +305,17 @@ class ContinuousProducer:
         self._thread.join(30)
 
     def _run(self) -> None:
+        try:
+            self._produce_until_stopped()
+        except BaseException:
+            self.crash = traceback.format_exc()
+            raise
+
+    def _check_alive(self) -> None:
+        if self.crash is not None:
+            raise RuntimeError(f"the producer thread died:\n{self.crash}")
+
+    def _produce_until_stopped(self) -> None:
         turn = 0
         while not self._stop:
             live = self.cluster.live()
@@ -334,6 +351,8 @@ class ContinuousProducer:
         """Every failed request and the acknowledged offsets, as runs of consecutive offsets."""
         at = self.cluster.timeline.at
         lines = [f"=== producer to {self.topic}/{self.partition}: {len(self.acked)} acked ==="]
+        if self.crash is not None:
+            lines.append(f"the producer thread died:\n{self.crash}")
         lines += [f"{at(moment):9.3f} s  failed: {text}" for moment, text in self.failures]
         run: list[tuple[str, int, float, float]] = []
         for ack in [*self.acked, None]:
@@ -351,6 +370,7 @@ class ContinuousProducer:
     def wait_for_acks(self, count: int, timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout
         while len(self.acked) < count:
+            self._check_alive()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"only {len(self.acked)} acks; failures {self.failures[-3:]}")
             time.sleep(0.02)
@@ -359,6 +379,7 @@ class ContinuousProducer:
         """Seconds from `moment` to the first acknowledgement of a message sent after it."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            self._check_alive()
             later = [acked_at for _, _, sent_at, acked_at in self.acked if sent_at > moment]
             if later:
                 return min(later) - moment
