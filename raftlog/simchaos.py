@@ -268,10 +268,12 @@ def settle(sim: Simulation, election_ticks: int) -> float:
     for node_id, node in sim.nodes.items():
         if not node.alive and node.bootstrap[0]:
             sim.start(node_id)
-    slowest = max(node.tick_interval for node in sim.nodes.values())
+    members = [node for node in sim.nodes.values() if node.alive]
+    slowest = max(node.tick_interval for node in members)
     timeout = election_ticks * slowest
     budget = 20 * timeout
-    healed = sim.time
+    # Faults stop once the last paused process resumes (a pause cannot be cut short).
+    healed = max(sim.time, *(node.paused_until for node in members))
     deadline = healed + budget
     while sim.time < deadline:
         if not sim.run_until(lambda: sim.leader() is not None, deadline - sim.time):
@@ -285,7 +287,7 @@ def settle(sim: Simulation, election_ticks: int) -> float:
         # Leadership may move (a transfer in flight); then try again on the new leader.
         sim.run_until(_committed_or_deposed(sim, payload, leader), 40 * slowest)
         if payload in sim.acked:
-            return (sim.time - healed) / timeout
+            return max(0, sim.time - healed) / timeout
     raise InvariantViolation(
         "no progress after healing",
         f"no leader committed a proposal within {budget} time units "
