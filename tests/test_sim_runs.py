@@ -3,6 +3,10 @@ command line summarises, exits non-zero on a violation and prints how to replay 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from test_planted_bugs import AcksBeforeSync
 
@@ -67,3 +71,13 @@ def test_cli_refuses_nonsense_arguments() -> None:
 def test_cli_spreads_seeds_over_worker_processes(capsys: pytest.CaptureFixture[str]) -> None:
     assert sim.main(["--seeds", "8", "--start", "40", "--jobs", "2", "--quiet"]) == 0
     assert "seeds 8 (from 40)" in capsys.readouterr().out
+
+
+def test_a_seed_replays_exactly_in_another_process_with_another_hash_seed() -> None:
+    def summary(hash_seed: str) -> str:
+        command = [sys.executable, "-m", "raftline.raftlog.sim", "--seeds", "5", "--quiet"]
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+        return out.split(" in ")[0]  # everything before the wall-clock time
+
+    assert summary("1") == summary("2")
