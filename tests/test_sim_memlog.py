@@ -140,3 +140,13 @@ def test_an_unsynced_install_is_lost_on_crash() -> None:
     log.install(SnapshotMeta(9, 2, (1,), ()))
     log.crash()
     assert log.snapshot_meta() == SnapshotMeta()
+
+
+def test_the_durable_view_shows_what_a_crash_would_leave() -> None:
+    log = MemLog()
+    log.append(entries((0, 1, 1)))
+    log.save(HardState(term=1, vote=2))
+    assert (log.durable_term_at(0), log.durable_hard_state()) == (None, HardState())
+    log.fsync()
+    assert (log.durable_term_at(0), log.durable_hard_state()) == (1, HardState(term=1, vote=2))
+    assert log.unsynced == 0
