@@ -36,6 +36,7 @@ class Plan:
 
 
 def make_plan(seed: int, nodes: int | None = None, steps: int | None = None) -> Plan:
+    """The seed's fault mix; `nodes`/`steps` pin the cluster size or the chaos length."""
     rng = random.Random(seed ^ 0x5EED)
     size = nodes if nodes is not None else rng.choice((1, 3, 3, 3, 5, 5, 7))
     lossy = rng.random() < 0.6
@@ -228,6 +229,8 @@ class Chaos:
 
 @dataclass(slots=True)
 class SeedResult:
+    """What one seed did, and the first broken rule with the trace leading to it."""
+
     seed: int
     nodes: int
     steps: int
@@ -238,7 +241,9 @@ class SeedResult:
     recovery: float = 0.0  # election timeouts from healing to a committed proposal
 
 
-def build(seed: int, nodes: int | None = None, steps: int | None = None, trace: int = 0):
+def build(
+    seed: int, nodes: int | None = None, steps: int | None = None, trace: int = 0
+) -> tuple[Simulation, Plan]:
     """The Simulation and Plan for one seed (without running it)."""
     plan = make_plan(seed, nodes, steps)
     raft = RaftConfig(
