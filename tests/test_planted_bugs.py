@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from raftline.raftlog import simcluster
+from raftline.raftlog.invariants import Checker
 from raftline.raftlog.raft import RaftNode
 from raftline.raftlog.simchaos import run_seed
 from raftline.raftlog.types import HardState, Message, MessageType, ReadState, Ready
@@ -135,3 +136,21 @@ def test_the_simulator_finds_a_planted_bug(
 
 def test_the_unmodified_core_passes_the_same_seeds() -> None:
     assert all(run_seed(seed).violation is None for seed in range(50))
+
+
+def test_an_unsynced_vote_is_caught_by_its_consequences_without_the_durability_rules(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the send-time durability checks off, a crash that loses a granted vote still shows
+    up as a node voting twice in one term (or two leaders in it)."""
+    record_vote = Checker.on_vote_granted
+
+    def record_only(
+        checker: Checker, voter: int, term: int, candidate: int, durable: HardState
+    ) -> None:
+        record_vote(checker, voter, term, candidate, HardState(term, candidate))
+
+    monkeypatch.setattr(Checker, "on_vote_granted", record_only)
+    monkeypatch.setattr(Checker, "on_campaign", lambda *args: None)
+    violation = first_failure(monkeypatch, VoteNotSynced, 300)
+    assert "two votes in one term" in violation or "two leaders in one term" in violation
