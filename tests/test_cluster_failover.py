@@ -137,3 +137,32 @@ def test_partition_without_a_majority_answers_leader_unavailable(tmp_path: Path)
         assert body["error"]["retryable"] is True
         if body["error"]["code"] == "leader_unavailable":
             assert info.value.headers["Retry-After"]
+
+
+KILL_ROUNDS = 8
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_repeated_leader_sigkills_lose_no_acknowledged_message(tmp_path: Path) -> None:
+    """Rounds of SIGKILL and restart, alternating the partition leader and the controller;
+    a round starts as soon as the previous victim is ready, possibly still catching up."""
+    with running_cluster(tmp_path) as cluster:
+        _create_topic(cluster, "orders")
+        producer = ContinuousProducer(cluster, "orders").start()
+        try:
+            for round_number in range(KILL_ROUNDS):
+                producer.wait_for_acks(len(producer.acked) + 30)
+                if round_number % 2 == 0:
+                    victim = cluster.node(cluster.wait_for_leader("orders", 0))
+                else:
+                    victim = cluster.node(cluster.controller())
+                killed_at = time.monotonic()
+                victim.kill()
+                producer.first_ack_after(killed_at)
+                victim.start()
+                cluster.wait_ready([victim])
+            producer.wait_for_acks(len(producer.acked) + 30)
+        finally:
+            producer.stop()
+        _check_every_replica(cluster, "orders", [value for value, *_ in producer.acked])
