@@ -27,7 +27,6 @@ from raftline.raftlog.batch import (
     parse_header,
 )
 from raftline.raftlog.segment import (
-    MAX_RELATIVE_OFFSET,
     MAX_SEGMENT_BYTES,
     Bytes,
     FileCache,
@@ -104,21 +103,31 @@ class RecoveryReport:
         return not (self.truncated_bytes or self.rebuilt_indexes or self.removed_segments)
 
 
-def _append_fields(data: Bytes) -> tuple[int, int, int]:
-    """(batchLength, lastOffsetDelta, maxTimestamp) of a whole batch, sanity-checked like
-    batch.parse_header (which reports the precise problem when a check fails)."""
-    if len(data) >= HEADER_SIZE:
-        length, magic, last_delta, max_timestamp, count = _APPEND_FIELDS.unpack_from(data)
-        if (
-            magic == MAGIC
-            and HEADER_SIZE - LOG_OVERHEAD <= length <= MAX_BATCH_SIZE - LOG_OVERHEAD
-            and last_delta >= 0
-            and count >= 0
-        ):
-            if len(data) != length + LOG_OVERHEAD:
-                raise CorruptBatchError(f"batch of {len(data)} bytes declares {length + 12}")
-            return length, last_delta, max_timestamp
-    parse_header(data)  # raises with the reason
+def _append_fields(batches: Sequence[tuple[Bytes, int]]) -> list[tuple[int, ...]]:
+    """(batchLength, magic, lastOffsetDelta, maxTimestamp, recordsCount) of each batch, all
+    sanity-checked like batch.parse_header (which reports the precise problem) before any is
+    written. One unpack per batch and no call: this runs for every appended batch."""
+    unpack = _APPEND_FIELDS.unpack_from
+    try:
+        fields = [unpack(data) for data, _ in batches]
+    except struct.error:  # shorter than a header
+        fields = None
+    if fields is not None:
+        for (data, _), (length, magic, last_delta, _, count) in zip(batches, fields, strict=True):
+            if not (
+                magic == MAGIC
+                and HEADER_SIZE - LOG_OVERHEAD <= length <= MAX_BATCH_SIZE - LOG_OVERHEAD
+                and last_delta >= 0
+                and count >= 0
+                and len(data) == length + LOG_OVERHEAD
+            ):
+                break
+        else:
+            return fields
+    for data, _ in batches:
+        header = parse_header(data)  # raises with the reason
+        if len(data) != header.size:
+            raise CorruptBatchError(f"batch of {len(data)} bytes declares {header.size}")
     raise CorruptBatchError("invalid batch header")
 
 
@@ -250,27 +259,24 @@ class PartitionLog:
         return first
 
     def _write(self, batches: Sequence[tuple[Bytes, int]], now: int) -> int:
+        fields = _append_fields(batches)  # all valid, or nothing written
         active = self._segments[-1]
-        offset = active.next_offset
         if active.size == 0:
             active.created_ms = now  # a segment ages from its first batch
-        segment_bytes = self.config.segment_bytes
-        aged = now - active.created_ms >= self.config.segment_ms
-        fields = [_append_fields(data) for data, _ in batches]  # all valid, or nothing written
-        total = 0
-        for (data, term), (length, last_delta, max_timestamp) in zip(batches, fields, strict=True):
-            size = length + LOG_OVERHEAD
-            last_offset = offset + last_delta
-            if active.size and (
-                aged
-                or active.size + size > segment_bytes
-                or last_offset - active.base_offset > MAX_RELATIVE_OFFSET
-            ):
-                active, aged = self._roll(), False
-            active.append(data, term, offset, last_offset, max_timestamp, size)
-            offset = last_offset + 1
-            total += size
-        return total
+        elif now - active.created_ms >= self.config.segment_ms:
+            active = self._roll()
+        total = done = 0
+        while True:
+            try:
+                count, nbytes = active.append(batches, fields, done, self.config.segment_bytes)
+            except OSError as exc:  # a write of a large batch: the segment is half updated
+                self._failure = exc
+                raise LogFailedError(f"write to {active.path} failed: {exc}") from exc
+            total += nbytes
+            done += count
+            if done == len(batches):
+                return total
+            active = self._roll()
 
     def _roll(self) -> Segment:
         """Seal the active segment (indexes written, data fsynced) and start a new one."""

@@ -202,36 +202,62 @@ class Segment:
     # --- writing -------------------------------------------------------------------------
 
     def append(
-        self, data: Bytes, term: int, offset: int, last_offset: int, max_timestamp: int, size: int
-    ) -> None:
-        """Append one whole batch (`size` bytes, already checked) stamped with `offset` and
-        `term`, and index it.
+        self,
+        batches: Sequence[tuple[Bytes, int]],
+        fields: Sequence[tuple[int, ...]],
+        start: int,
+        segment_bytes: int,
+    ) -> tuple[int, int]:
+        """Append checked (batch, term) pairs from `start` on, stamping offsets and terms and
+        indexing them, while they fit in `segment_bytes` and the relative-offset range (an
+        empty segment takes at least one). `fields` are the batches' (batchLength, magic,
+        lastOffsetDelta, maxTimestamp, recordsCount). Returns (batches taken, bytes taken).
 
         Small batches are copied into the write buffer and stamped there with one pack; a
         batch of at least WRITE_BUFFER_BYTES goes to the file at once behind the buffer, its
-        payload never copied.
+        payload never copied. The loop keeps the segment's counters in locals and calls
+        nothing per batch but C functions: it runs for every appended batch.
         """
-        position = self.size
+        pack_into = _STAMPED_PREFIX.pack_into
         pending = self._pending
-        if size < WRITE_BUFFER_BYTES:
-            at = len(pending)
-            pending += data
-            _STAMPED_PREFIX.pack_into(pending, at, offset, size - LOG_OVERHEAD, term)
-            if at + size >= WRITE_BUFFER_BYTES:
-                self.flush()
-        else:
-            prefix = _STAMPED_PREFIX.pack(offset, size - LOG_OVERHEAD, term)
-            self._write_out([pending, prefix, memoryview(data)[len(prefix) :]], size)
-        if isinstance(data, bytearray):  # the caller's mutable batch shows its stamp too
-            _STAMPED_PREFIX.pack_into(data, 0, offset, size - LOG_OVERHEAD, term)
-        # _index inlined: this runs for every appended batch.
-        if max_timestamp > self.max_timestamp:
-            self.max_timestamp = max_timestamp
-        if self._bytes_since_index >= self.index_interval:
-            self._add_index_entry(position, last_offset)
-        self._bytes_since_index += size
-        self.size = position + size
-        self.next_offset = last_offset + 1
+        position = first_position = self.size
+        offset = self.next_offset
+        max_timestamp = self.max_timestamp
+        since_index = self._bytes_since_index
+        interval = self.index_interval
+        last_allowed = self.base_offset + MAX_RELATIVE_OFFSET
+        taken = 0
+        for i in range(start, len(batches)):
+            data, term = batches[i]
+            length, _, last_delta, batch_max_timestamp, _ = fields[i]
+            size = length + LOG_OVERHEAD
+            last_offset = offset + last_delta
+            if position and (position + size > segment_bytes or last_offset > last_allowed):
+                break
+            if size < WRITE_BUFFER_BYTES:
+                at = len(pending)
+                pending += data
+                pack_into(pending, at, offset, length, term)
+            else:
+                prefix = _STAMPED_PREFIX.pack(offset, length, term)
+                self._write_out([pending, prefix, memoryview(data)[len(prefix) :]], size)
+                pending = self._pending
+            if isinstance(data, bytearray):  # the caller's mutable batch shows its stamp too
+                pack_into(data, 0, offset, length, term)
+            if batch_max_timestamp > max_timestamp:
+                max_timestamp = batch_max_timestamp
+            if since_index >= interval:
+                self._add_index_entry(position, last_offset, max_timestamp)
+                since_index = 0
+            since_index += size
+            position += size
+            offset = last_offset + 1
+            taken += 1
+        self.size, self.next_offset = position, offset
+        self.max_timestamp, self._bytes_since_index = max_timestamp, since_index
+        if len(pending) >= WRITE_BUFFER_BYTES:
+            self.flush()
+        return taken, position - first_position
 
     def flush(self) -> None:
         """Write the buffered batches to the file (page cache); a no-op when none are."""
@@ -255,21 +281,22 @@ class Segment:
         self._pending = bytearray()
 
     def _index(self, position: int, last_offset: int, max_timestamp: int, size: int) -> None:
-        """Account a batch in the indexes (what `append` does inline)."""
+        """Account a recovered batch in the indexes (`append` does this inline)."""
         if max_timestamp > self.max_timestamp:
             self.max_timestamp = max_timestamp
         if self._bytes_since_index >= self.index_interval:
-            self._add_index_entry(position, last_offset)
+            self._add_index_entry(position, last_offset, self.max_timestamp)
+            self._bytes_since_index = 0
         self._bytes_since_index += size
 
-    def _add_index_entry(self, position: int, last_offset: int) -> None:
-        """Index the batch at `position`: once per index interval of bytes."""
+    def _add_index_entry(self, position: int, last_offset: int, max_timestamp: int) -> None:
+        """Index the batch at `position` (once per index interval of bytes); `max_timestamp`
+        is the segment's largest so far."""
         relative = last_offset - self.base_offset
         self.offsets.append(relative, position)
         last_time = self.times.last()
-        if last_time is None or self.max_timestamp > last_time[0]:
-            self.times.append(self.max_timestamp, relative)
-        self._bytes_since_index = 0
+        if last_time is None or max_timestamp > last_time[0]:
+            self.times.append(max_timestamp, relative)
 
     def truncate(self, position: int) -> None:
         """Cut the file at `position`, a batch boundary, and drop index entries past it."""
