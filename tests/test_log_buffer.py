@@ -168,3 +168,35 @@ def test_raft_storage_append_never_fsyncs_and_fsync_syncs_the_round_once(
     storage.fsync()
     assert fdatasync.calls == 1
     assert storage.log.durable_offset == 3
+
+
+def test_unsynced_appends_across_rolls_read_back_in_order_and_reopen_after_sync(
+    tmp_path: Path,
+) -> None:
+    config = LogConfig(segment_bytes=1000, index_interval_bytes=150, fsync="never")
+    log = PartitionLog(tmp_path, config)
+    batches = [build_batch([Record(value=b"%d" % i)], timestamp=i) for i in range(40)]
+    log.append_many([(data, 1) for data in batches[:25]], sync=False)
+    for data in batches[25:]:
+        log.append(data, term=2, sync=False)
+    assert len(log.segment_bases) > 1
+    offset, values = 0, []
+    while offset < log.next_offset:
+        data, offset = log.read_from(offset, 300)
+        values += [b.records[0].value for b in iter_batches(data)]
+    assert values == [b"%d" % i for i in range(40)]
+    log.sync()
+    log.files.close_all()  # killed: no clean shutdown
+    reopened = PartitionLog(tmp_path, config)
+    assert reopened.recovery.truncated_bytes == 0
+    assert reopened.next_offset == 40
+    assert reopened.offset_for_timestamp(30) == 30
+
+
+def test_append_many_with_a_batch_shorter_than_a_header_writes_none(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path, LogConfig(fsync="never"))
+    with pytest.raises(batch.CorruptBatchError):
+        log.append_many([(SMALL, 1), (b"short", 1)])
+    assert log.next_offset == 0
+    log.flush()
+    assert file_offsets(tmp_path) == []
