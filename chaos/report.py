@@ -65,6 +65,7 @@ def plot(ops: list[Op], path: Path) -> bool:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch
     except ImportError:
         return False
     rows = availability.timeline(ops)
@@ -83,21 +84,28 @@ def plot(ops: list[Op], path: Path) -> bool:
     bottom.set_ylabel("ok latency (ms)")
     bottom.set_xlabel("seconds since start")
     bottom.legend(loc="upper right")
-    colours = {"partition": "tab:blue", "kill": "tab:red", "pause": "tab:purple"}
+    colours = {
+        "partition": "tab:blue",
+        "kill": "tab:red",
+        "pause": "tab:purple",
+        "loss": "tab:olive",
+        "slow": "tab:cyan",
+        "clock": "tab:brown",
+    }
     for w in windows:
         end = end_s if w.end is None else w.end / availability.NS
         for axis in (top, bottom):
             axis.axvspan(
                 w.start / availability.NS, end, alpha=0.15, color=colours.get(w.fault, "tab:gray")
             )
-        top.annotate(
-            w.fault,
-            (w.start / availability.NS, 1),
-            xycoords=("data", "axes fraction"),
-            fontsize=7,
-            va="top",
-        )
-    fig.tight_layout()
+    # One band per fault kind in a key of its own, so long runs with many faults stay legible.
+    kinds = sorted({w.fault for w in windows})
+    if kinds:
+        bands = [Patch(color=colours.get(k, "tab:gray"), alpha=0.3, label=k) for k in kinds]
+        fig.legend(handles=bands, loc="upper center", ncol=len(bands), fontsize=8, title="faults")
+        fig.tight_layout(rect=(0, 0, 1, 0.92))
+    else:
+        fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return True
