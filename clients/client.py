@@ -239,7 +239,10 @@ def _fetch_answer(
         return parse_fetch(answer.json())
     headers = answer.headers
     next_offset = int(headers["raftline-next-offset"])
-    start = offset if isinstance(offset, int) else 0  # the node resolved earliest/latest
+    log_start = int(headers["raftline-log-start-offset"])
+    high_watermark = int(headers["raftline-high-watermark"])
+    # The node resolved earliest/latest; batches it returned for "latest" start after it anyway.
+    start = offset if isinstance(offset, int) else log_start
     messages: list[Message] = []
     for decoded in iter_batches(answer.raw):
         if decoded.header.is_control:
@@ -248,12 +251,7 @@ def _fetch_answer(
             if record.offset < start:
                 continue
             if len(messages) >= max_messages:  # whole batches came; keep the asked number
-                return FetchResult(
-                    messages,
-                    record.offset,
-                    int(headers["raftline-log-start-offset"]),
-                    int(headers["raftline-high-watermark"]),
-                )
+                return FetchResult(messages, record.offset, log_start, high_watermark)
             messages.append(
                 Message(
                     partition,
@@ -267,12 +265,7 @@ def _fetch_answer(
                     },
                 )
             )
-    return FetchResult(
-        messages,
-        next_offset,
-        int(headers["raftline-log-start-offset"]),
-        int(headers["raftline-high-watermark"]),
-    )
+    return FetchResult(messages, next_offset, log_start, high_watermark)
 
 
 def _fetch_params(
