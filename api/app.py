@@ -186,13 +186,17 @@ def reply(
     )
 
 
-async def read_body(request: web.Request) -> Any:
+async def read_raw_body(request: web.Request) -> bytes:
     try:
-        raw = await request.read()
+        return await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise ApiError(
             "message_too_large", f"request body exceeds {MAX_BODY_BYTES} bytes"
         ) from None
+
+
+async def read_body(request: web.Request) -> Any:
+    raw = await read_raw_body(request)
     if not raw:
         raise invalid("request body is empty")
     if request.content_type in MSGPACK_TYPES:
@@ -427,12 +431,7 @@ async def _produce_batch(request: web.Request) -> web.Response:
     acks = request.query.get("acks", "all")
     if acks not in validation.ACKS:
         raise invalid(f"acks must be one of {', '.join(validation.ACKS)}")
-    try:
-        body = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise ApiError(
-            "message_too_large", f"request body exceeds {MAX_BODY_BYTES} bytes"
-        ) from None
+    body = await read_raw_body(request)
     meta = await state.topic_meta(topic)
     if partition >= meta.partitions:
         raise ApiError(

@@ -19,7 +19,13 @@ from raftline.api.codec import BATCH_CONTENT_TYPE
 from raftline.node.broker import Broker
 from raftline.node.config import NodeConfig
 from raftline.raftlog import batch as batch_format
-from raftline.raftlog.records import Record, build_batch, build_control_batch, iter_batches
+from raftline.raftlog.records import (
+    Codec,
+    Record,
+    build_batch,
+    build_control_batch,
+    iter_batches,
+)
 
 pytestmark = pytest.mark.timeout(60)
 BATCH_HEADERS = {"Content-Type": BATCH_CONTENT_TYPE}
@@ -159,3 +165,26 @@ async def test_batch_fetch_stops_at_the_batch_that_reaches_max_messages(api: Tes
     decoded = list(iter_batches(await response.read()))
     assert [r.value for d in decoded for r in d.records] == [b"a", b"b"]
     assert int(response.headers["Raftline-Next-Offset"]) == first["base_offset"] + 2
+
+
+async def test_a_topic_that_forces_a_compression_stores_the_batch_recompressed(
+    api: TestClient,
+) -> None:
+    response = await api.post(
+        "/v1/topics",
+        json={"name": "zipped", "partitions": 1, "config": {"compression.type": "gzip"}},
+    )
+    assert response.status == 201
+    response = await api.post(
+        "/v1/topics/zipped/messages?partition=0",
+        data=build_batch(_records(b"a", b"b")),
+        headers=BATCH_HEADERS,
+    )
+    assert response.status == 200
+    answer = await api.get(
+        "/v1/topics/zipped/partitions/0/messages?offset=earliest",
+        headers={"Accept": BATCH_CONTENT_TYPE},
+    )
+    [stored] = list(iter_batches(await answer.read()))
+    assert stored.header.codec == Codec.GZIP
+    assert [(r.key, r.value) for r in stored.records] == [(b"ka", b"a"), (b"kb", b"b")]
