@@ -61,6 +61,7 @@ def start_node(data_dir: str, fsync: str) -> tuple[subprocess.Popen[bytes], str]
         except OSError:
             time.sleep(0.2)
     node.kill()
+    node.wait()
     raise RuntimeError("the node did not become ready")
 
 
