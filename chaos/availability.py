@@ -85,7 +85,13 @@ def availability(
     last_heal = max((w.end for w in windows if w.end is not None), default=None)
     after = [op for op in done if last_heal is not None and op.start >= last_heal]
     recovering = frozenset(recovery_fs)
+    # Faults the nemesis could not inject (e.g. a node without the clock hook) open no window.
+    not_injected: dict[str, int] = defaultdict(int)
+    for op in ops:
+        if op.process == NEMESIS and op.f == "start" and op.type == "fail":
+            not_injected[str((op.value or {}).get("fault"))] += 1
     return {
+        "not_injected": dict(not_injected),
         "overall": _share(done),
         "during_faults": _share(during),
         "outside_faults": _share(outside),

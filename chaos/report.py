@@ -46,6 +46,8 @@ def summary_text(result: dict[str, Any]) -> str:
     for part in ("overall", "during_faults", "after_faults"):
         share = avail[part]
         lines.append(f"availability {part}: {share['ok']}/{share['ops']} ok ({share['ok_share']})")
+    for fault, count in avail["not_injected"].items():
+        lines.append(f"  {fault}: {count} injections failed (see nemesis ops in the history)")
     for fault in avail["faults"]:
         lines.append(
             f"  {fault['fault']}: {fault['start_s']}s..{fault['end_s'] or 'end'}s, "

@@ -83,3 +83,13 @@ def test_timeline_counts_outcomes_and_latency_per_second() -> None:
     assert rows[5.0]["ok"] == 1
     assert rows[5.0]["p50_ms"] == 500.0
     assert rows[2.0]["fail"] == 1
+
+
+def test_fault_that_failed_to_inject_is_counted_not_windowed() -> None:
+    failed = [
+        Op(NEMESIS, "invoke", "start", {"fault": "clock"}, time=1),
+        Op(NEMESIS, "fail", "start", {"fault": "clock"}, time=2, error="404"),
+    ]
+    result = availability(index_ops(failed))
+    assert result["not_injected"] == {"clock": 1}
+    assert result["faults"] == []
