@@ -27,6 +27,8 @@ from typing import Any
 READY_TIMEOUT_S = 30.0
 FETCH_RETRY_S = 20.0  # a fetch answered "retry" (e.g. leader_unavailable) is retried this long
 REPLICA_CATCH_UP_S = 30.0  # followers copy what was acknowledged; generous for loaded machines
+# A node that dies with one of these at start met a half-edited working tree, not a broker bug.
+IMPORT_ERRORS = ("ImportError:", "ModuleNotFoundError:", "SyntaxError:", "IndentationError:")
 REPORT_LOG_LINES = 400  # per node in a failure report
 REPORT_NAME = "failure-report.txt"  # written next to the nodes' data when a cluster test fails
 
@@ -152,8 +154,18 @@ class Node:
         except OSError:
             return ""
 
+    def exit_cause(self) -> str:
+        """Why the process ended, with a hint when it could not even load Raftline's code."""
+        code = self.process.poll() if self.process is not None else None
+        if any(error in self.log_tail() for error in IMPORT_ERRORS):
+            return (
+                f"exited ({code}) loading Raftline's code: the source tree was probably edited "
+                "while the test ran (every node start imports the working tree)"
+            )
+        return f"exited ({code})"
+
     def report(self) -> str:
-        state = "running" if self.running else f"exited {self.process and self.process.poll()}"
+        state = "running" if self.running else self.exit_cause()
         return (
             f"--- node {self.node_id} ({state}; http {self.http}, raft {self.raft}, "
             f"data {self.data_dir}) log, last {REPORT_LOG_LINES} lines ---\n"
@@ -194,7 +206,9 @@ class Cluster:
         for node in nodes or self.nodes:
             while not node.ready():
                 if not node.running:
-                    raise RuntimeError(f"node {node.node_id} exited:\n{node.log_tail()}")
+                    raise RuntimeError(
+                        f"node {node.node_id} {node.exit_cause()}:\n{node.log_tail()}"
+                    )
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"node {node.node_id} not ready:\n{node.log_tail()}")
                 time.sleep(0.1)
