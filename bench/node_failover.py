@@ -18,7 +18,7 @@ from raftline.node.config import NodeConfig
 from raftline.raftlog.records import Record, build_batch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from test_node_cluster import configs, leading, start_all  # noqa: E402
+from test_node_cluster import configs, leading, start_all
 
 
 async def one_round(root: Path) -> float:
