@@ -24,6 +24,7 @@ from raftline.api.forward import FORWARDED_HEADER, Forwarder, LeaderMoved, Leade
 from raftline.api.openapi import openapi_document
 from raftline.api.partitioner import partition_for_key
 from raftline.node.errors import BrokerError, NotLeader
+from raftline.node.netfaults import LinkFaults
 from raftline.raftlog.batch import CorruptBatchError, check_crc, parse_header
 
 if TYPE_CHECKING:
@@ -397,7 +398,7 @@ async def produce(request: web.Request) -> web.Response:
     spec = validation.produce_request(await read_body(request))
     meta = await state.topic_meta(topic)
     groups = _assign_partitions(state, topic, meta, spec.messages)
-    now_ms = int(time.time() * 1000)
+    now_ms = state.broker.clock.now_ms()
     batches = {
         partition: codec.encode_batch([spec.messages[i] for i in indexes], meta.compression, now_ms)
         for partition, indexes in groups.items()
@@ -571,6 +572,30 @@ def _batches_response(body: dict[str, Any]) -> web.Response:
     )
 
 
+# ---- test hooks (only routed when the node runs with test_hooks) -----------------------------
+
+
+async def set_clock_offset(request: web.Request) -> web.Response:
+    """`{"offset_ms": n}` shifts this node's wall clock by n ms from real time; 0 restores it."""
+    body = await read_body(request)
+    clock = _state(request).broker.clock
+    try:
+        clock.set_offset_ms(body.get("offset_ms") if isinstance(body, dict) else None)
+    except ValueError as exc:
+        raise invalid(str(exc)) from None
+    return reply(request, {"offset_ms": clock.offset_ms, "now_ms": clock.now_ms()})
+
+
+async def set_network_faults(request: web.Request) -> web.Response:
+    """Delay, reorder and duplicate this node's outgoing frames (see LinkFaults); `{}` clears."""
+    try:
+        faults = LinkFaults.parse(await read_body(request))
+    except ValueError as exc:
+        raise invalid(str(exc)) from None
+    _state(request).broker.runtime.transport.link_faults = faults
+    return reply(request, {} if faults is None else faults.describe())
+
+
 # ---- application ---------------------------------------------------------------------------
 
 
@@ -600,4 +625,7 @@ def create_app(broker: Broker, *, self_http: str | None = None) -> web.Applicati
     app.router.add_post("/v1/topics/{topic}/messages", produce)
     app.router.add_get("/v1/topics/{topic}/partitions/{partition}/messages", fetch)
     app.router.add_post("/v1/internal/topics/{topic}/partitions/{partition}/batch", internal_batch)
+    if broker.config.test_hooks:
+        app.router.add_post("/v1/admin/clock", set_clock_offset)
+        app.router.add_post("/v1/admin/network", set_network_faults)
     return app

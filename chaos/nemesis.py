@@ -1,4 +1,4 @@
-"""Fault injection in Jepsen's vocabulary: partitions, kills, pauses, packet loss and clock skew.
+"""Fault injection in Jepsen's vocabulary: partitions, kills, pauses, loss, delay and clock skew.
 
 Owns each fault's start/heal against a cluster, and the schedule that alternates faults and quiet.
 """
@@ -169,35 +169,67 @@ class ProcessFault:
         return {"fault": self.name, "nodes": healed}
 
 
+def post_hook(node: Node, path: str, body: dict[str, Any]) -> None:
+    """POST to one of the node's test hooks (they exist only with RAFTLINE_TEST_HOOKS=1)."""
+    request = urllib.request.Request(
+        f"{node.http_url}{path}", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    try:
+        urllib.request.urlopen(request, timeout=2).close()
+    except (urllib.error.URLError, OSError) as failure:
+        raise ClusterError(f"test hook {path} on node {node.node_id}: {failure}") from None
+
+
 @dataclass
 class ClockSkew:
-    """Shifts nodes' wall clocks through the node's test hook (needs RAFTLINE_TEST_HOOKS=1):
+    """Shifts nodes' wall clocks through the node's test hook:
     `POST /v1/admin/clock {"offset_ms": n}`; offset 0 restores the real clock."""
 
     cluster: ComposeCluster
     max_skew_ms: int = 60_000
     name: str = "clock"
 
-    def _set(self, node: Node, offset_ms: int) -> None:
-        body = json.dumps({"offset_ms": offset_ms}).encode()
-        request = urllib.request.Request(
-            f"{node.http_url}/v1/admin/clock", body, {"Content-Type": "application/json"}
-        )
-        try:
-            urllib.request.urlopen(request, timeout=2).close()
-        except (urllib.error.URLError, OSError) as failure:
-            raise ClusterError(f"clock hook on node {node.node_id}: {failure}") from None
-
     def start(self, rng: random.Random) -> dict[str, Any]:
         chosen = rng.sample(self.cluster.nodes, max(1, len(self.cluster.nodes) // 2))
         offsets = {n.node_id: rng.randint(-self.max_skew_ms, self.max_skew_ms) for n in chosen}
         for node in chosen:
-            self._set(node, offsets[node.node_id])
+            post_hook(node, "/v1/admin/clock", {"offset_ms": offsets[node.node_id]})
         return {"fault": self.name, "offsets_ms": offsets}
 
     def stop(self) -> dict[str, Any]:
         for node in self.cluster.nodes:
-            self._set(node, 0)
+            post_hook(node, "/v1/admin/clock", {"offset_ms": 0})
+        return {"fault": self.name}
+
+
+@dataclass
+class MessageDelay:
+    """Delayed, reordered and duplicated node-to-node messages, through the node's transport
+    hook `POST /v1/admin/network` (this kernel has no `tc netem`). Delays stay well under the
+    1 s after which a silent peer counts as down, so this is slowness, not a partition."""
+
+    cluster: ComposeCluster
+    max_delay_ms: int = 250
+    name: str = "delay"
+
+    def start(self, rng: random.Random) -> dict[str, Any]:
+        chosen = rng.sample(self.cluster.nodes, rng.randint(1, len(self.cluster.nodes)))
+        settings = {}
+        for node in chosen:
+            delay = rng.randint(10, self.max_delay_ms)
+            body = {
+                "delay_ms": delay,
+                "jitter_ms": rng.randint(0, delay),
+                "reorder": round(rng.uniform(0, 0.3), 3),
+                "duplicate": round(rng.uniform(0, 0.2), 3),
+            }
+            post_hook(node, "/v1/admin/network", body)
+            settings[node.node_id] = body
+        return {"fault": self.name, "nodes": settings}
+
+    def stop(self) -> dict[str, Any]:
+        for node in self.cluster.nodes:
+            post_hook(node, "/v1/admin/network", {})
         return {"fault": self.name}
 
 
@@ -214,6 +246,7 @@ def make_faults(cluster: Cluster, names: Sequence[str], topic: str) -> list[Faul
         "loss": lambda: PacketLoss(cluster),
         "slow": lambda: SlowNetwork(cluster),
         "clock": lambda: ClockSkew(cluster),
+        "delay": lambda: MessageDelay(cluster),
     }
     unknown = [n for n in names if n not in makers]
     if unknown:

@@ -24,6 +24,7 @@ SERVE_FLAGS: dict[str, str] = {
     "raft": "HOST:PORT for node-to-node traffic (default 127.0.0.1:9090)",
     "peers": "initial members' Raft addresses, this node included: 1=HOST:PORT,2=HOST:PORT",
     "fsync": "always | interval | never (default always)",
+    "test-hooks": "1 serves the fault-injection endpoints under /v1/admin (tests only; default 0)",
 }
 
 
@@ -51,6 +52,10 @@ def node_config(args: argparse.Namespace, environ: dict[str, str]) -> Any:
             values[attribute] = parse_peers(text)
         elif flag == "data-dir":
             values[attribute] = Path(text)
+        elif flag == "test-hooks":
+            if text.strip() not in ("0", "1"):
+                raise ValueError(f"test hooks must be 0 or 1, got {text!r}")
+            values[attribute] = text.strip() == "1"
         else:
             values[attribute] = text.strip()
     return NodeConfig(**values)

@@ -13,6 +13,7 @@ import time
 import uuid
 from typing import Any
 
+from raftline.node.clock import WallClock
 from raftline.node.config import NodeConfig
 from raftline.node.controller import MetaReplica, encode_command, leadership_moves
 from raftline.node.errors import BrokerError, NotLeader
@@ -44,6 +45,7 @@ class Broker:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self.node_id = config.node_id
+        self.clock = WallClock()  # every wall-clock read of this node goes through it
         self.runtime = Runtime(config, on_rpc=self._on_rpc)
         self.meta = MetaReplica(on_change=self._metadata_changed)
         self.partitions: dict[str, PartitionReplica] = {}
@@ -92,7 +94,7 @@ class Broker:
             settings["retention_ms"] = int(topic_config["retention.ms"])
         if "retention.bytes" in topic_config:
             settings["retention_bytes"] = int(topic_config["retention.bytes"])
-        return RaftStorage(path, LogConfig(**settings))
+        return RaftStorage(path, LogConfig(**settings), clock=self.clock.now_ms)
 
     # local replicas follow the applied metadata
 

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from typing import Any
 
 from raftline.node import wire
 from raftline.node.config import parse_address
+from raftline.node.netfaults import LinkFaults
 from raftline.node.wire import FrameError, FrameKind
 from raftline.raftlog.types import Message
 
@@ -78,6 +80,10 @@ class Transport:
         self.frames_received = 0
         self.frames_dropped = 0
         self.bad_frames = 0
+        # Test hook only: None keeps send() on its direct path.
+        self.link_faults: LinkFaults | None = None
+        self._fault_rng = random.Random()
+        self._held: set[asyncio.TimerHandle] = set()
 
     async def start(self) -> None:
         host, port = parse_address(self.listen)
@@ -91,6 +97,9 @@ class Transport:
             self._server.close()
         for task in list(self._tasks):
             task.cancel()
+        for handle in self._held:
+            handle.cancel()
+        self._held.clear()
         for link in list(self._links.values()):
             link.writer.close()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -114,6 +123,29 @@ class Transport:
             self._spawn(self._dial_forever(peer))
 
     def send(self, peer: int, frame: bytes) -> bool:
+        faults = self.link_faults
+        if faults is not None and faults.applies_to(peer):
+            return self._send_late(peer, frame, faults)
+        return self._write(peer, frame)
+
+    def _send_late(self, peer: int, frame: bytes, faults: LinkFaults) -> bool:
+        """Hold `frame` per the injected faults. A held frame goes out on whatever link is up
+        when it is due, so it may arrive after later frames: Raft and the call ids tolerate
+        that. RPC requests are never duplicated: unlike Raft messages they are not idempotent."""
+        if peer not in self._links:
+            return False
+        kind = wire.PREFIX.unpack_from(frame)[2]
+        may_duplicate = kind in (FrameKind.RAFT, FrameKind.PING)
+        loop = asyncio.get_running_loop()
+        for delay in faults.send_delays_s(self._fault_rng, may_duplicate):
+            if delay <= 0:
+                self._write(peer, frame)
+            else:
+                self._held.add(loop.call_later(delay, self._write, peer, frame))
+        self._links[peer].sent_since_tick = True
+        return True
+
+    def _write(self, peer: int, frame: bytes) -> bool:
         link = self._links.get(peer)
         if link is None:
             return False
@@ -129,6 +161,9 @@ class Transport:
     def tick(self) -> None:
         """Once per node tick: keep quiet links visibly alive and notice silent peers."""
         now = time.monotonic()
+        if self._held:  # forget the holds that have fired; stop() cancels the rest
+            loop_now = asyncio.get_running_loop().time()
+            self._held = {h for h in self._held if h.when() > loop_now}
         ping = wire.encode_frame(FrameKind.PING, [])
         for peer, link in list(self._links.items()):
             if not link.sent_since_tick:
