@@ -82,6 +82,8 @@ class Transport:
         self.bad_frames = 0
         # Test hook only: None keeps send() on its direct path.
         self.link_faults: LinkFaults | None = None
+        self.frames_held = 0  # copies sent late by the fault hook, duplicates included
+        self.frames_duplicated = 0
         self._fault_rng = random.Random()
         self._held: set[asyncio.TimerHandle] = set()
 
@@ -137,11 +139,14 @@ class Transport:
         kind = wire.PREFIX.unpack_from(frame)[2]
         may_duplicate = kind in (FrameKind.RAFT, FrameKind.PING)
         loop = asyncio.get_running_loop()
-        for delay in faults.send_delays_s(self._fault_rng, may_duplicate):
+        delays = faults.send_delays_s(self._fault_rng, may_duplicate)
+        self.frames_duplicated += len(delays) - 1
+        for delay in delays:
             if delay <= 0:
                 self._write(peer, frame)
             else:
                 self._held.add(loop.call_later(delay, self._write, peer, frame))
+                self.frames_held += 1
         self._links[peer].sent_since_tick = True
         return True
 
