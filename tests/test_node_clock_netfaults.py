@@ -1,11 +1,13 @@
-"""The node's wall clock with its test offset, and the parameters of injected link faults."""
+"""The node's wall clock with its test offset (and what follows it), and injected link faults."""
 
 from __future__ import annotations
 
 import random
 import time
+from pathlib import Path
 
 import pytest
+from test_node_cluster import batch_of, configs, start_all
 
 from raftline.node.clock import WallClock
 from raftline.node.netfaults import LinkFaults
@@ -82,3 +84,21 @@ def test_duplicated_frames_are_sent_twice_unless_the_frame_may_not_be_duplicated
     rng = random.Random(3)
     assert len(faults.send_delays_s(rng, may_duplicate=True)) == 2
     assert len(faults.send_delays_s(rng, may_duplicate=False)) == 1
+
+
+async def test_time_retention_follows_the_skewed_wall_clock(tmp_path: Path) -> None:
+    (config,) = configs(tmp_path, 1)
+    (broker,) = await start_all([config])
+    try:
+        await broker.create_topic("aged", 1, 1, {"retention.ms": "600000", "segment.bytes": "1024"})
+        for i in range(12):  # ~300 bytes each: several sealed segments
+            await broker.produce("aged", 0, batch_of(b"%d" % i + b"x" * 300), "all")
+        group = broker.meta.state.topics["aged"].group(0)
+        storage = broker.runtime.groups[group].storage
+        kept = storage.retention_point()
+        broker.clock.set_offset_ms(3_600_000)  # an hour on: every sealed segment is past 10 min
+        assert storage.retention_point() > kept
+        broker.clock.set_offset_ms(0)
+        assert storage.retention_point() == kept
+    finally:
+        await broker.stop()
