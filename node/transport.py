@@ -1,6 +1,7 @@
 """One TCP connection per node pair carrying every Raft group's traffic, plus link liveness and RPC.
 
-Owns dialing, accepting, frame reading/writing, per-peer liveness and request/response calls.
+Owns dialing, accepting, frame reading/writing, per-peer liveness, request/response calls, and the
+test-only hold on outgoing frames (LinkFaults: delay, reorder, duplicate) at the send point.
 
 The node with the lower id dials the higher one; both directions share that connection. A peer
 counts as alive while its link is up and a frame arrived within `dead_after_s` (every node sends a
