@@ -5,19 +5,15 @@ Producers send one Kafka record batch they built; consumers may ask for whole st
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
-from cluster_harness import free_port
+from aiohttp.test_utils import TestClient
+from inproc_harness import serving
 
-from raftline.api.app import create_app
 from raftline.api.codec import BATCH_CONTENT_TYPE
-from raftline.node.broker import Broker
-from raftline.node.config import NodeConfig
 from raftline.raftlog import batch as batch_format
 from raftline.raftlog.records import (
     Codec,
@@ -33,28 +29,10 @@ BATCH_HEADERS = {"Content-Type": BATCH_CONTENT_TYPE}
 
 @pytest.fixture
 async def api(tmp_path: Path) -> AsyncIterator[TestClient]:
-    config = NodeConfig(
-        node_id=1,
-        data_dir=tmp_path / "data",
-        http=f"127.0.0.1:{free_port()}",
-        raft=f"127.0.0.1:{free_port()}",
-        fsync="never",
-    )
-    broker = Broker(config)
-    await broker.start()
-    client = TestClient(TestServer(create_app(broker, self_http=config.http)))
-    await client.start_server()
-    try:
-        for _ in range(200):
-            if (await client.get("/readyz")).status == 200:
-                break
-            await asyncio.sleep(0.05)
+    async with serving(tmp_path / "data") as (client, _):
         response = await client.post("/v1/topics", json={"name": "t", "partitions": 2})
         assert response.status == 201, await response.text()
         yield client
-    finally:
-        await client.close()
-        await broker.stop()
 
 
 def _records(*values: bytes) -> list[Record]:

@@ -12,39 +12,18 @@ from typing import Any
 
 import msgpack
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
-from cluster_harness import free_port
+from aiohttp.test_utils import TestClient
+from inproc_harness import serving
 
-from raftline.api.app import create_app
 from raftline.api.partitioner import partition_for_key
-from raftline.node.broker import Broker
-from raftline.node.config import NodeConfig
 
 pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
 async def api(tmp_path: Path) -> AsyncIterator[TestClient]:
-    config = NodeConfig(
-        node_id=1,
-        data_dir=tmp_path / "data",
-        http=f"127.0.0.1:{free_port()}",
-        raft=f"127.0.0.1:{free_port()}",
-        fsync="never",
-    )
-    broker = Broker(config)
-    await broker.start()
-    client = TestClient(TestServer(create_app(broker, self_http=config.http)))
-    await client.start_server()
-    try:
-        for _ in range(200):
-            if (await client.get("/readyz")).status == 200:
-                break
-            await asyncio.sleep(0.05)
+    async with serving(tmp_path / "data") as (client, _):
         yield client
-    finally:
-        await client.close()
-        await broker.stop()
 
 
 async def _create(api: TestClient, name: str = "orders", **fields: Any) -> dict[str, Any]:

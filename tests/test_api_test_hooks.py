@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
-from cluster_harness import free_port
+from aiohttp.test_utils import TestClient
+from inproc_harness import serving
 
-from raftline.api.app import create_app
 from raftline.node.broker import Broker
-from raftline.node.config import NodeConfig
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -24,31 +20,6 @@ HOUR_MS = 3_600_000
 
 def real_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@asynccontextmanager
-async def serving(data_dir: Path, test_hooks: bool) -> AsyncIterator[tuple[TestClient, Broker]]:
-    config = NodeConfig(
-        node_id=1,
-        data_dir=data_dir,
-        http=f"127.0.0.1:{free_port()}",
-        raft=f"127.0.0.1:{free_port()}",
-        fsync="never",
-        test_hooks=test_hooks,
-    )
-    broker = Broker(config)
-    await broker.start()
-    client = TestClient(TestServer(create_app(broker, self_http=config.http)))
-    await client.start_server()
-    try:
-        for _ in range(200):
-            if (await client.get("/readyz")).status == 200:
-                break
-            await asyncio.sleep(0.05)
-        yield client, broker
-    finally:
-        await client.close()
-        await broker.stop()
 
 
 @pytest.fixture

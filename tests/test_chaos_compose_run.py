@@ -6,7 +6,6 @@ This is the run CI should make after scripts/build-image.sh; a longer one is the
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,16 +16,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(900)]
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _image_present() -> bool:
-    if not shutil.which("docker"):
-        return False
-    probe = ["docker", "image", "inspect", "raftline:local"]
-    return subprocess.run(probe, capture_output=True, timeout=30, check=False).returncode == 0
-
-
-def test_mixed_faults_leave_no_anomaly(tmp_path: Path) -> None:
-    if not _image_present():
-        pytest.skip("needs the Docker engine and raftline:local (scripts/build-image.sh)")
+def test_mixed_faults_leave_no_anomaly(tmp_path: Path, raftline_image: None) -> None:
     argv = [
         sys.executable,
         "-m",

@@ -7,7 +7,6 @@ nftables partitions and loss inside each container's namespace, SIGKILL and rest
 from __future__ import annotations
 
 import random
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,17 +20,10 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _image_present() -> bool:
-    if not shutil.which("docker"):
-        return False
-    probe = ["docker", "image", "inspect", "raftline:local"]
-    return subprocess.run(probe, capture_output=True, timeout=30, check=False).returncode == 0
-
-
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeCluster]:
-    if not _image_present():
-        pytest.skip("needs the Docker engine and raftline:local (scripts/build-image.sh)")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, raftline_image: None
+) -> Iterator[ComposeCluster]:
     compose = (REPO / "docker-compose.yml").read_text()
     standin = compose.replace(
         "  networks: [raftline]\n",

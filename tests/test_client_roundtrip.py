@@ -6,10 +6,9 @@ import asyncio
 import itertools
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from cluster_harness import Cluster, running_cluster
+from cluster_harness import Cluster
 
 from raftline.api.partitioner import partition_for_key
 from raftline.clients.client import (
@@ -23,12 +22,6 @@ from raftline.clients.client import (
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
 _names = (f"topic-{i}" for i in itertools.count())
-
-
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with running_cluster(Path(tmp_path_factory.mktemp("client")), size=1) as cluster:
-        yield cluster
 
 
 @pytest.fixture

@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from cluster_harness import Cluster, running_cluster
+from cluster_harness import Cluster
 
 from raftline.clients.client import Client, encode_record
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
 _names = (f"wire-{i}" for i in itertools.count())
-
-
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with running_cluster(Path(tmp_path_factory.mktemp("wire")), size=1) as cluster:
-        yield cluster
 
 
 def test_an_unknown_wire_is_refused() -> None:

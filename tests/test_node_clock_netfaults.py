@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_node_cluster import batch_of, configs, start_all
+from inproc_harness import configs, start_all
+from test_node_cluster import batch_of
 
 from raftline.node.clock import WallClock
 from raftline.node.netfaults import LinkFaults

@@ -6,15 +6,13 @@ Several Broker objects share one event loop; each has its own data dir and Raft 
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from inproc_harness import configs, start_all, wait_for
 
 from raftline.node.broker import Broker, BrokerError, NotLeader
-from raftline.node.config import NodeConfig
 from raftline.raftlog.records import (
     RAFT_NOOP,
     Record,
@@ -24,56 +22,6 @@ from raftline.raftlog.records import (
 )
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
-def configs(tmp_path: Path, size: int) -> list[NodeConfig]:
-    ports = free_ports(2 * size)
-    peers = {i + 1: f"127.0.0.1:{ports[i]}" for i in range(size)}
-    return [
-        NodeConfig(
-            node_id=i + 1,
-            data_dir=tmp_path / f"node{i + 1}",
-            raft=peers[i + 1],
-            http=f"127.0.0.1:{ports[size + i]}",
-            peers=peers if size > 1 else {},
-            leader_settle_s=3600,  # keep leadership where the tests put it
-        )
-        for i in range(size)
-    ]
-
-
-async def wait_for(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
-
-
-async def start_all(cfgs: list[NodeConfig]) -> list[Broker]:
-    brokers = [Broker(c) for c in cfgs]
-    for broker in brokers:
-        await broker.start()
-    await wait_for(lambda: all(b.ready() for b in brokers))
-    return brokers
-
-
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[list[Broker]]:
-    brokers = await start_all(configs(tmp_path, 3))
-    yield brokers
-    for broker in brokers:
-        await broker.stop()
 
 
 def values(batches: list[bytes]) -> list[bytes]:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
-from test_node_cluster import batch_of, configs, leader_of, start_all, wait_for
+from inproc_harness import wait_for
+from test_node_cluster import batch_of, leader_of
 
 from raftline.node.broker import Broker, BrokerError, NotLeader
 from raftline.node.netfaults import LinkFaults
@@ -21,14 +20,6 @@ pytestmark = pytest.mark.timeout(120)
 
 PRODUCERS = 4
 WRITES_EACH = 12
-
-
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[list[Broker]]:
-    brokers = await start_all(configs(tmp_path, 3))
-    yield brokers
-    for broker in brokers:
-        await broker.stop()
 
 
 async def produce_once_acked(brokers: list[Broker], topic: str, value: bytes) -> int | None:

@@ -103,17 +103,25 @@ def test_kafka_python_walks_a_concatenation_of_our_batches() -> None:
     assert offsets == [c * 10 for c in Codec]
 
 
-@pytest.mark.parametrize("codec", list(Codec))
-def test_we_read_batches_kafka_python_builds(codec: int) -> None:
-    builder = DefaultRecordBatchBuilder(
+def _their_builder(
+    codec: int, transactional: bool = False, producer: tuple[int, int, int] = (-1, -1, -1)
+) -> DefaultRecordBatchBuilder:
+    """kafka-python's v2 batch builder; producer is (id, epoch, base sequence), -1s for none."""
+    producer_id, producer_epoch, base_sequence = producer
+    return DefaultRecordBatchBuilder(
         magic=2,
         compression_type=codec,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
+        is_transactional=transactional,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
         batch_size=1 << 20,
     )
+
+
+@pytest.mark.parametrize("codec", list(Codec))
+def test_we_read_batches_kafka_python_builds(codec: int) -> None:
+    builder = _their_builder(codec)
     sent = []
     for i in range(50):
         key = None if i % 7 == 0 else b"key-%d" % i
@@ -128,15 +136,7 @@ def test_we_read_batches_kafka_python_builds(codec: int) -> None:
 
 
 def test_we_read_kafka_python_producer_state() -> None:
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=True,
-        producer_id=123,
-        producer_epoch=5,
-        base_sequence=40,
-        batch_size=1 << 20,
-    )
+    builder = _their_builder(Codec.NONE, transactional=True, producer=(123, 5, 40))
     builder.append(0, timestamp=10, key=None, value=b"v", headers=[])
     header = decode_batch(bytes(builder.build())).header
     assert header.is_transactional
@@ -147,15 +147,7 @@ def test_we_read_kafka_python_producer_state() -> None:
 # codecs can match byte for byte; the others are checked by decoding above.
 @pytest.mark.parametrize("codec", [Codec.NONE, Codec.SNAPPY, Codec.ZSTD])
 def test_our_bytes_equal_kafka_python_bytes_for_the_same_records(codec: int) -> None:
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=codec,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 20,
-    )
+    builder = _their_builder(codec)
     ours = []
     for i in range(30):
         headers = [("trace", b"%d" % i)] if i % 2 else []

@@ -1,0 +1,43 @@
+"""Fixtures shared by several test files: in-process and real-process nodes, the Docker image.
+
+Helpers they build on live in inproc_harness.py and cluster_harness.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from cluster_harness import Cluster, running_cluster
+from inproc_harness import configs, start_all
+
+from raftline.node.broker import Broker
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[list[Broker]]:
+    """Three in-process brokers on one event loop, all ready."""
+    brokers = await start_all(configs(tmp_path, 3))
+    yield brokers
+    for broker in brokers:
+        await broker.stop()
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One real `raftline serve` process, shared by the tests of a module."""
+    with running_cluster(Path(tmp_path_factory.mktemp("node")), size=1) as single:
+        yield single
+
+
+@pytest.fixture(scope="session")
+def raftline_image() -> None:
+    """Skips the test unless the Docker engine runs and holds the raftline:local image."""
+    probe = ["docker", "image", "inspect", "raftline:local"]
+    if not shutil.which("docker") or (
+        subprocess.run(probe, capture_output=True, timeout=30, check=False).returncode != 0
+    ):
+        pytest.skip("needs the Docker engine and raftline:local (scripts/build-image.sh)")

@@ -1,0 +1,91 @@
+"""In-process brokers for tests: one broker behind aiohttp's test server, or several on one loop.
+
+Owns their loopback ports, configs, start and readiness waits; conftest builds fixtures on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from raftline.api.app import create_app
+from raftline.node.broker import Broker
+from raftline.node.config import NodeConfig
+
+
+def free_ports(n: int) -> list[int]:
+    # Hold every socket open until all are bound so the n ports are distinct.
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@asynccontextmanager
+async def serving(
+    data_dir: Path, test_hooks: bool = False
+) -> AsyncIterator[tuple[TestClient, Broker]]:
+    """One started broker and an HTTP test client on it, yielded once /readyz answers 200."""
+    http_port, raft_port = free_ports(2)
+    config = NodeConfig(
+        node_id=1,
+        data_dir=data_dir,
+        http=f"127.0.0.1:{http_port}",
+        raft=f"127.0.0.1:{raft_port}",
+        fsync="never",
+        test_hooks=test_hooks,
+    )
+    broker = Broker(config)
+    await broker.start()
+    client = TestClient(TestServer(create_app(broker, self_http=config.http)))
+    await client.start_server()
+    try:
+        for _ in range(200):
+            if (await client.get("/readyz")).status == 200:
+                break
+            await asyncio.sleep(0.05)
+        yield client, broker
+    finally:
+        await client.close()
+        await broker.stop()
+
+
+def configs(tmp_path: Path, size: int) -> list[NodeConfig]:
+    ports = free_ports(2 * size)
+    peers = {i + 1: f"127.0.0.1:{ports[i]}" for i in range(size)}
+    return [
+        NodeConfig(
+            node_id=i + 1,
+            data_dir=tmp_path / f"node{i + 1}",
+            raft=peers[i + 1],
+            http=f"127.0.0.1:{ports[size + i]}",
+            peers=peers if size > 1 else {},
+            leader_settle_s=3600,  # keep leadership where the tests put it
+        )
+        for i in range(size)
+    ]
+
+
+async def wait_for(predicate: Callable[[], object], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.02)
+
+
+async def start_all(cfgs: list[NodeConfig]) -> list[Broker]:
+    brokers = [Broker(c) for c in cfgs]
+    for broker in brokers:
+        await broker.start()
+    await wait_for(lambda: all(b.ready() for b in brokers))
+    return brokers
