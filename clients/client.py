@@ -283,6 +283,28 @@ def _topic_path(topic: str, *rest: str) -> str:
     return "/".join(["/v1/topics", urllib.parse.quote(topic, safe=""), *rest])
 
 
+def _messages_path(topic: str, partition: int | None = None) -> str:
+    """Produce goes to the topic; fetch names its partition."""
+    if partition is None:
+        return _topic_path(topic, "messages")
+    return _topic_path(topic, "partitions", str(partition), "messages")
+
+
+def _topic_body(
+    name: str, partitions: int, replication_factor: int | None, config: dict[str, Any] | None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"name": name, "partitions": partitions}
+    if replication_factor is not None:
+        body["replication_factor"] = replication_factor
+    if config:
+        body["config"] = config
+    return body
+
+
+def _json_acks(answer: dict[str, Any]) -> list[Acked]:
+    return [Acked(int(o["partition"]), int(o["offset"])) for o in answer.get("offsets", [])]
+
+
 @dataclass(slots=True)
 class RetryPolicy:
     """Exponential backoff with jitter for retryable errors. A retried produce whose first try
@@ -302,6 +324,13 @@ class RetryPolicy:
 def _retry_after(error: RaftlineError) -> float | None:
     # Leader elections typically settle well under a second; the header's 1 s is an upper bound.
     return 0.2 if error.code == "leader_unavailable" else None
+
+
+def _backoff(policy: RetryPolicy, error: RaftlineError, attempt: int) -> float:
+    """Seconds to wait before retrying after `error`; re-raises it when no retry is due."""
+    if not error.retryable or attempt >= policy.retries:
+        raise error
+    return policy.delay(attempt, _retry_after(error))
 
 
 class _Metadata:
@@ -379,6 +408,19 @@ class _Pending:
     future: Any  # concurrent.futures.Future or asyncio.Future of Acked
 
 
+def _settle(batch: list[_Pending], acked: list[Acked]) -> None:
+    # A caller may have cancelled a future meanwhile; its message was sent all the same.
+    for pending, where in itertools.zip_longest(batch, acked):
+        if not pending.future.done():
+            pending.future.set_result(where)
+
+
+def _fail(batch: list[_Pending], error: BaseException) -> None:
+    for pending in batch:
+        if not pending.future.done():
+            pending.future.set_exception(error)
+
+
 class _Accumulator:
     """Messages waiting per partition; a batch is ready when full or older than linger_ms."""
 
@@ -427,6 +469,86 @@ class _Accumulator:
 
     def __len__(self) -> int:
         return self.queued
+
+
+class _ProducerBatches:
+    """The I/O-free part of both producers: partition choice, queued messages, ready batches."""
+
+    def __init__(
+        self, topic: str, wire: str, linger_ms: float, batch_bytes: int, batch_messages: int
+    ) -> None:
+        self.topic = topic
+        self.wire = wire
+        self._partitioner = _Partitioner()
+        self._accumulator = _Accumulator(linger_ms, batch_bytes, batch_messages)
+
+    @property
+    def linger_s(self) -> float:
+        return self._accumulator.linger_s
+
+    def add(
+        self,
+        partitions: int,
+        value: bytes | str | None,
+        key: bytes | str | None,
+        partition: int | None,
+        headers: dict[str, str] | None,
+        timestamp: int | None,
+        future: Any,
+    ) -> bool:
+        """Queue one message for `future`; True when its partition's batch became full."""
+        chosen = self._partitioner.choose(self.topic, partitions, key, partition)
+        message = _queued_message(self.wire, value, key, chosen, headers, timestamp)
+        size = len(value or b"") + len(key or b"") + 64
+        full = self._accumulator.add(chosen, _Pending(message, size, future))
+        if full:
+            self._partitioner.batch_sent(self.topic)
+        return full
+
+    def drain(self, everything: bool) -> list[tuple[int, list[_Pending]]]:
+        """Batches ready to send (all when `everything`); keyless messages then pick anew."""
+        batches = self._accumulator.drain(everything)
+        if batches:
+            self._partitioner.batch_sent(self.topic)
+        return batches
+
+    def next_deadline(self) -> float | None:
+        return self._accumulator.next_deadline()
+
+    def __len__(self) -> int:
+        return len(self._accumulator)
+
+
+class _ClientCore:
+    """The I/O-free state of both clients: bootstrap nodes, retry policy, body format, metadata."""
+
+    def __init__(self, url: str, retry: RetryPolicy | None, wire: str) -> None:
+        self.urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
+        self.retry = retry or RetryPolicy()
+        self.wire = _checked_wire(wire)
+        self.metadata = _Metadata()
+        self._current = 0
+
+    def _base_url(self, url: str | None) -> str:
+        return url or self.urls[self._current % len(self.urls)]
+
+    def _unreachable(self, url: str | None, base: str, exc: BaseException) -> RaftlineError:
+        if url is None:
+            self._current += 1  # next bootstrap node on the next try
+        return _connection_error(base, exc)
+
+    @staticmethod
+    def _answer(status: int, headers: dict[str, str], raw: bytes) -> _Answer:
+        """A successful answer; raises the error an HTTP error status carries."""
+        if status >= 400:
+            raise _error_from(status, raw)
+        return _Answer(headers, raw)
+
+
+def _checked_wire(wire: str) -> str:
+    if wire not in WIRES:
+        raise ValueError(f"wire must be one of {', '.join(WIRES)}, got {wire!r}")
+    return wire
 
 
 # ---- sync --------------------------------------------------------------------------------
@@ -486,13 +608,7 @@ class _ConnectionPool:
             self._idle.clear()
 
 
-def _checked_wire(wire: str) -> str:
-    if wire not in WIRES:
-        raise ValueError(f"wire must be one of {', '.join(WIRES)}, got {wire!r}")
-    return wire
-
-
-class Client:
+class Client(_ClientCore):
     """Blocking client. `url` may list several nodes separated by commas (bootstrap order)."""
 
     def __init__(
@@ -503,12 +619,8 @@ class Client:
         retry: RetryPolicy | None = None,
         wire: str = "batch",
     ) -> None:
-        self.urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
-        self.retry = retry or RetryPolicy()
-        self.wire = _checked_wire(wire)
-        self.metadata = _Metadata()
+        super().__init__(url, retry, wire)
         self._pool = _ConnectionPool(timeout)
-        self._current = 0
 
     def close(self) -> None:
         self._pool.close()
@@ -520,7 +632,7 @@ class Client:
         self.close()
 
     def _once(self, method: str, path: str, request: _Request, url: str | None) -> _Answer:
-        base = url or self.urls[self._current % len(self.urls)]
+        base = self._base_url(url)
         params = request.params
         target = path + ("?" + urllib.parse.urlencode(params) if params else "")
         try:
@@ -528,12 +640,8 @@ class Client:
                 base, method, target, request.payload, request.headers
             )
         except (OSError, http.client.HTTPException) as exc:
-            if url is None:
-                self._current += 1  # next bootstrap node on the next try
-            raise _connection_error(base, exc) from exc
-        if status >= 400:
-            raise _error_from(status, raw)
-        return _Answer({name.lower(): value for name, value in headers.items()}, raw)
+            raise self._unreachable(url, base, exc) from exc
+        return self._answer(status, {name.lower(): value for name, value in headers.items()}, raw)
 
     def call(
         self,
@@ -554,9 +662,7 @@ class Client:
             try:
                 return self._once(method, path, request, url)
             except RaftlineError as error:
-                if not error.retryable or attempt >= self.retry.retries:
-                    raise
-                time.sleep(self.retry.delay(attempt, _retry_after(error)))
+                time.sleep(_backoff(self.retry, error, attempt))
                 url = None  # after a failure, ask any node (it forwards to the leader)
         raise AssertionError("unreachable")
 
@@ -567,11 +673,7 @@ class Client:
         replication_factor: int | None = None,
         config: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {"name": name, "partitions": partitions}
-        if replication_factor is not None:
-            body["replication_factor"] = replication_factor
-        if config:
-            body["config"] = config
+        body = _topic_body(name, partitions, replication_factor, config)
         return self.call("POST", "/v1/topics", body)
 
     def list_topics(self) -> list[dict[str, Any]]:
@@ -590,10 +692,8 @@ class Client:
         self, topic: str, messages: list[dict[str, Any]], acks: str = "all", url: str | None = None
     ) -> list[Acked]:
         """Send already-encoded messages (see encode_message) in one request."""
-        body = self.call(
-            "POST", _topic_path(topic, "messages"), {"acks": acks, "messages": messages}, url=url
-        )
-        return [Acked(int(o["partition"]), int(o["offset"])) for o in body.get("offsets", [])]
+        body = {"acks": acks, "messages": messages}
+        return _json_acks(self.call("POST", _messages_path(topic), body, url=url))
 
     def produce_records(
         self,
@@ -605,7 +705,7 @@ class Client:
     ) -> list[Acked]:
         """Send records (see encode_record) to one partition as one batch built here."""
         request = _batch_request(partition, records, acks)
-        answer = self.exchange("POST", _topic_path(topic, "messages"), request, url)
+        answer = self.exchange("POST", _messages_path(topic), request, url)
         return _batch_acks(answer.json())
 
     def fetch(
@@ -620,7 +720,7 @@ class Client:
     ) -> FetchResult:
         answer = self.exchange(
             "GET",
-            _topic_path(topic, "partitions", str(partition), "messages"),
+            _messages_path(topic, partition),
             _fetch_request(self.wire, offset, max_messages, max_bytes, wait_ms),
         )
         return _fetch_answer(answer, partition, offset, max_messages)
@@ -657,8 +757,7 @@ class Producer:
         self.client = client
         self.topic = topic
         self.acks = acks
-        self._partitioner = _Partitioner()
-        self._accumulator = _Accumulator(linger_ms, batch_bytes, batch_messages)
+        self._batches = _ProducerBatches(topic, client.wire, linger_ms, batch_bytes, batch_messages)
         self._wake = threading.Condition()
         self._closed = False
         self._in_flight = 0
@@ -676,15 +775,11 @@ class Producer:
         timestamp: int | None = None,
     ) -> concurrent.futures.Future[Acked]:
         partitions = self.client.partition_count(self.topic)
-        chosen = self._partitioner.choose(self.topic, partitions, key, partition)
-        message = _queued_message(self.client.wire, value, key, chosen, headers, timestamp)
         future: concurrent.futures.Future[Acked] = concurrent.futures.Future()
-        size = len(value or b"") + len(key or b"") + 64
         with self._wake:
             if self._closed:
                 raise RuntimeError("producer is closed")
-            if self._accumulator.add(chosen, _Pending(message, size, future)):
-                self._partitioner.batch_sent(self.topic)
+            self._batches.add(partitions, value, key, partition, headers, timestamp, future)
             self._wake.notify()
         return future
 
@@ -694,7 +789,7 @@ class Producer:
         with self._wake:
             self._flush_requested = True
             self._wake.notify()
-            while len(self._accumulator) or self._in_flight:
+            while len(self._batches) or self._in_flight:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError("flush timed out")
@@ -718,16 +813,15 @@ class Producer:
             with self._wake:
                 while True:
                     everything = self._flush_requested or self._closed
-                    batches = self._accumulator.drain(everything)
-                    if batches or (self._closed and not len(self._accumulator)):
+                    batches = self._batches.drain(everything)
+                    if batches or (self._closed and not len(self._batches)):
                         break
-                    deadline = self._accumulator.next_deadline()
+                    deadline = self._batches.next_deadline()
                     self._wake.wait(None if deadline is None else deadline - time.monotonic())
                 self._flush_requested = False
                 self._in_flight += len(batches)
                 if not batches:
                     return
-                self._partitioner.batch_sent(self.topic)
             for partition, batch in batches:
                 self._send_batch(partition, batch)
                 with self._wake:
@@ -752,11 +846,9 @@ class Producer:
                     self.client.metadata.invalidate(self.topic)
                 raise
         except Exception as exc:
-            for pending in batch:
-                pending.future.set_exception(exc)
+            _fail(batch, exc)
             return
-        for pending, where in itertools.zip_longest(batch, acked):
-            pending.future.set_result(where)
+        _settle(batch, acked)
 
 
 class _Positions:
@@ -821,7 +913,7 @@ class Consumer:
 # ---- asyncio -----------------------------------------------------------------------------
 
 
-class AsyncClient:
+class AsyncClient(_ClientCore):
     """asyncio client over one aiohttp ClientSession (keep-alive connections are reused)."""
 
     def __init__(
@@ -832,13 +924,9 @@ class AsyncClient:
         retry: RetryPolicy | None = None,
         wire: str = "batch",
     ) -> None:
-        self.urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
-        self.retry = retry or RetryPolicy()
-        self.wire = _checked_wire(wire)
-        self.metadata = _Metadata()
+        super().__init__(url, retry, wire)
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
-        self._current = 0
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -856,7 +944,7 @@ class AsyncClient:
         await self.close()
 
     async def _once(self, method: str, path: str, request: _Request, url: str | None) -> _Answer:
-        base = url or self.urls[self._current % len(self.urls)]
+        base = self._base_url(url)
         try:
             async with self._http().request(
                 method,
@@ -869,12 +957,8 @@ class AsyncClient:
                 status = response.status
                 headers = {name.lower(): value for name, value in response.headers.items()}
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            if url is None:
-                self._current += 1
-            raise _connection_error(base, exc) from exc
-        if status >= 400:
-            raise _error_from(status, raw)
-        return _Answer(headers, raw)
+            raise self._unreachable(url, base, exc) from exc
+        return self._answer(status, headers, raw)
 
     async def call(
         self,
@@ -895,10 +979,8 @@ class AsyncClient:
             try:
                 return await self._once(method, path, request, url)
             except RaftlineError as error:
-                if not error.retryable or attempt >= self.retry.retries:
-                    raise
-                await asyncio.sleep(self.retry.delay(attempt, _retry_after(error)))
-                url = None
+                await asyncio.sleep(_backoff(self.retry, error, attempt))
+                url = None  # after a failure, ask any node (it forwards to the leader)
         raise AssertionError("unreachable")
 
     async def create_topic(
@@ -908,11 +990,7 @@ class AsyncClient:
         replication_factor: int | None = None,
         config: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {"name": name, "partitions": partitions}
-        if replication_factor is not None:
-            body["replication_factor"] = replication_factor
-        if config:
-            body["config"] = config
+        body = _topic_body(name, partitions, replication_factor, config)
         return await self.call("POST", "/v1/topics", body)
 
     async def list_topics(self) -> list[dict[str, Any]]:
@@ -930,10 +1008,8 @@ class AsyncClient:
     async def produce(
         self, topic: str, messages: list[dict[str, Any]], acks: str = "all", url: str | None = None
     ) -> list[Acked]:
-        body = await self.call(
-            "POST", _topic_path(topic, "messages"), {"acks": acks, "messages": messages}, url=url
-        )
-        return [Acked(int(o["partition"]), int(o["offset"])) for o in body.get("offsets", [])]
+        body = {"acks": acks, "messages": messages}
+        return _json_acks(await self.call("POST", _messages_path(topic), body, url=url))
 
     async def produce_records(
         self,
@@ -945,7 +1021,7 @@ class AsyncClient:
     ) -> list[Acked]:
         """Send records (see encode_record) to one partition as one batch built here."""
         request = _batch_request(partition, records, acks)
-        answer = await self.exchange("POST", _topic_path(topic, "messages"), request, url)
+        answer = await self.exchange("POST", _messages_path(topic), request, url)
         return _batch_acks(answer.json())
 
     async def fetch(
@@ -960,7 +1036,7 @@ class AsyncClient:
     ) -> FetchResult:
         answer = await self.exchange(
             "GET",
-            _topic_path(topic, "partitions", str(partition), "messages"),
+            _messages_path(topic, partition),
             _fetch_request(self.wire, offset, max_messages, max_bytes, wait_ms),
         )
         return _fetch_answer(answer, partition, offset, max_messages)
@@ -996,8 +1072,7 @@ class AsyncProducer:
         self.client = client
         self.topic = topic
         self.acks = acks
-        self._partitioner = _Partitioner()
-        self._accumulator = _Accumulator(linger_ms, batch_bytes, batch_messages)
+        self._batches = _ProducerBatches(topic, client.wire, linger_ms, batch_bytes, batch_messages)
         self._timer: asyncio.TimerHandle | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
 
@@ -1015,15 +1090,12 @@ class AsyncProducer:
             partitions = metadata.partitions[self.topic]
         else:
             partitions = await self.client.partition_count(self.topic)
-        chosen = self._partitioner.choose(self.topic, partitions, key, partition)
-        message = _queued_message(self.client.wire, value, key, chosen, headers, timestamp)
         future: asyncio.Future[Acked] = asyncio.get_running_loop().create_future()
-        size = len(value or b"") + len(key or b"") + 64
-        if self._accumulator.add(chosen, _Pending(message, size, future)):
+        if self._batches.add(partitions, value, key, partition, headers, timestamp, future):
             self._dispatch(everything=False)
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(
-                self._accumulator.linger_s, self._dispatch, False
+                self._batches.linger_s, self._dispatch, False
             )
         return future
 
@@ -1031,14 +1103,12 @@ class AsyncProducer:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        batches = self._accumulator.drain(everything)
-        if batches:
-            self._partitioner.batch_sent(self.topic)
+        batches = self._batches.drain(everything)
         for partition, batch in batches:
             task = asyncio.ensure_future(self._send_batch(partition, batch))
             self._in_flight.add(task)
             task.add_done_callback(self._in_flight.discard)
-        deadline = self._accumulator.next_deadline()
+        deadline = self._batches.next_deadline()
         if deadline is not None:
             self._timer = asyncio.get_running_loop().call_later(
                 max(0.0, deadline - time.monotonic()), self._dispatch, False
@@ -1062,13 +1132,9 @@ class AsyncProducer:
                     self.client.metadata.invalidate(self.topic)
                 raise
         except Exception as exc:
-            for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_exception(exc)
+            _fail(batch, exc)
             return
-        for pending, where in itertools.zip_longest(batch, acked):
-            if not pending.future.done():
-                pending.future.set_result(where)
+        _settle(batch, acked)
 
     async def flush(self) -> None:
         self._dispatch(everything=True)
