@@ -340,6 +340,14 @@ def coordinator_epoch_of(marker_value: bytes | None) -> int:
 # ---------------------------------------------------------------------------- decoding
 
 
+def _whole_batch_header(buf: BytesLike) -> BatchHeader:
+    """The header of a buffer that must hold exactly one batch, nothing more or less."""
+    header = batch.parse_header(buf)
+    if len(buf) != header.size:
+        raise CorruptBatchError(f"buffer of {len(buf)} bytes holds a batch of {header.size}")
+    return header
+
+
 def decode_batch(
     buf: BytesLike,
     *,
@@ -347,9 +355,7 @@ def decode_batch(
     max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
 ) -> DecodedBatch:
     """Decode exactly one batch. Anything malformed raises CorruptBatchError."""
-    header = batch.parse_header(buf)
-    if len(buf) != header.size:
-        raise CorruptBatchError(f"buffer of {len(buf)} bytes holds a batch of {header.size}")
+    header = _whole_batch_header(buf)
     return _decode(memoryview(buf), header, verify_crc, max_decompressed)
 
 
@@ -358,9 +364,7 @@ def check_batch(
 ) -> tuple[BatchHeader, int]:
     """Check exactly one batch as strictly as decode_batch does (CRC, every record field)
     without building records. Returns its header and its largest record's encoded size."""
-    header = batch.parse_header(buf)
-    if len(buf) != header.size:
-        raise CorruptBatchError(f"buffer of {len(buf)} bytes holds a batch of {header.size}")
+    header = _whole_batch_header(buf)
     _, largest = _walk(memoryview(buf), header, True, max_decompressed, keep=False)
     return header, largest
 
