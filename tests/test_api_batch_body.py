@@ -43,6 +43,13 @@ async def _post(api: TestClient, body: bytes, query: str = "partition=1") -> Any
     return await api.post(f"/v1/topics/t/messages?{query}", data=body, headers=BATCH_HEADERS)
 
 
+async def _get_batches(api: TestClient, query: str, where: str = "t/partitions/1") -> Any:
+    """A fetch that asks for whole stored batches."""
+    return await api.get(
+        f"/v1/topics/{where}/messages?{query}", headers={"Accept": BATCH_CONTENT_TYPE}
+    )
+
+
 async def _error(response: Any, status: int, code: str) -> None:
     body = await response.json()
     assert response.status == status, body
@@ -119,10 +126,7 @@ async def test_fetch_with_the_batch_type_answers_whole_batches_and_positions_in_
 ) -> None:
     first = await (await _post(api, build_batch(_records(b"a", b"b")))).json()
     await _post(api, build_batch(_records(b"c")))
-    response = await api.get(
-        f"/v1/topics/t/partitions/1/messages?offset={first['base_offset'] + 1}",
-        headers={"Accept": BATCH_CONTENT_TYPE},
-    )
+    response = await _get_batches(api, f"offset={first['base_offset'] + 1}")
     assert response.status == 200
     assert response.content_type == BATCH_CONTENT_TYPE
     decoded = list(iter_batches(await response.read()))
@@ -136,10 +140,7 @@ async def test_fetch_with_the_batch_type_answers_whole_batches_and_positions_in_
 async def test_batch_fetch_stops_at_the_batch_that_reaches_max_messages(api: TestClient) -> None:
     first = await (await _post(api, build_batch(_records(b"a", b"b")))).json()
     await _post(api, build_batch(_records(b"c")))
-    response = await api.get(
-        f"/v1/topics/t/partitions/1/messages?offset={first['base_offset']}&max_messages=1",
-        headers={"Accept": BATCH_CONTENT_TYPE},
-    )
+    response = await _get_batches(api, f"offset={first['base_offset']}&max_messages=1")
     decoded = list(iter_batches(await response.read()))
     assert [r.value for d in decoded for r in d.records] == [b"a", b"b"]
     assert int(response.headers["Raftline-Next-Offset"]) == first["base_offset"] + 2
@@ -159,10 +160,7 @@ async def test_a_topic_that_forces_a_compression_stores_the_batch_recompressed(
         headers=BATCH_HEADERS,
     )
     assert response.status == 200
-    answer = await api.get(
-        "/v1/topics/zipped/partitions/0/messages?offset=earliest",
-        headers={"Accept": BATCH_CONTENT_TYPE},
-    )
+    answer = await _get_batches(api, "offset=earliest", where="zipped/partitions/0")
     [stored] = list(iter_batches(await answer.read()))
     assert stored.header.codec == Codec.GZIP
     assert [(r.key, r.value) for r in stored.records] == [(b"ka", b"a"), (b"kb", b"b")]
