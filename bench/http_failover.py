@@ -14,20 +14,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from cluster_harness import ContinuousProducer, http_json, running_cluster
+from cluster_harness import ContinuousProducer, running_cluster
 
 TARGET_S = 5.0
 
 
 def one_round(root: Path, victim_kind: str) -> float:
     with running_cluster(root) as cluster:
-        status, body = http_json(
-            f"{cluster.nodes[0].url}/v1/topics",
-            "POST",
-            {"name": "f", "partitions": 1, "replication_factor": 3},
-            timeout=15,
-        )
-        assert status == 201, body
+        cluster.create_topic("f")
         leader = cluster.wait_for_leader("f", 0)
         victim = leader if victim_kind == "partition" else cluster.controller()
         producer = ContinuousProducer(cluster, "f").start()

@@ -216,6 +216,16 @@ class Cluster:
     def live(self) -> list[Node]:
         return [n for n in self.nodes if n.running]
 
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 3) -> None:
+        """Creates the topic through the first node; anything but 201 fails the caller."""
+        status, body = http_json(
+            f"{self.nodes[0].url}/v1/topics",
+            "POST",
+            {"name": name, "partitions": partitions, "replication_factor": replication_factor},
+            timeout=15,
+        )
+        assert status == 201, body
+
     def describe(self, topic: str) -> dict[str, Any]:
         """The topic as any live node describes it."""
         last: Any = None

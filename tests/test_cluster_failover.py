@@ -26,16 +26,6 @@ from cluster_harness import (
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
 
-def _create_topic(cluster: Cluster, name: str, partitions: int = 1) -> None:
-    status, body = http_json(
-        f"{cluster.nodes[0].url}/v1/topics",
-        "POST",
-        {"name": name, "partitions": partitions, "replication_factor": 3},
-        timeout=15,
-    )
-    assert status == 201, body
-
-
 def _kill_produce_restart(cluster: Cluster, victim_id: int, topic: str) -> tuple[float, list[str]]:
     """Produce continuously, SIGKILL `victim_id`, restart it; returns (resume seconds, acked).
 
@@ -72,7 +62,7 @@ def _check_every_replica(cluster: Cluster, topic: str, acked: list[str]) -> None
 
 def test_partition_leader_sigkill_loses_no_acknowledged_message(tmp_path: Path) -> None:
     with running_cluster(tmp_path) as cluster:
-        _create_topic(cluster, "orders")
+        cluster.create_topic("orders")
         leader = cluster.wait_for_leader("orders", 0)
         _, acked = _kill_produce_restart(cluster, leader, "orders")
         _check_every_replica(cluster, "orders", acked)
@@ -80,18 +70,18 @@ def test_partition_leader_sigkill_loses_no_acknowledged_message(tmp_path: Path) 
 
 def test_metadata_leader_sigkill_loses_no_acknowledged_message(tmp_path: Path) -> None:
     with running_cluster(tmp_path) as cluster:
-        _create_topic(cluster, "orders")
+        cluster.create_topic("orders")
         controller = cluster.controller()
         _, acked = _kill_produce_restart(cluster, controller, "orders")
         assert cluster.controller() in {1, 2, 3}
-        _create_topic(cluster, "after-failover")
+        cluster.create_topic("after-failover")
         _check_every_replica(cluster, "orders", acked)
 
 
 def test_restarting_every_node_keeps_every_topic_and_message(tmp_path: Path) -> None:
     with running_cluster(tmp_path) as cluster:
-        _create_topic(cluster, "first", partitions=2)
-        _create_topic(cluster, "second")
+        cluster.create_topic("first", partitions=2)
+        cluster.create_topic("second")
         sent = {("first", 0): ["a", "b"], ("first", 1): ["c"], ("second", 0): ["d", "e", "f"]}
         for (topic, partition), values in sent.items():
             messages = [{"value": v, "partition": partition} for v in values]
@@ -117,7 +107,7 @@ def test_restarting_every_node_keeps_every_topic_and_message(tmp_path: Path) -> 
 
 def test_partition_without_a_majority_answers_leader_unavailable(tmp_path: Path) -> None:
     with running_cluster(tmp_path) as cluster:
-        _create_topic(cluster, "orders")
+        cluster.create_topic("orders")
         leader = cluster.wait_for_leader("orders", 0)
         survivor = cluster.node(leader)
         for node in cluster.nodes:
@@ -148,7 +138,7 @@ def test_repeated_leader_sigkills_lose_no_acknowledged_message(tmp_path: Path) -
     """Rounds of SIGKILL and restart, alternating the partition leader and the controller;
     a round starts as soon as the previous victim is ready, possibly still catching up."""
     with running_cluster(tmp_path) as cluster:
-        _create_topic(cluster, "orders")
+        cluster.create_topic("orders")
         producer = ContinuousProducer(cluster, "orders").start()
         try:
             for round_number in range(KILL_ROUNDS):

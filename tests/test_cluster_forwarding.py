@@ -12,13 +12,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(90)]
 
 def test_every_node_produces_and_fetches_every_partition(tmp_path: Path) -> None:
     with running_cluster(tmp_path) as cluster:
-        status, body = http_json(
-            f"{cluster.nodes[0].url}/v1/topics",
-            "POST",
-            {"name": "spread", "partitions": 3, "replication_factor": 1},
-            timeout=15,
-        )
-        assert status == 201, body
+        cluster.create_topic("spread", partitions=3, replication_factor=1)
         holders = {p["partition"]: p["replicas"] for p in cluster.describe("spread")["partitions"]}
         assert sorted(len(r) for r in holders.values()) == [1, 1, 1]
         for partition in range(3):
