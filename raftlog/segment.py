@@ -426,25 +426,9 @@ class Segment:
 
         Returns (bytes cut, reason) where reason is None if the file was intact.
         """
-        self.offsets, self.times = offset_index(), time_index()
-        self._bytes_since_index = 0
-        self.max_timestamp = NO_TIMESTAMP
-        self.next_offset = self.base_offset
         with self.files.pin(self.path) as fd:
             file_size = os.fstat(fd).st_size
-            good_end, reason = 0, None
-            try:
-                for position, header in self._scan(fd, 0, file_size, verify=True):
-                    if header.base_offset != self.next_offset:
-                        raise CorruptBatchError(
-                            f"batch at {position} has base offset {header.base_offset}, "
-                            f"expected {self.next_offset}"
-                        )
-                    self._index(position, header.last_offset, header.max_timestamp, header.size)
-                    self.next_offset = header.last_offset + 1
-                    good_end = position + header.size
-            except CorruptBatchError as exc:
-                reason = str(exc)
+            good_end, reason = self._reindex(fd, file_size)
             if good_end < file_size:
                 os.ftruncate(fd, good_end)
         self.size = self._flushed = good_end
@@ -462,8 +446,10 @@ class Segment:
             try:
                 self._load_indexes(fd)
                 rebuilt = False
-            except (IndexDamagedError, CorruptBatchError):
-                self._rebuild_indexes(fd)
+            except (IndexDamagedError, CorruptBatchError) as index_error:
+                _, damage = self._reindex(fd, self.size)
+                if damage is not None:
+                    raise CorruptBatchError(f"{self.path.name}: {damage}") from index_error
                 rebuilt = True
         if rebuilt:
             self.write_indexes()
@@ -503,19 +489,27 @@ class Segment:
             self.next_offset = header.last_offset + 1
         self._bytes_since_index = self.size - start if last else self.size
 
-    def _rebuild_indexes(self, fd: int) -> None:
+    def _reindex(self, fd: int, end: int) -> tuple[int, str | None]:
+        """Rebuild the indexes from the batches before `end`, CRC-checking each, up to the
+        first bad one. Returns (end of the last good batch, why it stopped early or None)."""
         self.offsets, self.times = offset_index(), time_index()
         self._bytes_since_index = 0
         self.max_timestamp = NO_TIMESTAMP
         self.next_offset = self.base_offset
-        for position, header in self._scan(fd, 0, self.size, verify=True):
-            if header.base_offset != self.next_offset:
-                raise CorruptBatchError(
-                    f"batch at {position} of {self.path.name} has base offset "
-                    f"{header.base_offset}, expected {self.next_offset}"
-                )
-            self._index(position, header.last_offset, header.max_timestamp, header.size)
-            self.next_offset = header.last_offset + 1
+        good_end = 0
+        try:
+            for position, header in self._scan(fd, 0, end, verify=True):
+                if header.base_offset != self.next_offset:
+                    raise CorruptBatchError(
+                        f"batch at {position} has base offset {header.base_offset}, "
+                        f"expected {self.next_offset}"
+                    )
+                self._index(position, header.last_offset, header.max_timestamp, header.size)
+                self.next_offset = header.last_offset + 1
+                good_end = position + header.size
+        except CorruptBatchError as exc:
+            return good_end, str(exc)
+        return good_end, None
 
     def first_timestamp(self) -> int | None:
         """Max timestamp of the first batch: the age a reopened segment is rolled by."""
