@@ -159,21 +159,12 @@ def _check_reads_against_writes(index: _Index, out: Anomalies) -> None:
     for op, messages in index.polls:
         for m in messages:
             if m.value not in index.attempted[m.key]:
-                out.add(
-                    "garbage-read",
-                    key=m.key,
-                    offset=m.offset,
-                    value=m.value,
-                    reader=op.invoke.index,
-                )
+                kind = "garbage-read"
             elif m.value in index.failed[m.key] and m.value not in index.not_failed[m.key]:
-                out.add(
-                    "aborted-read",
-                    key=m.key,
-                    offset=m.offset,
-                    value=m.value,
-                    reader=op.invoke.index,
-                )
+                kind = "aborted-read"
+            else:
+                continue
+            out.add(kind, key=m.key, offset=m.offset, value=m.value, reader=op.invoke.index)
 
 
 def _check_lost_and_unseen(index: _Index, out: Anomalies) -> None:
