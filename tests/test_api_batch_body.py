@@ -39,8 +39,13 @@ def _records(*values: bytes) -> list[Record]:
     return [Record(value=v, key=b"k" + v) for v in values]
 
 
-async def _post(api: TestClient, body: bytes, query: str = "partition=1") -> Any:
-    return await api.post(f"/v1/topics/t/messages?{query}", data=body, headers=BATCH_HEADERS)
+async def _post(api: TestClient, body: bytes, query: str = "partition=1", topic: str = "t") -> Any:
+    return await api.post(f"/v1/topics/{topic}/messages?{query}", data=body, headers=BATCH_HEADERS)
+
+
+async def _create_one_partition_topic(api: TestClient, name: str, config: dict[str, str]) -> None:
+    response = await api.post("/v1/topics", json={"name": name, "partitions": 1, "config": config})
+    assert response.status == 201, await response.text()
 
 
 async def _get_batches(api: TestClient, query: str, where: str = "t/partitions/1") -> Any:
@@ -108,16 +113,8 @@ async def test_producers_cannot_write_control_batches(api: TestClient) -> None:
 
 
 async def test_a_record_over_max_message_bytes_is_too_large(api: TestClient) -> None:
-    response = await api.post(
-        "/v1/topics",
-        json={"name": "small", "partitions": 1, "config": {"max.message.bytes": "100"}},
-    )
-    assert response.status == 201
-    response = await api.post(
-        "/v1/topics/small/messages?partition=0",
-        data=build_batch(_records(b"x" * 200)),
-        headers=BATCH_HEADERS,
-    )
+    await _create_one_partition_topic(api, "small", {"max.message.bytes": "100"})
+    response = await _post(api, build_batch(_records(b"x" * 200)), "partition=0", topic="small")
     await _error(response, 413, "message_too_large")
 
 
@@ -149,16 +146,8 @@ async def test_batch_fetch_stops_at_the_batch_that_reaches_max_messages(api: Tes
 async def test_a_topic_that_forces_a_compression_stores_the_batch_recompressed(
     api: TestClient,
 ) -> None:
-    response = await api.post(
-        "/v1/topics",
-        json={"name": "zipped", "partitions": 1, "config": {"compression.type": "gzip"}},
-    )
-    assert response.status == 201
-    response = await api.post(
-        "/v1/topics/zipped/messages?partition=0",
-        data=build_batch(_records(b"a", b"b")),
-        headers=BATCH_HEADERS,
-    )
+    await _create_one_partition_topic(api, "zipped", {"compression.type": "gzip"})
+    response = await _post(api, build_batch(_records(b"a", b"b")), "partition=0", topic="zipped")
     assert response.status == 200
     answer = await _get_batches(api, "offset=earliest", where="zipped/partitions/0")
     [stored] = list(iter_batches(await answer.read()))
