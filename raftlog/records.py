@@ -110,13 +110,17 @@ def control_type_of(records: Sequence[DecodedRecord]) -> int:
     """Type of the (single) control record of a control batch, validating its key."""
     if not records:
         raise CorruptBatchError("control batch without a control record")
-    key = records[0].key
-    if key is None or len(key) < _CONTROL_KEY.size:
-        raise CorruptBatchError("control record key shorter than version + type")
-    version, control_type = _CONTROL_KEY.unpack_from(key)
+    return _version_0_field(_CONTROL_KEY, records[0].key, "control record key", "type")
+
+
+def _version_0_field(layout: struct.Struct, raw: bytes | None, what: str, field: str) -> int:
+    """The field after the int16 version of a version-0 `layout` (control key, marker value)."""
+    if raw is None or len(raw) < layout.size:
+        raise CorruptBatchError(f"{what} shorter than version + {field}")
+    version, value = layout.unpack_from(raw)
     if version != 0:
-        raise CorruptBatchError(f"unsupported control record version {version}")
-    return control_type
+        raise CorruptBatchError(f"unsupported {what} version {version}")
+    return value
 
 
 # ---------------------------------------------------------------------------- varints
@@ -329,12 +333,7 @@ def build_txn_marker(
 
 def coordinator_epoch_of(marker_value: bytes | None) -> int:
     """The coordinator epoch in a transaction marker's record value."""
-    if marker_value is None or len(marker_value) < _TXN_MARKER_VALUE.size:
-        raise CorruptBatchError("transaction marker value shorter than version + epoch")
-    version, coordinator_epoch = _TXN_MARKER_VALUE.unpack_from(marker_value)
-    if version != 0:
-        raise CorruptBatchError(f"unsupported transaction marker version {version}")
-    return coordinator_epoch
+    return _version_0_field(_TXN_MARKER_VALUE, marker_value, "transaction marker value", "epoch")
 
 
 # ---------------------------------------------------------------------------- decoding
