@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from raftline.raftlog.invariants import InvariantViolation
-from raftline.raftlog.raft import RaftConfig
+from raftline.raftlog.raft import RaftConfig, RaftNode
 from raftline.raftlog.simcluster import RELIABLE, TICK, NetConfig, SimNode, Simulation
 
 
@@ -170,13 +170,20 @@ class Chaos:
             src, dst = self.rng.sample(nodes, 2)
             self.sim.cut.add((src, dst))
 
+    def _leader_core(self) -> tuple[int, RaftNode] | None:
+        leader = self.sim.leader()
+        if leader is None:
+            return None
+        core = self.sim.nodes[leader].core
+        assert core is not None
+        return leader, core
+
     def membership(self) -> None:
         sim = self.sim
-        leader = sim.leader()
-        if leader is None:
+        found = self._leader_core()
+        if found is None:
             return
-        core = sim.nodes[leader].core
-        assert core is not None
+        leader, core = found
         voters, learners = set(core.voters), set(core.learners)
         outsiders = [n for n in sorted(sim.nodes) if n not in voters | learners]
         choice = self.rng.random()
@@ -201,11 +208,10 @@ class Chaos:
 
     def transfer(self) -> None:
         sim = self.sim
-        leader = sim.leader()
-        if leader is None:
+        found = self._leader_core()
+        if found is None:
             return
-        core = sim.nodes[leader].core
-        assert core is not None
+        leader, core = found
         target = self._pick(sorted(core.voters - {leader}))
         if target is not None:
             sim.transfer(leader, target)
