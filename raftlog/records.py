@@ -191,7 +191,7 @@ def _now_ms() -> int:
 
 
 def build_batch(
-    records: Sequence[Record],
+    records: Sequence[Record | bytes],
     *,
     base_offset: int = 0,
     codec: int = Codec.NONE,
@@ -206,46 +206,20 @@ def build_batch(
 ) -> bytes:
     """Encode `records` as one batch, byte for byte what a Kafka v2 producer sends.
 
-    `timestamp` is used for records without one (default: now). `log_append_time` set makes
-    the batch LogAppendTime, every record then reads back with that time. `leader_epoch` is
-    the partition leader epoch field, which Raftline uses for the Raft term. `control` marks
-    a control batch (use build_control_batch). Out-of-range input raises ValueError.
+    An item is a Record or plain bytes: a record with only that value (no key, no headers,
+    the batch timestamp, its position as offset delta). `timestamp` is used for records
+    without one (default: now). `log_append_time` set makes the batch LogAppendTime, every
+    record then reads back with that time. `leader_epoch` is the partition leader epoch field,
+    which Raftline uses for the Raft term. `control` marks a control batch (use
+    build_control_batch). Out-of-range input raises ValueError.
     """
     if not records:
         raise ValueError("a batch needs at least one record")
     Codec(codec)  # ValueError for an unknown codec id
     default_timestamp = _now_ms() if timestamp is None else timestamp
-    first = records[0].timestamp
-    base_timestamp = default_timestamp if first is None else first
-    max_timestamp = _INT64_MIN
-    previous_delta = -1
-    parts: list[bytes] = []
-    zigzag, bytes_field = _zigzag, _bytes_field  # locals: this loop is the hot path
-    for position, record in enumerate(records):
-        offset_delta = position if record.offset_delta is None else record.offset_delta
-        if not previous_delta < offset_delta <= _INT32_MAX:
-            raise ValueError(f"offset deltas must increase within int32: {offset_delta}")
-        previous_delta = offset_delta
-        record_timestamp = default_timestamp if record.timestamp is None else record.timestamp
-        if record_timestamp > max_timestamp:
-            max_timestamp = record_timestamp
-        timestamp_delta = record_timestamp - base_timestamp
-        if not _INT64_MIN <= timestamp_delta <= _INT64_MAX:
-            raise ValueError(f"timestamp delta {timestamp_delta} exceeds int64")
-        length_slot = len(parts)
-        timestamp_field = zigzag(timestamp_delta)
-        offset_field = zigzag(offset_delta)
-        count_field = zigzag(len(record.headers))
-        parts += (b"", b"\x00", timestamp_field, offset_field)
-        size = 1 + len(timestamp_field) + len(offset_field) + len(count_field)
-        size += bytes_field(record.key, parts)
-        size += bytes_field(record.value, parts)
-        parts.append(count_field)
-        for header_key, header_value in record.headers:
-            size += bytes_field(header_key.encode(), parts)
-            size += bytes_field(header_value, parts)
-        parts[length_slot] = zigzag(size)  # known only once the body is laid out
-    section = b"".join(parts)
+    section, last_offset_delta, base_timestamp, max_timestamp = _encode_records(
+        records, default_timestamp
+    )
     attributes = codec
     if codec != Codec.NONE:
         section = compress_section(codec, section)
@@ -267,7 +241,7 @@ def build_batch(
         magic=batch.MAGIC,
         crc=0,
         attributes=attributes,
-        last_offset_delta=previous_delta,
+        last_offset_delta=last_offset_delta,
         base_timestamp=base_timestamp,
         max_timestamp=max_timestamp,
         producer_id=producer_id,
@@ -280,6 +254,52 @@ def build_batch(
     except struct.error as err:  # a header field outside its fixed width
         raise ValueError(f"batch header field out of range: {err}") from err
     return bytes(out)
+
+
+def _encode_records(
+    records: Sequence[Record | bytes], default_timestamp: int
+) -> tuple[bytes, int, int, int]:
+    """The records section of a non-empty batch of `records`, with its last offset delta,
+    base timestamp (the first record's) and max timestamp. Out-of-range input: ValueError."""
+    first = records[0]
+    first_timestamp = None if isinstance(first, bytes) else first.timestamp
+    base_timestamp = default_timestamp if first_timestamp is None else first_timestamp
+    max_timestamp = _INT64_MIN
+    previous_delta = -1
+    parts: list[bytes] = []
+    zigzag, bytes_field = _zigzag, _bytes_field  # locals: this loop is the hot path
+    for position, record in enumerate(records):
+        if isinstance(record, bytes):
+            value, key, headers, record_timestamp, offset_delta = record, None, (), None, None
+        else:
+            value, key, headers = record.value, record.key, record.headers
+            record_timestamp, offset_delta = record.timestamp, record.offset_delta
+        if offset_delta is None:
+            offset_delta = position
+        if not previous_delta < offset_delta <= _INT32_MAX:
+            raise ValueError(f"offset deltas must increase within int32: {offset_delta}")
+        previous_delta = offset_delta
+        if record_timestamp is None:
+            record_timestamp = default_timestamp
+        if record_timestamp > max_timestamp:
+            max_timestamp = record_timestamp
+        timestamp_delta = record_timestamp - base_timestamp
+        if not _INT64_MIN <= timestamp_delta <= _INT64_MAX:
+            raise ValueError(f"timestamp delta {timestamp_delta} exceeds int64")
+        length_slot = len(parts)
+        timestamp_field = zigzag(timestamp_delta)
+        offset_field = zigzag(offset_delta)
+        count_field = zigzag(len(headers))
+        parts += (b"", b"\x00", timestamp_field, offset_field)
+        size = 1 + len(timestamp_field) + len(offset_field) + len(count_field)
+        size += bytes_field(key, parts)
+        size += bytes_field(value, parts)
+        parts.append(count_field)
+        for header_key, header_value in headers:
+            size += bytes_field(header_key.encode(), parts)
+            size += bytes_field(header_value, parts)
+        parts[length_slot] = zigzag(size)  # known only once the body is laid out
+    return b"".join(parts), previous_delta, base_timestamp, max_timestamp
 
 
 def build_control_batch(

@@ -246,3 +246,15 @@ def test_iter_batches_decodes_a_concatenation_of_codecs() -> None:
 def test_decode_batch_rejects_bytes_after_the_batch() -> None:
     with pytest.raises(CorruptBatchError, match="holds a batch of"):
         decode_batch(build_batch([Record(b"v")]) + b"\x00")
+
+
+def test_a_bytes_item_is_a_record_with_only_that_value() -> None:
+    plain = build_batch([b"a", Record(b"b", key=b"k"), b""], timestamp=5)
+    assert plain == build_batch([Record(b"a"), Record(b"b", key=b"k"), Record(b"")], timestamp=5)
+    assert [
+        (r.offset, r.timestamp, r.key, r.value, r.headers) for r in decode_batch(plain).records
+    ] == [
+        (0, 5, None, b"a", []),
+        (1, 5, b"k", b"b", []),
+        (2, 5, None, b"", []),
+    ]
