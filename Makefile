@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 
 .PHONY: serve test lint bench install
 
-$(BIN)/raftline: pyproject.toml
+# The C extension is compiled by the install: editing it must rebuild.
+$(BIN)/raftline: pyproject.toml raftlog/_speedups.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
 	$(BIN)/pip install -q -e '.[test]'

@@ -5,6 +5,7 @@ Owns the varint/zigzag record layout, control record types and the strict, bound
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 from collections.abc import Iterator, Sequence
@@ -256,7 +257,7 @@ def build_batch(
     return bytes(out)
 
 
-def _encode_records(
+def _py_encode_records(
     records: Sequence[Record | bytes], default_timestamp: int
 ) -> tuple[bytes, int, int, int]:
     """The records section of a non-empty batch of `records`, with its last offset delta,
@@ -413,25 +414,27 @@ def _walk(
     if verify_crc:
         batch.check_crc(view, header)
     codec = header.codec
-    section = view[batch.HEADER_SIZE :]
-    if codec == Codec.NONE:
-        data = bytes(section)
-    else:
-        data = decompress_section(codec, section, max_decompressed)
+    data: BytesLike = view[batch.HEADER_SIZE :]
+    if codec != Codec.NONE:
+        data = decompress_section(codec, data, max_decompressed)
     if header.records_count * _MIN_RECORD_SIZE > len(data):
         raise CorruptBatchError(f"{header.records_count} records cannot fit in {len(data)} bytes")
-    try:
-        return _decode_records(data, header, keep)
-    except IndexError as err:  # a varint ran off the end of the section
-        raise CorruptBatchError("record runs past the end of the records section") from err
+    return _decode_records(data, header, keep)
 
 
-def _decode_records(
-    data: bytes, header: BatchHeader, keep: bool = True
+def _py_decode_records(
+    section: BytesLike, header: BatchHeader, keep: bool = True
 ) -> tuple[list[DecodedRecord], int]:
     """Every record of a records section, checked field by field, and the largest record's
     encoded size. With `keep` false only the checks run (no record objects): the produce path
     validates batches it then stores untouched."""
+    try:
+        return _walk_records(bytes(section), header, keep)
+    except IndexError as err:  # a varint ran off the end of the section
+        raise CorruptBatchError("record runs past the end of the records section") from err
+
+
+def _walk_records(data: bytes, header: BatchHeader, keep: bool) -> tuple[list[DecodedRecord], int]:
     end = len(data)
     base_offset = header.base_offset
     base_timestamp = header.base_timestamp
@@ -507,3 +510,25 @@ def _read_bytes(data: bytes, pos: int, limit: int) -> tuple[bytes | None, int]:
     if pos + size > limit:
         raise CorruptBatchError(f"field of {size} bytes runs past its record")
     return data[pos : pos + size], pos + size
+
+
+# ---------------------------------------------------------------------------- C accelerator
+
+
+def _speedups_module():
+    """The C twins of the record loops (raftline.raftlog._speedups), unless they are not built
+    or RAFTLINE_PURE_PYTHON=1 asks for the Python ones."""
+    if os.environ.get("RAFTLINE_PURE_PYTHON") == "1":
+        return None
+    try:
+        from raftline.raftlog import _speedups
+    except ImportError:
+        return None
+    _speedups.bind(Record, DecodedRecord, CorruptBatchError)
+    return _speedups
+
+
+_SPEEDUPS = _speedups_module()
+SPEEDUPS = _SPEEDUPS is not None  # True: the C record loops are in use
+_encode_records = _SPEEDUPS.encode_records if _SPEEDUPS else _py_encode_records
+_decode_records = _SPEEDUPS.decode_records if _SPEEDUPS else _py_decode_records

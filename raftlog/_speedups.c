@@ -1,0 +1,808 @@
+/* raftline.raftlog._speedups: C versions of the per-record loops of raftlog/records.py.
+ *
+ * Owns encode_records (the records section of a Kafka RecordBatch v2 from Record or bytes
+ * items) and decode_records (the strict walk over a records section that decode_batch,
+ * iter_batches and check_batch share). records.py uses these when this module imports and
+ * keeps its pure-Python twins as the fallback; tests/test_records_speedups.py holds the two to
+ * byte-identical output and the same errors. Garbage input must only ever raise
+ * CorruptBatchError: every varint and length is bounds-checked before it is used.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include <stdint.h>
+#include <string.h>
+
+#define INT32_LIMIT 2147483647LL
+/* Smallest record body after its length: attributes, timestamp delta, offset delta, key
+ * length, value length, header count, one byte each (records.py's _MIN_RECORD_SIZE - 1). */
+#define MIN_RECORD_BODY 6
+
+/* Set once by bind(): the classes records.py defines. */
+static PyObject *record_type;        /* Record, a slots dataclass */
+static PyObject *decoded_record_type; /* DecodedRecord, a tuple subclass */
+static PyObject *corrupt_batch_error; /* CorruptBatchError */
+
+/* Record's five fields in the order encode reads them. For an instance of exactly Record the
+ * fields are read straight from their __slots__ (the offsets Python's own member descriptors
+ * use): one load instead of an attribute lookup each, which dominates small records. */
+enum { F_VALUE, F_KEY, F_HEADERS, F_TIMESTAMP, F_OFFSET_DELTA, F_COUNT };
+static const char *const field_names[F_COUNT] = {"value", "key", "headers", "timestamp",
+                                                 "offset_delta"};
+static PyObject *field_name_objects[F_COUNT];
+static Py_ssize_t slot_offsets[F_COUNT]; /* all 0: read through getattr */
+
+/* ------------------------------------------------------------------------- varints */
+
+static inline uint64_t zigzag(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
+
+static inline int varint_size(uint64_t u) {
+    int n = 1;
+    while (u >= 0x80) {
+        u >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline char *put_varint(char *out, uint64_t u) {
+    while (u >= 0x80) {
+        *out++ = (char)((u & 0x7F) | 0x80);
+        u >>= 7;
+    }
+    *out++ = (char)u;
+    return out;
+}
+
+/* ------------------------------------------------------------------------- encoding */
+
+/* The output section: a bytes object grown by doubling, cut to size at the end. */
+typedef struct {
+    PyObject *bytes;
+    Py_ssize_t used;
+} Out;
+
+static int out_reserve(Out *out, Py_ssize_t more) {
+    Py_ssize_t capacity = PyBytes_GET_SIZE(out->bytes);
+    if (more <= capacity - out->used)
+        return 0;
+    if (more > PY_SSIZE_T_MAX / 2 - out->used) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t wanted = out->used + more;
+    if (wanted < capacity * 2)
+        wanted = capacity * 2;
+    return _PyBytes_Resize(&out->bytes, wanted);
+}
+
+static inline char *out_end(Out *out) { return PyBytes_AS_STRING(out->bytes) + out->used; }
+
+/* A nullable bytes-like field: its data pointer and size (-1: null). The object (bytes) or
+ * its buffer (anything else) is held until field_release, so no code that runs meanwhile can
+ * free the data under us. */
+typedef struct {
+    const char *data;
+    Py_ssize_t size;
+    PyObject *bytes;
+    Py_buffer view;
+    int held;
+} Field;
+
+static void field_release(Field *f) {
+    if (f->held)
+        PyBuffer_Release(&f->view);
+    f->held = 0;
+    Py_CLEAR(f->bytes);
+}
+
+static int field_open(PyObject *obj, Field *f) {
+    f->held = 0;
+    f->bytes = NULL;
+    if (obj == Py_None) {
+        f->data = NULL;
+        f->size = -1;
+        return 0;
+    }
+    if (PyBytes_Check(obj)) {
+        Py_INCREF(obj);
+        f->bytes = obj;
+        f->data = PyBytes_AS_STRING(obj);
+        f->size = PyBytes_GET_SIZE(obj);
+    } else {
+        if (PyObject_GetBuffer(obj, &f->view, PyBUF_SIMPLE) < 0)
+            return -1;
+        f->held = 1;
+        f->data = f->view.buf;
+        f->size = f->view.len;
+    }
+    if (f->size > INT32_LIMIT) {
+        PyErr_Format(PyExc_ValueError, "field of %zd bytes exceeds the int32 length limit",
+                     f->size);
+        field_release(f);
+        return -1;
+    }
+    return 0;
+}
+
+static inline Py_ssize_t field_encoded_size(const Field *f) {
+    return f->size < 0 ? 1 : varint_size(zigzag(f->size)) + f->size;
+}
+
+static inline char *put_field(char *p, const Field *f) {
+    if (f->size < 0)
+        return put_varint(p, 1); /* zigzag(-1) */
+    p = put_varint(p, zigzag(f->size));
+    memcpy(p, f->data, (size_t)f->size);
+    return p + f->size;
+}
+
+/* An int that must fit int64: ValueError (as the Python encoder gives) when it does not. */
+static int as_int64(PyObject *obj, const char *what, int64_t *out) {
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow) {
+        PyErr_Format(PyExc_ValueError, "%s %R exceeds int64", what, obj);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* One header's key (UTF-8 of a str) and value, from a (key, value) pair. */
+typedef struct {
+    PyObject *key_str; /* held, like a Field's object */
+    const char *key;
+    Py_ssize_t key_size;
+    Field value;
+} HeaderFields;
+
+static void header_release(HeaderFields *h) {
+    Py_CLEAR(h->key_str);
+    field_release(&h->value);
+}
+
+/* On failure nothing stays held. */
+static int header_open(PyObject *pair, HeaderFields *h) {
+    PyObject *key, *value;
+    if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2) {
+        key = PyTuple_GET_ITEM(pair, 0);
+        value = PyTuple_GET_ITEM(pair, 1);
+    } else if (PyList_Check(pair) && PyList_GET_SIZE(pair) == 2) {
+        key = PyList_GET_ITEM(pair, 0);
+        value = PyList_GET_ITEM(pair, 1);
+    } else {
+        PyErr_SetString(PyExc_ValueError, "a header must be a (key, value) pair");
+        return -1;
+    }
+    if (!PyUnicode_Check(key)) {
+        PyErr_Format(PyExc_TypeError, "header key must be str, not %.100s",
+                     Py_TYPE(key)->tp_name);
+        return -1;
+    }
+    h->key = PyUnicode_AsUTF8AndSize(key, &h->key_size); /* cached in the str */
+    if (h->key == NULL)
+        return -1;
+    if (h->key_size > INT32_LIMIT) {
+        PyErr_Format(PyExc_ValueError, "field of %zd bytes exceeds the int32 length limit",
+                     h->key_size);
+        return -1;
+    }
+    Py_INCREF(key);
+    h->key_str = key;
+    if (field_open(value, &h->value) < 0) {
+        Py_CLEAR(h->key_str);
+        return -1;
+    }
+    return 0;
+}
+
+/* The fields of one item: a Record (or anything with its attributes) or plain bytes. */
+typedef struct {
+    PyObject *obj[F_COUNT]; /* new references; NULL where unset */
+} ItemFields;
+
+static void item_clear(ItemFields *it) {
+    for (int i = 0; i < F_COUNT; i++)
+        Py_CLEAR(it->obj[i]);
+}
+
+static int item_open(PyObject *item, ItemFields *it) {
+    memset(it, 0, sizeof(*it));
+    if (PyBytes_Check(item)) {
+        Py_INCREF(item);
+        it->obj[F_VALUE] = item;
+        return 0;
+    }
+    int direct = (PyObject *)Py_TYPE(item) == record_type && slot_offsets[0] != 0;
+    for (int i = 0; i < F_COUNT; i++) {
+        if (direct) {
+            PyObject *v = *(PyObject **)((char *)item + slot_offsets[i]);
+            if (v == NULL) {
+                PyErr_Format(PyExc_AttributeError, "Record has no %s", field_names[i]);
+                goto fail;
+            }
+            Py_INCREF(v);
+            it->obj[i] = v;
+        } else {
+            it->obj[i] = PyObject_GetAttr(item, field_name_objects[i]);
+            if (it->obj[i] == NULL)
+                goto fail;
+        }
+    }
+    /* Python's dataclass defaults: no headers is the empty tuple, None elsewhere. */
+    return 0;
+fail:
+    item_clear(it);
+    return -1;
+}
+
+/* Encoder state across records. */
+typedef struct {
+    Out out;
+    int64_t default_timestamp;
+    int default_ok; /* 0: the default timestamp overflows int64 (an error only if used) */
+    PyObject *default_obj;
+    int64_t base_timestamp;
+    int64_t max_timestamp;
+    int64_t previous_delta;
+} Encoder;
+
+static int record_timestamp(Encoder *e, PyObject *ts, int64_t *out) {
+    if (ts == NULL || ts == Py_None) {
+        if (!e->default_ok)
+            return as_int64(e->default_obj, "timestamp", out); /* raises */
+        *out = e->default_timestamp;
+        return 0;
+    }
+    return as_int64(ts, "timestamp", out);
+}
+
+#define MAX_STACK_HEADERS 16
+
+static int encode_one(Encoder *e, PyObject *item, Py_ssize_t position) {
+    ItemFields it;
+    Field key = {0}, value = {0};
+    HeaderFields stack_headers[MAX_STACK_HEADERS];
+    HeaderFields *headers = stack_headers;
+    Py_ssize_t header_count = 0, opened = 0;
+    PyObject *header_seq = NULL;
+    int rc = -1;
+    key.size = value.size = -1;
+
+    if (item_open(item, &it) < 0)
+        return -1;
+
+    /* Offset delta: the position unless set; strictly increasing within int32. */
+    int64_t offset_delta = position;
+    PyObject *od = it.obj[F_OFFSET_DELTA];
+    if (od != NULL && od != Py_None) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(od, &overflow);
+        if (v == -1 && PyErr_Occurred())
+            goto done;
+        if (overflow) {
+            PyErr_Format(PyExc_ValueError, "offset deltas must increase within int32: %R", od);
+            goto done;
+        }
+        offset_delta = v;
+    }
+    if (!(e->previous_delta < offset_delta && offset_delta <= INT32_LIMIT)) {
+        PyErr_Format(PyExc_ValueError, "offset deltas must increase within int32: %lld",
+                     (long long)offset_delta);
+        goto done;
+    }
+    e->previous_delta = offset_delta;
+
+    int64_t timestamp, timestamp_delta;
+    if (record_timestamp(e, it.obj[F_TIMESTAMP], &timestamp) < 0)
+        goto done;
+    if (timestamp > e->max_timestamp)
+        e->max_timestamp = timestamp;
+    if (__builtin_sub_overflow(timestamp, e->base_timestamp, &timestamp_delta)) {
+        PyErr_Format(PyExc_ValueError, "timestamp delta %lld - %lld exceeds int64",
+                     (long long)timestamp, (long long)e->base_timestamp);
+        goto done;
+    }
+
+    if (field_open(it.obj[F_KEY] ? it.obj[F_KEY] : Py_None, &key) < 0 ||
+        field_open(it.obj[F_VALUE], &value) < 0)
+        goto done;
+
+    /* Headers: a sequence of (str, bytes | None) pairs. */
+    PyObject *hobj = it.obj[F_HEADERS];
+    if (hobj != NULL && !(PyTuple_Check(hobj) && PyTuple_GET_SIZE(hobj) == 0)) {
+        /* A tuple (a list is copied): its items stay put whatever code a buffer runs. */
+        header_seq = PySequence_Tuple(hobj);
+        if (header_seq == NULL)
+            goto done;
+        header_count = PyTuple_GET_SIZE(header_seq);
+        if (header_count > MAX_STACK_HEADERS) {
+            headers = PyMem_Malloc(sizeof(HeaderFields) * (size_t)header_count);
+            if (headers == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+        }
+        for (; opened < header_count; opened++)
+            if (header_open(PyTuple_GET_ITEM(header_seq, opened), &headers[opened]) < 0)
+                goto done;
+    }
+
+    /* The body size comes first on the wire, so add it up before writing. Every term is at
+     * most about 2**31 and the running sum is checked, so it cannot overflow. */
+    int64_t body = 1 + varint_size(zigzag(timestamp_delta)) + varint_size(zigzag(offset_delta)) +
+                   field_encoded_size(&key) + field_encoded_size(&value) +
+                   varint_size(zigzag(header_count));
+    for (Py_ssize_t i = 0; i < header_count; i++) {
+        body += varint_size(zigzag(headers[i].key_size)) + headers[i].key_size +
+                field_encoded_size(&headers[i].value);
+        if (body > INT32_LIMIT)
+            break;
+    }
+    if (body > INT32_LIMIT) {
+        /* Its length would not read back as the int32 varint every decoder expects. */
+        PyErr_Format(PyExc_ValueError, "record of %lld bytes exceeds the int32 length limit",
+                     (long long)body);
+        goto done;
+    }
+    if (out_reserve(&e->out, varint_size(zigzag(body)) + (Py_ssize_t)body) < 0)
+        goto done;
+    char *p = out_end(&e->out);
+    p = put_varint(p, zigzag(body));
+    *p++ = 0; /* record attributes: none defined */
+    p = put_varint(p, zigzag(timestamp_delta));
+    p = put_varint(p, zigzag(offset_delta));
+    p = put_field(p, &key);
+    p = put_field(p, &value);
+    p = put_varint(p, zigzag(header_count));
+    for (Py_ssize_t i = 0; i < header_count; i++) {
+        p = put_varint(p, zigzag(headers[i].key_size));
+        memcpy(p, headers[i].key, (size_t)headers[i].key_size);
+        p += headers[i].key_size;
+        p = put_field(p, &headers[i].value);
+    }
+    e->out.used = p - PyBytes_AS_STRING(e->out.bytes);
+    rc = 0;
+done:
+    for (Py_ssize_t i = 0; i < opened; i++)
+        header_release(&headers[i]);
+    if (headers != stack_headers)
+        PyMem_Free(headers);
+    Py_XDECREF(header_seq);
+    field_release(&key);
+    field_release(&value);
+    item_clear(&it);
+    return rc;
+}
+
+PyDoc_STRVAR(encode_records_doc,
+             "encode_records(records, default_timestamp) -> (section, last_offset_delta, "
+             "base_timestamp, max_timestamp)\n\n"
+             "The records section of a non-empty batch of Record or bytes items.");
+
+static PyObject *encode_records(PyObject *self, PyObject *args) {
+    PyObject *records, *default_obj, *seq = NULL, *result = NULL;
+    if (!PyArg_ParseTuple(args, "OO:encode_records", &records, &default_obj))
+        return NULL;
+    /* A tuple (a list is copied): attribute lookups on odd items may run Python code. */
+    seq = PySequence_Tuple(records);
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(seq);
+    PyObject **items = &PyTuple_GET_ITEM(seq, 0);
+    if (count == 0) {
+        PyErr_SetString(PyExc_ValueError, "a batch needs at least one record");
+        goto fail;
+    }
+
+    Encoder e;
+    e.default_obj = default_obj;
+    e.default_ok = as_int64(default_obj, "timestamp", &e.default_timestamp) == 0;
+    if (!e.default_ok) {
+        if (!PyErr_ExceptionMatches(PyExc_ValueError))
+            goto fail; /* not an int at all */
+        PyErr_Clear();
+    }
+    e.max_timestamp = INT64_MIN;
+    e.previous_delta = -1;
+    /* A first guess of the size: small records; grown by doubling past it. */
+    e.out.used = 0;
+    e.out.bytes = PyBytes_FromStringAndSize(NULL, count < 64 ? 4096 : count * 64);
+    if (e.out.bytes == NULL)
+        goto fail;
+
+    /* The base timestamp is the first record's own, else the default. */
+    PyObject *first = items[0], *first_ts = NULL;
+    if (!PyBytes_Check(first)) {
+        first_ts = PyObject_GetAttr(first, field_name_objects[F_TIMESTAMP]);
+        if (first_ts == NULL)
+            goto fail_out;
+    }
+    int bad = record_timestamp(&e, first_ts, &e.base_timestamp);
+    Py_XDECREF(first_ts);
+    if (bad < 0)
+        goto fail_out;
+
+    for (Py_ssize_t i = 0; i < count; i++)
+        if (encode_one(&e, items[i], i) < 0)
+            goto fail_out;
+    if (_PyBytes_Resize(&e.out.bytes, e.out.used) < 0)
+        goto fail; /* _PyBytes_Resize freed it */
+    result = Py_BuildValue("(NLLL)", e.out.bytes, (long long)e.previous_delta,
+                           (long long)e.base_timestamp, (long long)e.max_timestamp);
+    Py_DECREF(seq);
+    return result;
+fail_out:
+    Py_XDECREF(e.out.bytes);
+fail:
+    Py_DECREF(seq);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------- decoding */
+
+/* The records section being read and the position in it. */
+typedef struct {
+    const unsigned char *data;
+    Py_ssize_t end;
+    Py_ssize_t pos;
+} Reader;
+
+static void *corrupt(const char *format, ...) {
+    va_list vargs;
+    va_start(vargs, format);
+    PyObject *message = PyUnicode_FromFormatV(format, vargs);
+    va_end(vargs);
+    if (message != NULL) {
+        PyErr_SetObject(corrupt_batch_error, message);
+        Py_DECREF(message);
+    }
+    return NULL;
+}
+
+static int past_end(void) {
+    corrupt("record runs past the end of the records section");
+    return -1;
+}
+
+/* A zigzag varint of at most `bits` bits (32: Java's readVarint, 64: readVarlong), with the
+ * Python reader's errors: at most ceil(bits / 7) bytes, and no value bits past `bits`. */
+static int read_zigzag(Reader *r, int bits, int64_t *out) {
+    if (r->pos >= r->end)
+        return past_end();
+    unsigned b = r->data[r->pos];
+    if (b < 0x80) { /* one byte: the common case for deltas, counts and short lengths */
+        *out = (int64_t)(b >> 1) ^ -(int64_t)(b & 1);
+        r->pos++;
+        return 0;
+    }
+    uint64_t u = b & 0x7F;
+    int shift = 7;
+    int overflow = 0; /* value bits at or past bit 64 (only the 10th byte of a varlong) */
+    for (;;) {
+        r->pos++;
+        if (r->pos >= r->end)
+            return past_end();
+        b = r->data[r->pos];
+        uint64_t part = b & 0x7F;
+        if (shift == 63 && part > 1)
+            overflow = 1;
+        u |= part << shift;
+        if (b < 0x80)
+            break;
+        shift += 7;
+        if (shift >= bits) {
+            corrupt("varint longer than %d bits at %zd", bits, r->pos);
+            return -1;
+        }
+    }
+    if (overflow || (bits < 64 && (u >> bits) != 0)) {
+        corrupt("varint exceeds %d bits at %zd", bits, r->pos);
+        return -1;
+    }
+    *out = (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
+    r->pos++;
+    return 0;
+}
+
+/* A nullable length-prefixed field ending at or before `limit`: its start in `*start` and
+ * size in `*size` (-1: null). */
+static int read_field(Reader *r, Py_ssize_t limit, Py_ssize_t *start, int64_t *size) {
+    if (read_zigzag(r, 32, size) < 0)
+        return -1;
+    if (*size < 0) {
+        if (*size != -1) {
+            corrupt("negative length %lld", (long long)*size);
+            return -1;
+        }
+        return 0;
+    }
+    if (r->pos + *size > limit) {
+        corrupt("field of %lld bytes runs past its record", (long long)*size);
+        return -1;
+    }
+    *start = r->pos;
+    r->pos += (Py_ssize_t)*size;
+    return 0;
+}
+
+static PyObject *field_object(const Reader *r, Py_ssize_t start, int64_t size) {
+    if (size < 0)
+        Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize((const char *)r->data + start, (Py_ssize_t)size);
+}
+
+/* base + delta as a Python int; exact even past int64 (as Python's arithmetic is). */
+static PyObject *sum_object(int64_t base, int64_t delta) {
+    int64_t sum;
+    if (!__builtin_add_overflow(base, delta, &sum))
+        return PyLong_FromLongLong(sum);
+    PyObject *a = PyLong_FromLongLong(base), *b = PyLong_FromLongLong(delta), *s = NULL;
+    if (a != NULL && b != NULL)
+        s = PyNumber_Add(a, b);
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return s;
+}
+
+/* An int attribute of the batch header as int64. */
+static int header_int(PyObject *header, const char *name, int64_t *out) {
+    PyObject *v = PyObject_GetAttrString(header, name);
+    if (v == NULL)
+        return -1;
+    long long x = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    *out = x;
+    return 0;
+}
+
+/* Read one record's header list (keep: build it; else only check it). */
+static int read_headers(Reader *r, Py_ssize_t record_end, int keep, PyObject **headers_out) {
+    int64_t count;
+    PyObject *headers = NULL;
+    if (read_zigzag(r, 32, &count) < 0)
+        return -1;
+    if (keep && (headers = PyList_New(0)) == NULL)
+        return -1;
+    if (count != 0) {
+        /* Each header takes at least two bytes: bounds the loop by the data. */
+        if (count < 0 || 2 * count > (int64_t)(record_end - r->pos)) {
+            corrupt("header count %lld out of range", (long long)count);
+            goto fail;
+        }
+        for (int64_t i = 0; i < count; i++) {
+            Py_ssize_t key_start = 0, value_start = 0;
+            int64_t key_size, value_size;
+            if (read_field(r, record_end, &key_start, &key_size) < 0)
+                goto fail;
+            if (key_size < 0) {
+                corrupt("null header key");
+                goto fail;
+            }
+            if (read_field(r, record_end, &value_start, &value_size) < 0)
+                goto fail;
+            /* Python's str decode is the UTF-8 check in both modes. */
+            PyObject *key = PyUnicode_DecodeUTF8((const char *)r->data + key_start,
+                                                 (Py_ssize_t)key_size, "strict");
+            if (key == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                    goto fail;
+                PyErr_Clear();
+                corrupt("header key is not UTF-8");
+                goto fail;
+            }
+            if (!keep) {
+                Py_DECREF(key);
+                continue;
+            }
+            PyObject *value = field_object(r, value_start, value_size);
+            PyObject *pair = value ? PyTuple_Pack(2, key, value) : NULL;
+            Py_DECREF(key);
+            Py_XDECREF(value);
+            if (pair == NULL)
+                goto fail;
+            int appended = PyList_Append(headers, pair);
+            Py_DECREF(pair);
+            if (appended < 0)
+                goto fail;
+        }
+    }
+    *headers_out = headers;
+    return 0;
+fail:
+    Py_XDECREF(headers);
+    return -1;
+}
+
+PyDoc_STRVAR(decode_records_doc,
+             "decode_records(data, header, keep=True) -> (records, largest)\n\n"
+             "Every record of a records section, checked field by field, and the largest "
+             "record's encoded size; with keep false only the checks run (records is []).");
+
+static PyObject *decode_records(PyObject *self, PyObject *args) {
+    PyObject *data_obj, *header, *records = NULL, *append_time = NULL, *result = NULL;
+    int keep = 1;
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "OO|p:decode_records", &data_obj, &header, &keep))
+        return NULL;
+    if (decoded_record_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_speedups.bind() was not called");
+        return NULL;
+    }
+    int64_t count, base_offset, base_timestamp, last_offset_delta;
+    if (header_int(header, "records_count", &count) < 0 ||
+        header_int(header, "base_offset", &base_offset) < 0 ||
+        header_int(header, "base_timestamp", &base_timestamp) < 0 ||
+        header_int(header, "last_offset_delta", &last_offset_delta) < 0)
+        return NULL;
+    PyObject *is_append_time = PyObject_GetAttrString(header, "log_append_time");
+    if (is_append_time == NULL)
+        return NULL;
+    int truth = PyObject_IsTrue(is_append_time);
+    Py_DECREF(is_append_time);
+    if (truth < 0)
+        return NULL;
+    if (truth && (append_time = PyObject_GetAttrString(header, "max_timestamp")) == NULL)
+        return NULL;
+    if (PyObject_GetBuffer(data_obj, &view, PyBUF_SIMPLE) < 0) {
+        Py_XDECREF(append_time);
+        return NULL;
+    }
+    if ((records = PyList_New(0)) == NULL)
+        goto done;
+
+    Reader r = {view.buf, view.len, 0};
+    int64_t previous_delta = -1, largest = 0;
+    for (int64_t n = 0; n < count; n++) {
+        int64_t length, timestamp_delta, offset_delta;
+        if (read_zigzag(&r, 32, &length) < 0)
+            goto fail;
+        /* length is an int32 and pos <= end, so this cannot overflow */
+        if (length < MIN_RECORD_BODY || r.pos + length > r.end) {
+            corrupt("record length %lld out of range at %zd", (long long)length, r.pos);
+            goto fail;
+        }
+        Py_ssize_t record_end = r.pos + (Py_ssize_t)length;
+        if (length > largest)
+            largest = length;
+        r.pos++; /* record attributes: no bits are defined */
+        if (read_zigzag(&r, 64, &timestamp_delta) < 0 || read_zigzag(&r, 32, &offset_delta) < 0)
+            goto fail;
+        if (!(previous_delta < offset_delta && offset_delta <= last_offset_delta)) {
+            corrupt("offset delta %lld out of order or range", (long long)offset_delta);
+            goto fail;
+        }
+        previous_delta = offset_delta;
+        Py_ssize_t key_start = 0, value_start = 0;
+        int64_t key_size, value_size;
+        if (read_field(&r, record_end, &key_start, &key_size) < 0 ||
+            read_field(&r, record_end, &value_start, &value_size) < 0)
+            goto fail;
+        PyObject *headers = NULL;
+        if (read_headers(&r, record_end, keep, &headers) < 0)
+            goto fail;
+        if (r.pos != record_end) {
+            Py_XDECREF(headers);
+            corrupt("record declares %lld bytes but holds a different size", (long long)length);
+            goto fail;
+        }
+        if (!keep)
+            continue;
+        /* DecodedRecord is a tuple subclass: allocate it and fill its five items. */
+        PyObject *record = ((PyTypeObject *)decoded_record_type)
+                               ->tp_alloc((PyTypeObject *)decoded_record_type, 5);
+        if (record == NULL) {
+            Py_DECREF(headers);
+            goto fail;
+        }
+        PyTuple_SET_ITEM(record, 4, headers);
+        PyObject *offset = sum_object(base_offset, offset_delta);
+        PyObject *timestamp;
+        if (append_time != NULL) {
+            Py_INCREF(append_time);
+            timestamp = append_time;
+        } else {
+            timestamp = sum_object(base_timestamp, timestamp_delta);
+        }
+        PyObject *key = field_object(&r, key_start, key_size);
+        PyObject *value = field_object(&r, value_start, value_size);
+        /* A NULL item is harmless to the tuple's dealloc; fail after filling every slot. */
+        PyTuple_SET_ITEM(record, 0, offset);
+        PyTuple_SET_ITEM(record, 1, timestamp);
+        PyTuple_SET_ITEM(record, 2, key);
+        PyTuple_SET_ITEM(record, 3, value);
+        if (offset == NULL || timestamp == NULL || key == NULL || value == NULL) {
+            Py_DECREF(record);
+            goto fail;
+        }
+        int appended = PyList_Append(records, record);
+        Py_DECREF(record);
+        if (appended < 0)
+            goto fail;
+    }
+    if (r.pos != r.end) {
+        corrupt("%zd bytes left after %lld records", r.end - r.pos, (long long)count);
+        goto fail;
+    }
+    result = Py_BuildValue("(OL)", records, (long long)largest);
+fail: /* and success: result holds its own reference to records */
+    Py_XDECREF(records);
+done:
+    PyBuffer_Release(&view);
+    Py_XDECREF(append_time);
+    return result;
+}
+
+/* ------------------------------------------------------------------------- module */
+
+PyDoc_STRVAR(bind_doc, "bind(Record, DecodedRecord, CorruptBatchError)\n\n"
+                       "Hand over the classes records.py defines; called once on import.");
+
+static PyObject *bind(PyObject *self, PyObject *args) {
+    PyObject *rec, *decoded, *error;
+    if (!PyArg_ParseTuple(args, "O!O!O!:bind", &PyType_Type, &rec, &PyType_Type, &decoded,
+                          &PyType_Type, &error))
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)decoded, &PyTuple_Type) ||
+        !PyType_IsSubtype((PyTypeObject *)error, (PyTypeObject *)PyExc_Exception)) {
+        PyErr_SetString(PyExc_TypeError, "DecodedRecord must be a tuple subclass and "
+                                         "CorruptBatchError an exception class");
+        return NULL;
+    }
+    /* The direct slot reads need each field to be a plain object member of Record itself. */
+    Py_ssize_t offsets[F_COUNT];
+    for (int i = 0; i < F_COUNT; i++) {
+        PyObject *descr = PyDict_GetItemWithError(((PyTypeObject *)rec)->tp_dict,
+                                                  field_name_objects[i]); /* borrowed */
+        if (descr == NULL && PyErr_Occurred())
+            return NULL;
+        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
+            ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+            memset(offsets, 0, sizeof(offsets)); /* not slots: read through getattr */
+            break;
+        }
+        offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+    }
+    Py_INCREF(rec);
+    Py_INCREF(decoded);
+    Py_INCREF(error);
+    Py_XSETREF(record_type, rec);
+    Py_XSETREF(decoded_record_type, decoded);
+    Py_XSETREF(corrupt_batch_error, error);
+    memcpy(slot_offsets, offsets, sizeof(offsets));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"encode_records", encode_records, METH_VARARGS, encode_records_doc},
+    {"decode_records", decode_records, METH_VARARGS, decode_records_doc},
+    {"bind", bind, METH_VARARGS, bind_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    "raftline.raftlog._speedups",
+    "C versions of the per-record loops of raftline.raftlog.records.",
+    -1,
+    methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void) {
+    for (int i = 0; i < F_COUNT; i++) {
+        field_name_objects[i] = PyUnicode_InternFromString(field_names[i]);
+        if (field_name_objects[i] == NULL)
+            return NULL;
+    }
+    return PyModule_Create(&module);
+}
