@@ -1,6 +1,6 @@
 """Coordinated-omission-safe pacing: every message has an intended send time fixed in advance.
 
-Owns the fixed-rate schedule, the payload header that carries the intended time, and latencies.
+Owns the fixed-rate schedule, the stamp groups of a batch, the payload header and latencies.
 """
 
 from __future__ import annotations
@@ -8,14 +8,29 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-# Intended send time (CLOCK_MONOTONIC ns, shared by every process on the host) and sequence.
-HEADER = struct.Struct("<qq")
+# Intended send time, CLOCK_MONOTONIC ns (shared by every process on the host).
+HEADER = struct.Struct("<q")
 NS_PER_S = 1_000_000_000
+# At a fixed rate, intended times are stamped rounded down to this resolution. Messages of one
+# slot then share a payload, so a batch costs a few packs instead of one per message. Rounding
+# down can only add latency, and less than this.
+STAMP_RESOLUTION_NS = 100_000
+
+# One intended send time and how many messages of a batch carry it.
+StampGroup = tuple[int, int]
 
 
-def encode(intended_ns: int, sequence: int, padding: bytes) -> bytes:
-    """A payload of len(padding) bytes whose first 16 carry the intended send time and sequence."""
-    return HEADER.pack(intended_ns, sequence) + padding[HEADER.size :]
+def encode(intended_ns: int, padding: bytes) -> bytes:
+    """A payload of len(padding) bytes whose first 8 carry the intended send time."""
+    return HEADER.pack(intended_ns) + padding[HEADER.size :]
+
+
+def payloads(groups: list[StampGroup], padding: bytes) -> list[bytes]:
+    """The payloads of a batch: for each group, `count` references to one stamped payload."""
+    out: list[bytes] = []
+    for intended_ns, count in groups:
+        out += [encode(intended_ns, padding)] * count
+    return out
 
 
 def intended_ns_of(payload: bytes) -> int:
@@ -23,6 +38,13 @@ def intended_ns_of(payload: bytes) -> int:
     if len(payload) < HEADER.size:
         raise ValueError(f"payload of {len(payload)} bytes carries no benchmark header")
     return HEADER.unpack_from(payload)[0]
+
+
+def stamp_of(prefix: bytes) -> int:
+    """The intended send time in a payload's first HEADER.size bytes (see intended_ns_of)."""
+    if len(prefix) != HEADER.size:
+        raise ValueError(f"payload of {len(prefix)} bytes carries no benchmark header")
+    return HEADER.unpack(prefix)[0]
 
 
 def latency_us(intended_ns: int, observed_ns: int) -> int:
@@ -49,6 +71,25 @@ class FixedRateSchedule:
         if now_ns < self.start_ns:
             return 0
         return int((now_ns - self.start_ns) * self.rate / NS_PER_S) + 1
+
+    def stamp_groups(
+        self, first: int, count: int, resolution_ns: int = STAMP_RESOLUTION_NS
+    ) -> list[StampGroup]:
+        """Messages first..first+count-1 grouped by intended time rounded down to resolution_ns.
+
+        Every message's stamp is at most its intended time and less than resolution_ns before
+        it; one group per slot, so the work grows with the slots a batch spans, not its size.
+        """
+        groups: list[StampGroup] = []
+        index, end = first, first + count
+        while index < end:
+            offset = self.intended_ns(index) - self.start_ns
+            stamp = self.start_ns + offset - offset % resolution_ns
+            # Messages due before the next slot begins; at least this one.
+            following = max(index + 1, min(end, self.due(stamp + resolution_ns - 1)))
+            groups.append((stamp, following - index))
+            index = following
+        return groups
 
 
 @dataclass(frozen=True)

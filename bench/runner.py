@@ -12,7 +12,7 @@ from typing import Any
 
 from bench.consumers import ConsumerProcess, merge_into
 from bench.drivers.base import Driver
-from bench.pacing import FixedRateSchedule, Window, encode
+from bench.pacing import FixedRateSchedule, StampGroup, Window, encode, payloads
 from bench.tally import Tally
 from bench.workload import Workload
 
@@ -85,7 +85,7 @@ class WorkloadRun:
         this the first measured seconds pay for that setup. Primers carry intended time 0, so
         no latency counts them; only the received total does, which result() corrects.
         """
-        primer = encode(0, -1, self.padding)
+        primer = encode(0, self.padding)
         w = self.workload
         await asyncio.gather(
             *(
@@ -103,7 +103,7 @@ class WorkloadRun:
         linger_ns = int(w.linger_ms * 1e6)
         slots = asyncio.Semaphore(w.max_in_flight)
         in_flight: set[asyncio.Task[None]] = set()
-        sequence = 0
+        sequence = 0  # messages of this producer so far: the schedule's next index
         partition = 0
         while time.monotonic_ns() < self.start_ns:
             await asyncio.sleep((self.start_ns - time.monotonic_ns()) / 1e9)
@@ -114,7 +114,9 @@ class WorkloadRun:
                 slots.release()
                 break
             if schedule is None:
-                intended = [now] * w.batch_size
+                # At max rate a batch is due the moment a send slot frees up: one stamp.
+                groups: list[StampGroup] = [(now, w.batch_size)]
+                count = w.batch_size
             else:
                 count = min(schedule.due(now) - sequence, w.batch_size)
                 # Send a full batch at once, a partial one when its oldest message has lingered.
@@ -124,11 +126,11 @@ class WorkloadRun:
                     full_at = schedule.intended_ns(sequence + w.batch_size - 1)
                     await asyncio.sleep((min(send_by, full_at) - now) / 1e9)
                     continue
-                intended = [schedule.intended_ns(sequence + i) for i in range(count)]
-            payloads = [encode(t, sequence + i, self.padding) for i, t in enumerate(intended)]
-            sequence += len(payloads)
-            self.tally.sent += len(payloads)
-            task = asyncio.create_task(self._send(topic, partition, payloads, intended, slots))
+                groups = schedule.stamp_groups(sequence, count)
+            sequence += count
+            self.tally.sent += count
+            batch = payloads(groups, self.padding)
+            task = asyncio.create_task(self._send(topic, partition, batch, groups, slots))
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)
             partition = (partition + 1) % w.partitions_per_topic
@@ -138,13 +140,13 @@ class WorkloadRun:
         self,
         topic: str,
         partition: int,
-        payloads: list[bytes],
-        intended: list[int],
+        batch: list[bytes],
+        groups: list[StampGroup],
         slots: asyncio.Semaphore,
     ) -> None:
         try:
-            await self.driver.publish(topic, partition, payloads, self.workload.acks)
-            self.tally.on_acked(intended, time.monotonic_ns())
+            await self.driver.publish(topic, partition, batch, self.workload.acks)
+            self.tally.on_acked(groups, time.monotonic_ns())
         except Exception as error:
             self.tally.on_error(error)
         finally:

@@ -5,12 +5,15 @@ Owns the counting rules: rates by ack or receipt time, latencies by intended sen
 
 from __future__ import annotations
 
+import operator
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 
 from bench.histogram import Histogram
-from bench.pacing import Window, intended_ns_of, latency_us
+from bench.pacing import HEADER, StampGroup, Window, intended_ns_of, latency_us, stamp_of
+
+_stamp_prefix = operator.itemgetter(slice(0, HEADER.size))
 
 
 @dataclass
@@ -28,21 +31,29 @@ class Tally:
     errors: int = 0
     first_error: str = ""
 
-    def on_acked(self, intended: list[int], ack_ns: int) -> None:
-        self.acked += len(intended)
+    def on_acked(self, groups: list[StampGroup], ack_ns: int) -> None:
+        """One acknowledged batch: its messages by intended time, each group weighted by size."""
+        count = sum(n for _, n in groups)
+        self.acked += count
         if ack_ns in self.window:
-            self.acked_in_window += len(intended)
-        for intended_ns, count in Counter(intended).items():
+            self.acked_in_window += count
+        for intended_ns, n in groups:
             if intended_ns in self.window:
-                self.publish_latency.record(latency_us(intended_ns, ack_ns), count)
+                self.publish_latency.record(latency_us(intended_ns, ack_ns), n)
 
     def on_delivery(self, payloads: list[bytes]) -> None:
         now = time.monotonic_ns()
         self.received += len(payloads)
         if now in self.window:
             self.received_in_window += len(payloads)
-        # Messages of one batch share their intended time at max rate: record each time once.
-        for intended_ns, count in Counter(map(intended_ns_of, payloads)).items():
+        if len(payloads) == 1:  # push consumers deliver one message per call
+            intended_ns = intended_ns_of(payloads[0])
+            if intended_ns in self.window:
+                self.e2e_latency.record(latency_us(intended_ns, now))
+            return
+        # Many messages share a stamp: count equal stamp bytes (in C), unpack each one once.
+        for prefix, count in Counter(map(_stamp_prefix, payloads)).items():
+            intended_ns = stamp_of(prefix)
             if intended_ns in self.window:
                 self.e2e_latency.record(latency_us(intended_ns, now), count)
 

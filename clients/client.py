@@ -3,6 +3,8 @@
 Owns batching (linger, size), key partitioning, leader discovery, retries and keep-alive reuse.
 By default producers send Kafka record batches they build themselves and consumers read whole
 stored batches (`wire="batch"`); `wire="json"` speaks the plain JSON contract instead.
+Bulk paths skip per-message objects: `send_batch` sends many values as one batch behind one
+future, and `fetch_values`/`poll_values` hand back values only.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ import concurrent.futures
 import http.client
 import itertools
 import json
+import operator
 import random
 import threading
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import aiohttp
 import orjson
@@ -31,6 +34,8 @@ from raftline.raftlog.records import Record, build_batch, iter_batches
 DEFAULT_URL = "http://127.0.0.1:8080"
 METADATA_TTL_S = 30.0
 WIRES = ("batch", "json")  # body formats of produce and fetch; see the module docstring
+_value_of = operator.attrgetter("value")
+_T = TypeVar("_T")
 
 
 class RaftlineError(Exception):
@@ -106,6 +111,31 @@ class Acked(NamedTuple):
 
     partition: int
     offset: int
+
+
+class BatchAcked(NamedTuple):
+    """Where a batch sent by send_batch/produce_batch landed: `count` consecutive offsets from
+    `base_offset` on one partition. `base_offset` is None with acks=none (nothing is answered)."""
+
+    partition: int
+    base_offset: int | None
+    count: int
+
+    @property
+    def offsets(self) -> range:
+        if self.base_offset is None:
+            raise ValueError("a batch sent with acks=none has no known offsets")
+        return range(self.base_offset, self.base_offset + self.count)
+
+
+@dataclass(slots=True)
+class FetchedValues:
+    """The values of one fetch in offset order (None for a null value), without Message objects."""
+
+    values: list[bytes | None]
+    next_offset: int
+    log_start_offset: int
+    high_watermark: int
 
 
 def _bytes_field(name: str, data: bytes | str | None) -> dict[str, Any]:
@@ -211,10 +241,30 @@ def _json_request(body: Any, params: dict[str, str] | None) -> _Request:
     return _Request(params, json.dumps(body).encode("utf-8"), {"Content-Type": "application/json"})
 
 
-def _batch_request(partition: int, records: list[Record], acks: str) -> _Request:
+def _batch_request(partition: int, records: Sequence[Record | bytes], acks: str) -> _Request:
     params = {"partition": str(partition), "acks": acks}
     headers = {"Content-Type": BATCH_CONTENT_TYPE}
     return _Request(params, build_batch(records), headers)
+
+
+def _values_request(
+    partition: int, values: Sequence[bytes | str | None], key: bytes | str | None, acks: str
+) -> _Request:
+    if not values:
+        raise ValueError("a batch needs at least one value")
+    items: Sequence[Record | bytes]
+    if key is None and set(map(type, values)) == {bytes}:
+        items = values  # type: ignore[assignment]  # build_batch takes plain values as is
+    else:
+        raw_key = _as_bytes(key)
+        items = [Record(_as_bytes(value), raw_key) for value in values]
+    return _batch_request(partition, items, acks)
+
+
+def _batch_acked(answer: dict[str, Any], partition: int, count: int) -> BatchAcked:
+    if "base_offset" not in answer:  # acks=none
+        return BatchAcked(partition, None, count)
+    return BatchAcked(int(answer["partition"]), int(answer["base_offset"]), int(answer["count"]))
 
 
 def _batch_acks(answer: dict[str, Any]) -> list[Acked]:
@@ -266,6 +316,34 @@ def _fetch_answer(
                 )
             )
     return FetchResult(messages, next_offset, log_start, high_watermark)
+
+
+def _fetched_values(answer: _Answer, offset: int | str, max_messages: int) -> FetchedValues:
+    """The values of a fetch answer in either format, at most max_messages of them."""
+    if answer.headers.get("content-type", "").split(";")[0] != BATCH_CONTENT_TYPE:
+        result = parse_fetch(answer.json())
+        values = [m.value for m in result.messages]
+        return FetchedValues(
+            values, result.next_offset, result.log_start_offset, result.high_watermark
+        )
+    headers = answer.headers
+    next_offset = int(headers["raftline-next-offset"])
+    log_start = int(headers["raftline-log-start-offset"])
+    high_watermark = int(headers["raftline-high-watermark"])
+    start = offset if isinstance(offset, int) else log_start
+    values: list[bytes | None] = []
+    for decoded in iter_batches(answer.raw):
+        if decoded.header.is_control:
+            continue
+        records = decoded.records
+        if decoded.header.base_offset < start:  # only the first batch may begin before it
+            records = [r for r in records if r.offset >= start]
+        room = max_messages - len(values)
+        if len(records) > room:  # whole batches came; keep the asked number
+            values += map(_value_of, records[:room])
+            return FetchedValues(values, records[room].offset, log_start, high_watermark)
+        values += map(_value_of, records)
+    return FetchedValues(values, next_offset, log_start, high_watermark)
 
 
 def _fetch_params(
@@ -505,6 +583,14 @@ class _ProducerBatches:
             self._partitioner.batch_sent(self.topic)
         return full
 
+    def partition_of_batch(
+        self, partitions: int, key: bytes | str | None, partition: int | None
+    ) -> int:
+        """The partition of a whole batch from send_batch; the next keyless one picks anew."""
+        chosen = self._partitioner.choose(self.topic, partitions, key, partition)
+        self._partitioner.batch_sent(self.topic)
+        return chosen
+
     def drain(self, everything: bool) -> list[tuple[int, list[_Pending]]]:
         """Batches ready to send (all when `everything`); keyless messages then pick anew."""
         batches = self._accumulator.drain(everything)
@@ -708,6 +794,22 @@ class Client(_ClientCore):
         answer = self.exchange("POST", _messages_path(topic), request, url)
         return _batch_acks(answer.json())
 
+    def produce_batch(
+        self,
+        topic: str,
+        partition: int,
+        values: Sequence[bytes | str | None],
+        acks: str = "all",
+        *,
+        key: bytes | str | None = None,
+        url: str | None = None,
+    ) -> BatchAcked:
+        """Send values (all with `key`) to one partition as one record batch (whatever the
+        wire); one answer for all."""
+        request = _values_request(partition, values, key, acks)
+        answer = self.exchange("POST", _messages_path(topic), request, url)
+        return _batch_acked(answer.json(), partition, len(values))
+
     def fetch(
         self,
         topic: str,
@@ -724,6 +826,24 @@ class Client(_ClientCore):
             _fetch_request(self.wire, offset, max_messages, max_bytes, wait_ms),
         )
         return _fetch_answer(answer, partition, offset, max_messages)
+
+    def fetch_values(
+        self,
+        topic: str,
+        partition: int,
+        offset: int | str = "earliest",
+        *,
+        max_messages: int = 500,
+        max_bytes: int = 1 << 20,
+        wait_ms: int = 0,
+    ) -> FetchedValues:
+        """As fetch, but only the values: no Message per record."""
+        answer = self.exchange(
+            "GET",
+            _messages_path(topic, partition),
+            _fetch_request(self.wire, offset, max_messages, max_bytes, wait_ms),
+        )
+        return _fetched_values(answer, offset, max_messages)
 
     def refresh_metadata(self, topic: str) -> None:
         self.metadata.update(self.describe_topic(topic), self.cluster())
@@ -762,6 +882,8 @@ class Producer:
         self._closed = False
         self._in_flight = 0
         self._flush_requested = False
+        # Whole batches from send_batch, sent by the thread after the messages queued before.
+        self._whole: list[tuple[int, Sequence[bytes | str | None], Any, Any]] = []
         self._thread = threading.Thread(target=self._run, name="raftline-producer", daemon=True)
         self._thread.start()
 
@@ -783,13 +905,34 @@ class Producer:
             self._wake.notify()
         return future
 
+    def send_batch(
+        self,
+        values: Sequence[bytes | str | None],
+        *,
+        partition: int | None = None,
+        key: bytes | str | None = None,
+    ) -> concurrent.futures.Future[BatchAcked]:
+        """Send `values` (all with `key`) to one partition as one batch, without linger;
+        returns one Future of BatchAcked for the whole batch, failed if the batch is."""
+        if not values:
+            raise ValueError("a batch needs at least one value")
+        partitions = self.client.partition_count(self.topic)
+        future: concurrent.futures.Future[BatchAcked] = concurrent.futures.Future()
+        with self._wake:
+            if self._closed:
+                raise RuntimeError("producer is closed")
+            chosen = self._batches.partition_of_batch(partitions, key, partition)
+            self._whole.append((chosen, values, key, future))
+            self._wake.notify()
+        return future
+
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued and wait for the answers."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._wake:
             self._flush_requested = True
             self._wake.notify()
-            while len(self._batches) or self._in_flight:
+            while len(self._batches) or self._whole or self._in_flight:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError("flush timed out")
@@ -812,43 +955,79 @@ class Producer:
         while True:
             with self._wake:
                 while True:
-                    everything = self._flush_requested or self._closed
+                    # Messages queued before a whole batch leave before it.
+                    everything = self._flush_requested or self._closed or bool(self._whole)
                     batches = self._batches.drain(everything)
-                    if batches or (self._closed and not len(self._batches)):
+                    whole, self._whole = self._whole, []
+                    if batches or whole or (self._closed and not len(self._batches)):
                         break
                     deadline = self._batches.next_deadline()
                     self._wake.wait(None if deadline is None else deadline - time.monotonic())
                 self._flush_requested = False
-                self._in_flight += len(batches)
-                if not batches:
+                self._in_flight += len(batches) + len(whole)
+                if not batches and not whole:
                     return
             for partition, batch in batches:
                 self._send_batch(partition, batch)
-                with self._wake:
-                    self._in_flight -= 1
-                    self._wake.notify_all()
+                self._sent_one()
+            for item in whole:
+                self._send_values(*item)
+                self._sent_one()
+
+    def _sent_one(self) -> None:
+        with self._wake:
+            self._in_flight -= 1
+            self._wake.notify_all()
 
     def _send_batch(self, partition: int, batch: list[_Pending]) -> None:
+        messages = [p.message for p in batch]
+
+        def produce(url: str | None) -> list[Acked]:
+            if self.client.wire == "batch":
+                return self.client.produce_records(
+                    self.topic, partition, messages, self.acks, url=url
+                )
+            return self.client.produce(self.topic, messages, self.acks, url=url)
+
         try:
-            if not self.client.metadata.fresh(self.topic):
-                self.client.refresh_metadata(self.topic)
-            url = self.client.metadata.leader_url(self.topic, partition)
-            messages = [p.message for p in batch]
-            try:
-                if self.client.wire == "batch":
-                    acked = self.client.produce_records(
-                        self.topic, partition, messages, self.acks, url=url
-                    )
-                else:
-                    acked = self.client.produce(self.topic, messages, self.acks, url=url)
-            except RaftlineError as error:
-                if error.retryable:
-                    self.client.metadata.invalidate(self.topic)
-                raise
+            acked = self._to_leader(partition, produce)
         except Exception as exc:
             _fail(batch, exc)
             return
         _settle(batch, acked)
+
+    def _send_values(
+        self,
+        partition: int,
+        values: Sequence[bytes | str | None],
+        key: bytes | str | None,
+        future: concurrent.futures.Future[BatchAcked],
+    ) -> None:
+        try:
+            acked = self._to_leader(
+                partition,
+                lambda url: self.client.produce_batch(
+                    self.topic, partition, values, self.acks, key=key, url=url
+                ),
+            )
+        except Exception as exc:
+            if not future.done():
+                future.set_exception(exc)
+            return
+        if not future.done():
+            future.set_result(acked)
+
+    def _to_leader(self, partition: int, produce: Callable[[str | None], _T]) -> _T:
+        """Run `produce` against the partition's leader; a retryable failure drops the
+        metadata so that the next batch looks the leader up again."""
+        if not self.client.metadata.fresh(self.topic):
+            self.client.refresh_metadata(self.topic)
+        try:
+            return produce(self.client.metadata.leader_url(self.topic, partition))
+        except RaftlineError as error:
+            if error.retryable:
+                self.client.metadata.invalidate(self.topic)
+            raise
 
 
 class _Positions:
@@ -858,7 +1037,7 @@ class _Positions:
         self.next: dict[int, int | str] = dict.fromkeys(partitions, start)
         self._turn = itertools.cycle(partitions)
 
-    def advance(self, partition: int, result: FetchResult) -> None:
+    def advance(self, partition: int, result: FetchResult | FetchedValues) -> None:
         self.next[partition] = result.next_offset
 
     def long_poll_partition(self) -> int:
@@ -877,6 +1056,7 @@ class Consumer:
         offset: int | str = "earliest",
         wait_ms: int = 1000,
         max_messages: int = 500,
+        max_bytes: int = 1 << 20,
     ) -> None:
         self.client = client
         self.topic = topic
@@ -886,24 +1066,34 @@ class Consumer:
         self.positions = _Positions(chosen, offset)
         self.wait_ms = wait_ms
         self.max_messages = max_messages
+        self.max_bytes = max_bytes
 
-    def _fetch(self, partition: int, wait_ms: int) -> list[Message]:
-        result = self.client.fetch(
+    def _fetch(self, partition: int, wait_ms: int, values: bool) -> list[Any]:
+        fetch = self.client.fetch_values if values else self.client.fetch
+        result = fetch(
             self.topic,
             partition,
             self.positions.next[partition],
             max_messages=self.max_messages,
+            max_bytes=self.max_bytes,
             wait_ms=wait_ms,
         )
         self.positions.advance(partition, result)
-        return result.messages
+        return result.values if isinstance(result, FetchedValues) else result.messages
+
+    def _poll(self, values: bool) -> list[Any]:
+        found = [m for p in list(self.positions.next) for m in self._fetch(p, 0, values)]
+        if found or self.wait_ms == 0:
+            return found
+        return self._fetch(self.positions.long_poll_partition(), self.wait_ms, values)
 
     def poll(self) -> list[Message]:
         """Whatever is available on every partition; long-polls one partition when none has any."""
-        messages = [m for p in list(self.positions.next) for m in self._fetch(p, 0)]
-        if messages or self.wait_ms == 0:
-            return messages
-        return self._fetch(self.positions.long_poll_partition(), self.wait_ms)
+        return self._poll(values=False)
+
+    def poll_values(self) -> list[bytes | None]:
+        """As poll, but only the values in offset order per partition (no Message objects)."""
+        return self._poll(values=True)
 
     def __iter__(self) -> Iterator[Message]:
         while True:
@@ -1024,6 +1214,22 @@ class AsyncClient(_ClientCore):
         answer = await self.exchange("POST", _messages_path(topic), request, url)
         return _batch_acks(answer.json())
 
+    async def produce_batch(
+        self,
+        topic: str,
+        partition: int,
+        values: Sequence[bytes | str | None],
+        acks: str = "all",
+        *,
+        key: bytes | str | None = None,
+        url: str | None = None,
+    ) -> BatchAcked:
+        """Send values (all with `key`) to one partition as one record batch (whatever the
+        wire); one answer for all."""
+        request = _values_request(partition, values, key, acks)
+        answer = await self.exchange("POST", _messages_path(topic), request, url)
+        return _batch_acked(answer.json(), partition, len(values))
+
     async def fetch(
         self,
         topic: str,
@@ -1040,6 +1246,24 @@ class AsyncClient(_ClientCore):
             _fetch_request(self.wire, offset, max_messages, max_bytes, wait_ms),
         )
         return _fetch_answer(answer, partition, offset, max_messages)
+
+    async def fetch_values(
+        self,
+        topic: str,
+        partition: int,
+        offset: int | str = "earliest",
+        *,
+        max_messages: int = 500,
+        max_bytes: int = 1 << 20,
+        wait_ms: int = 0,
+    ) -> FetchedValues:
+        """As fetch, but only the values: no Message per record."""
+        answer = await self.exchange(
+            "GET",
+            _messages_path(topic, partition),
+            _fetch_request(self.wire, offset, max_messages, max_bytes, wait_ms),
+        )
+        return _fetched_values(answer, offset, max_messages)
 
     async def refresh_metadata(self, topic: str) -> None:
         self.metadata.update(await self.describe_topic(topic), await self.cluster())
@@ -1099,6 +1323,62 @@ class AsyncProducer:
             )
         return future
 
+    async def send_batch(
+        self,
+        values: Sequence[bytes | str | None],
+        *,
+        partition: int | None = None,
+        key: bytes | str | None = None,
+    ) -> asyncio.Future[BatchAcked]:
+        """Send `values` (all with `key`) to one partition as one batch, at once and without
+        linger; returns one Future of BatchAcked for the whole batch, failed if the batch is."""
+        if not values:
+            raise ValueError("a batch needs at least one value")
+        partitions = await self.client.partition_count(self.topic)
+        chosen = self._batches.partition_of_batch(partitions, key, partition)
+        if len(self._batches):  # messages queued before this batch leave before it
+            self._dispatch(everything=True)
+        future: asyncio.Future[BatchAcked] = asyncio.get_running_loop().create_future()
+        task = asyncio.ensure_future(self._send_values(chosen, values, key, future))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+        return future
+
+    async def _send_values(
+        self,
+        partition: int,
+        values: Sequence[bytes | str | None],
+        key: bytes | str | None,
+        future: asyncio.Future[BatchAcked],
+    ) -> None:
+        try:
+            acked = await self._to_leader(
+                partition,
+                lambda url: self.client.produce_batch(
+                    self.topic, partition, values, self.acks, key=key, url=url
+                ),
+            )
+        except Exception as exc:
+            if not future.done():
+                future.set_exception(exc)
+            return
+        if not future.done():
+            future.set_result(acked)
+
+    async def _to_leader(
+        self, partition: int, produce: Callable[[str | None], Awaitable[_T]]
+    ) -> _T:
+        """Run `produce` against the partition's leader; a retryable failure drops the
+        metadata so that the next batch looks the leader up again."""
+        if not self.client.metadata.fresh(self.topic):
+            await self.client.refresh_metadata(self.topic)
+        try:
+            return await produce(self.client.metadata.leader_url(self.topic, partition))
+        except RaftlineError as error:
+            if error.retryable:
+                self.client.metadata.invalidate(self.topic)
+            raise
+
     def _dispatch(self, everything: bool) -> None:
         if self._timer is not None:
             self._timer.cancel()
@@ -1115,22 +1395,17 @@ class AsyncProducer:
             )
 
     async def _send_batch(self, partition: int, batch: list[_Pending]) -> None:
+        messages = [p.message for p in batch]
+
+        def produce(url: str | None) -> Awaitable[list[Acked]]:
+            if self.client.wire == "batch":
+                return self.client.produce_records(
+                    self.topic, partition, messages, self.acks, url=url
+                )
+            return self.client.produce(self.topic, messages, self.acks, url=url)
+
         try:
-            if not self.client.metadata.fresh(self.topic):
-                await self.client.refresh_metadata(self.topic)
-            url = self.client.metadata.leader_url(self.topic, partition)
-            messages = [p.message for p in batch]
-            try:
-                if self.client.wire == "batch":
-                    acked = await self.client.produce_records(
-                        self.topic, partition, messages, self.acks, url=url
-                    )
-                else:
-                    acked = await self.client.produce(self.topic, messages, self.acks, url=url)
-            except RaftlineError as error:
-                if error.retryable:
-                    self.client.metadata.invalidate(self.topic)
-                raise
+            acked = await self._to_leader(partition, produce)
         except Exception as exc:
             _fail(batch, exc)
             return
@@ -1163,6 +1438,7 @@ class AsyncConsumer:
         offset: int | str = "earliest",
         wait_ms: int = 1000,
         max_messages: int = 500,
+        max_bytes: int = 1 << 20,
     ) -> None:
         self.client = client
         self.topic = topic
@@ -1171,6 +1447,7 @@ class AsyncConsumer:
         self._positions: _Positions | None = None
         self.wait_ms = wait_ms
         self.max_messages = max_messages
+        self.max_bytes = max_bytes
 
     async def _ensure_positions(self) -> _Positions:
         if self._positions is None:
@@ -1182,23 +1459,37 @@ class AsyncConsumer:
             self._positions = _Positions(chosen, self._start)
         return self._positions
 
-    async def _fetch(self, positions: _Positions, partition: int, wait_ms: int) -> list[Message]:
-        result = await self.client.fetch(
+    async def _fetch(
+        self, positions: _Positions, partition: int, wait_ms: int, values: bool
+    ) -> list[Any]:
+        fetch = self.client.fetch_values if values else self.client.fetch
+        result = await fetch(
             self.topic,
             partition,
             positions.next[partition],
             max_messages=self.max_messages,
+            max_bytes=self.max_bytes,
             wait_ms=wait_ms,
         )
         positions.advance(partition, result)
-        return result.messages
+        return result.values if isinstance(result, FetchedValues) else result.messages
+
+    async def _poll(self, values: bool) -> list[Any]:
+        positions = await self._ensure_positions()
+        found = [
+            x for p in list(positions.next) for x in await self._fetch(positions, p, 0, values)
+        ]
+        if found or self.wait_ms == 0:
+            return found
+        return await self._fetch(positions, positions.long_poll_partition(), self.wait_ms, values)
 
     async def poll(self) -> list[Message]:
-        positions = await self._ensure_positions()
-        messages = [m for p in list(positions.next) for m in await self._fetch(positions, p, 0)]
-        if messages or self.wait_ms == 0:
-            return messages
-        return await self._fetch(positions, positions.long_poll_partition(), self.wait_ms)
+        """Whatever is available on every partition; long-polls one partition when none has any."""
+        return await self._poll(values=False)
+
+    async def poll_values(self) -> list[bytes | None]:
+        """As poll, but only the values in offset order per partition (no Message objects)."""
+        return await self._poll(values=True)
 
     async def __aiter__(self) -> AsyncIterator[Message]:
         while True:

@@ -1,0 +1,157 @@
+"""The client's bulk paths against a real node: whole batches behind one future, values only."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import pytest
+from cluster_harness import Cluster
+
+from raftline.api.partitioner import partition_for_key
+from raftline.clients.client import AsyncClient, BatchAcked, Client, RaftlineError
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
+_names = (f"bulk-{i}" for i in itertools.count())
+
+
+@pytest.fixture
+def client(node: Cluster) -> Iterator[Client]:
+    with Client(node.urls) as client:
+        yield client
+
+
+def _topic(client: Client, partitions: int = 1) -> str:
+    name = next(_names)
+    client.create_topic(name, partitions)
+    return name
+
+
+def _values(n: int, tag: str = "v") -> list[bytes]:
+    return [f"{tag}{i}".encode() for i in range(n)]
+
+
+async def test_async_batch_is_acked_with_consecutive_offsets_and_read_back_in_order(
+    node: Cluster,
+) -> None:
+    async with AsyncClient(node.urls) as client:
+        name = next(_names)
+        await client.create_topic(name, 2)
+        async with client.producer(name) as producer:
+            first = await (await producer.send_batch(_values(300, "a"), partition=1))
+            second = await (await producer.send_batch(_values(5, "b"), partition=1))
+        consumer = client.consumer(name, partitions=[1], wait_ms=0, max_messages=1000)
+        values = await consumer.poll_values()
+    assert first == BatchAcked(1, first.base_offset, 300)
+    assert second.offsets == range(first.offsets.stop, first.offsets.stop + 5)
+    assert values == _values(300, "a") + _values(5, "b")
+
+
+def test_sync_batch_is_acked_with_consecutive_offsets_and_read_back_in_order(
+    client: Client,
+) -> None:
+    name = _topic(client)
+    with client.producer(name) as producer:
+        futures = [producer.send_batch(_values(100, f"s{n}-")) for n in range(3)]
+    acked = [f.result() for f in futures]
+    assert [a.count for a in acked] == [100, 100, 100]
+    assert [a.base_offset for a in acked] == [
+        acked[0].base_offset,
+        acked[0].base_offset + 100,
+        acked[0].base_offset + 200,
+    ]
+    values = client.consumer(name, wait_ms=0).poll_values()
+    assert values == [v for n in range(3) for v in _values(100, f"s{n}-")]
+
+
+async def test_a_failed_batch_fails_its_future_and_later_batches_still_land(
+    node: Cluster,
+) -> None:
+    async with AsyncClient(node.urls) as client:
+        name = next(_names)
+        await client.create_topic(name, 1)
+        async with client.producer(name) as producer:
+            refused = await producer.send_batch(_values(10), partition=5)
+            accepted = await producer.send_batch(_values(10), partition=0)
+            with pytest.raises(RaftlineError) as info:
+                await refused
+            assert (await accepted).count == 10
+    assert info.value.code == "unknown_partition"
+
+
+def test_a_failed_sync_batch_fails_only_its_own_future(client: Client) -> None:
+    name = _topic(client)
+    with client.producer(name) as producer:
+        refused = producer.send_batch(_values(3), partition=9)
+        accepted = producer.send_batch(_values(3), partition=0)
+    with pytest.raises(RaftlineError):
+        refused.result()
+    assert accepted.result().count == 3
+
+
+def test_messages_sent_before_a_batch_are_stored_before_it(client: Client) -> None:
+    name = _topic(client)
+    with client.producer(name, linger_ms=10_000) as producer:
+        single = producer.send(b"first")
+        batch = producer.send_batch([b"second", b"third"])
+    assert batch.result().base_offset == single.result().offset + 1
+    assert client.consumer(name, wait_ms=0).poll_values() == [b"first", b"second", b"third"]
+
+
+async def test_async_messages_sent_before_a_batch_are_stored_before_it(node: Cluster) -> None:
+    async with AsyncClient(node.urls) as client:
+        name = next(_names)
+        await client.create_topic(name, 1)
+        async with client.producer(name, linger_ms=10_000) as producer:
+            single = await producer.send(b"first")
+            batch = await producer.send_batch([b"second", b"third"])
+            acked, where = await batch, await single
+        values = await client.consumer(name, wait_ms=0).poll_values()
+    assert acked.base_offset == where.offset + 1
+    assert values == [b"first", b"second", b"third"]
+
+
+def test_a_keyed_batch_goes_to_the_partition_of_its_key(client: Client) -> None:
+    name = _topic(client, partitions=4)
+    acked = client.produce_batch(name, partition_for_key(b"user-3", 4), [b"x"], key="user-3")
+    with client.producer(name) as producer:
+        future = producer.send_batch([b"y", b"z"], key="user-3")
+    assert future.result().partition == acked.partition == partition_for_key(b"user-3", 4)
+    [message] = client.fetch(name, acked.partition, acked.base_offset).messages[:1]
+    assert message.key == b"user-3"
+
+
+def test_a_batch_sent_without_acks_has_no_offsets(client: Client) -> None:
+    name = _topic(client)
+    acked = client.produce_batch(name, 0, _values(4), acks="none")
+    assert (acked.base_offset, acked.count) == (None, 4)
+    with pytest.raises(ValueError):
+        _ = acked.offsets
+
+
+def test_an_empty_batch_is_refused_before_sending(client: Client) -> None:
+    name = _topic(client)
+    with client.producer(name) as producer, pytest.raises(ValueError):
+        producer.send_batch([])
+
+
+def test_fetched_values_keep_max_messages_and_continue_after_the_last_one(
+    client: Client,
+) -> None:
+    name = _topic(client)
+    acked = client.produce_batch(name, 0, _values(5))
+    first = client.fetch_values(name, 0, acked.base_offset, max_messages=2)
+    rest = client.fetch_values(name, 0, first.next_offset, max_messages=10)
+    middle = client.fetch_values(name, 0, acked.base_offset + 3, max_messages=10)
+    assert first.values == _values(2)
+    assert rest.values == _values(5)[2:]
+    assert middle.values == _values(5)[3:]
+
+
+def test_json_wire_fetches_the_same_values(node: Cluster) -> None:
+    with Client(node.urls, wire="json") as client:
+        name = _topic(client)
+        acked = client.produce_batch(name, 0, [b"one", b"two"])
+        fetched = client.fetch_values(name, 0, acked.base_offset)
+    assert fetched.values == [b"one", b"two"]
+    assert fetched.next_offset == acked.base_offset + 2
