@@ -57,27 +57,56 @@ static inline char *put_varint(char *out, uint64_t u) {
 
 /* ------------------------------------------------------------------------- encoding */
 
-/* The output section: a bytes object grown by doubling, cut to size at the end. */
+/* The output: a bytearray (the caller writes the batch header into its reserved front), grown
+ * by doubling and cut to size at the end. */
 typedef struct {
-    PyObject *bytes;
+    PyObject *array;
     Py_ssize_t used;
+    Py_ssize_t capacity;
 } Out;
 
 static int out_reserve(Out *out, Py_ssize_t more) {
-    Py_ssize_t capacity = PyBytes_GET_SIZE(out->bytes);
-    if (more <= capacity - out->used)
+    if (more <= out->capacity - out->used)
         return 0;
     if (more > PY_SSIZE_T_MAX / 2 - out->used) {
         PyErr_NoMemory();
         return -1;
     }
     Py_ssize_t wanted = out->used + more;
-    if (wanted < capacity * 2)
-        wanted = capacity * 2;
-    return _PyBytes_Resize(&out->bytes, wanted);
+    if (wanted < out->capacity * 2)
+        wanted = out->capacity * 2;
+    if (PyByteArray_Resize(out->array, wanted) < 0)
+        return -1;
+    out->capacity = wanted;
+    return 0;
 }
 
-static inline char *out_end(Out *out) { return PyBytes_AS_STRING(out->bytes) + out->used; }
+static inline char *out_end(Out *out) { return PyByteArray_AS_STRING(out->array) + out->used; }
+
+/* Record framing beyond key and value bytes that a guess of the output size allows for. */
+#define FRAMING_GUESS 16
+#define GUESS_LIMIT (64 << 20)
+
+/* A guess of the section size from the items' bytes keys and values, so that a typical batch
+ * is written without regrowing its buffer (each regrowth copies it). */
+static Py_ssize_t guess_size(PyObject *const *items, Py_ssize_t count) {
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < count && total < GUESS_LIMIT; i++) {
+        PyObject *item = items[i];
+        total += FRAMING_GUESS;
+        if (PyBytes_Check(item)) {
+            total += PyBytes_GET_SIZE(item);
+        } else if ((PyObject *)Py_TYPE(item) == record_type && slot_offsets[0] != 0) {
+            PyObject *value = *(PyObject **)((char *)item + slot_offsets[F_VALUE]);
+            PyObject *key = *(PyObject **)((char *)item + slot_offsets[F_KEY]);
+            if (value != NULL && PyBytes_Check(value))
+                total += PyBytes_GET_SIZE(value);
+            if (key != NULL && PyBytes_Check(key))
+                total += PyBytes_GET_SIZE(key);
+        }
+    }
+    return total < GUESS_LIMIT ? total : GUESS_LIMIT;
+}
 
 /* A nullable bytes-like field: its data pointer and size (-1: null). The object (bytes) or
  * its buffer (anything else) is held until field_release, so no code that runs meanwhile can
@@ -365,7 +394,7 @@ static int encode_one(Encoder *e, PyObject *item, Py_ssize_t position) {
         p += headers[i].key_size;
         p = put_field(p, &headers[i].value);
     }
-    e->out.used = p - PyBytes_AS_STRING(e->out.bytes);
+    e->out.used = p - PyByteArray_AS_STRING(e->out.array);
     rc = 0;
 done:
     for (Py_ssize_t i = 0; i < opened; i++)
@@ -380,14 +409,20 @@ done:
 }
 
 PyDoc_STRVAR(encode_records_doc,
-             "encode_records(records, default_timestamp) -> (section, last_offset_delta, "
+             "encode_records(records, default_timestamp, reserve) -> (out, last_offset_delta, "
              "base_timestamp, max_timestamp)\n\n"
-             "The records section of a non-empty batch of Record or bytes items.");
+             "The records section of a non-empty batch of Record or bytes items, in a bytearray "
+             "after `reserve` zero bytes (room for the batch header).");
 
 static PyObject *encode_records(PyObject *self, PyObject *args) {
     PyObject *records, *default_obj, *seq = NULL, *result = NULL;
-    if (!PyArg_ParseTuple(args, "OO:encode_records", &records, &default_obj))
+    Py_ssize_t reserve;
+    if (!PyArg_ParseTuple(args, "OOn:encode_records", &records, &default_obj, &reserve))
         return NULL;
+    if (reserve < 0 || reserve > GUESS_LIMIT) {
+        PyErr_SetString(PyExc_ValueError, "reserve out of range");
+        return NULL;
+    }
     /* A tuple (a list is copied): attribute lookups on odd items may run Python code. */
     seq = PySequence_Tuple(records);
     if (seq == NULL)
@@ -409,11 +444,12 @@ static PyObject *encode_records(PyObject *self, PyObject *args) {
     }
     e.max_timestamp = INT64_MIN;
     e.previous_delta = -1;
-    /* A first guess of the size: small records; grown by doubling past it. */
-    e.out.used = 0;
-    e.out.bytes = PyBytes_FromStringAndSize(NULL, count < 64 ? 4096 : count * 64);
-    if (e.out.bytes == NULL)
+    e.out.capacity = reserve + guess_size(items, count);
+    e.out.array = PyByteArray_FromStringAndSize(NULL, e.out.capacity);
+    if (e.out.array == NULL)
         goto fail;
+    memset(PyByteArray_AS_STRING(e.out.array), 0, (size_t)reserve);
+    e.out.used = reserve;
 
     /* The base timestamp is the first record's own, else the default. */
     PyObject *first = items[0], *first_ts = NULL;
@@ -430,14 +466,14 @@ static PyObject *encode_records(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < count; i++)
         if (encode_one(&e, items[i], i) < 0)
             goto fail_out;
-    if (_PyBytes_Resize(&e.out.bytes, e.out.used) < 0)
-        goto fail; /* _PyBytes_Resize freed it */
-    result = Py_BuildValue("(NLLL)", e.out.bytes, (long long)e.previous_delta,
+    if (PyByteArray_Resize(e.out.array, e.out.used) < 0)
+        goto fail_out;
+    result = Py_BuildValue("(NLLL)", e.out.array, (long long)e.previous_delta,
                            (long long)e.base_timestamp, (long long)e.max_timestamp);
     Py_DECREF(seq);
     return result;
 fail_out:
-    Py_XDECREF(e.out.bytes);
+    Py_DECREF(e.out.array);
 fail:
     Py_DECREF(seq);
     return NULL;

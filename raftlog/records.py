@@ -218,12 +218,14 @@ def build_batch(
         raise ValueError("a batch needs at least one record")
     Codec(codec)  # ValueError for an unknown codec id
     default_timestamp = _now_ms() if timestamp is None else timestamp
-    section, last_offset_delta, base_timestamp, max_timestamp = _encode_records(
-        records, default_timestamp
+    out, last_offset_delta, base_timestamp, max_timestamp = _encode_records(
+        records, default_timestamp, batch.HEADER_SIZE
     )
     attributes = codec
     if codec != Codec.NONE:
-        section = compress_section(codec, section)
+        section = compress_section(codec, memoryview(out)[batch.HEADER_SIZE :])
+        out = bytearray(batch.HEADER_SIZE)
+        out += section
     if log_append_time is not None:
         attributes |= batch.TIMESTAMP_TYPE_MASK
         max_timestamp = log_append_time
@@ -231,8 +233,6 @@ def build_batch(
         attributes |= batch.TRANSACTIONAL_MASK
     if control:
         attributes |= batch.CONTROL_MASK
-    out = bytearray(batch.HEADER_SIZE)
-    out += section
     if len(out) > batch.MAX_BATCH_SIZE:
         raise ValueError(f"batch of {len(out)} bytes exceeds {batch.MAX_BATCH_SIZE}")
     header = BatchHeader(
@@ -258,10 +258,11 @@ def build_batch(
 
 
 def _py_encode_records(
-    records: Sequence[Record | bytes], default_timestamp: int
-) -> tuple[bytes, int, int, int]:
-    """The records section of a non-empty batch of `records`, with its last offset delta,
-    base timestamp (the first record's) and max timestamp. Out-of-range input: ValueError."""
+    records: Sequence[Record | bytes], default_timestamp: int, reserve: int
+) -> tuple[bytearray, int, int, int]:
+    """The records section of a non-empty batch of `records` after `reserve` zero bytes (room
+    for the batch header), with its last offset delta, base timestamp (the first record's) and
+    max timestamp. Out-of-range input: ValueError."""
     first = records[0]
     first_timestamp = None if isinstance(first, bytes) else first.timestamp
     base_timestamp = default_timestamp if first_timestamp is None else first_timestamp
@@ -300,7 +301,9 @@ def _py_encode_records(
             size += bytes_field(header_key.encode(), parts)
             size += bytes_field(header_value, parts)
         parts[length_slot] = zigzag(size)  # known only once the body is laid out
-    return b"".join(parts), previous_delta, base_timestamp, max_timestamp
+    out = bytearray(reserve)
+    out += b"".join(parts)
+    return out, previous_delta, base_timestamp, max_timestamp
 
 
 def build_control_batch(

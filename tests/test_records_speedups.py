@@ -113,8 +113,8 @@ def test_records_uses_the_c_loops_unless_pure_python_is_asked_for() -> None:
 def test_the_records_section_is_byte_identical(
     batch_items: list[Record | bytes], default_timestamp: int
 ) -> None:
-    assert _speedups.encode_records(batch_items, default_timestamp) == (
-        records._py_encode_records(batch_items, default_timestamp)
+    assert _speedups.encode_records(batch_items, default_timestamp, 3) == (
+        records._py_encode_records(batch_items, default_timestamp, 3)
     )
 
 
@@ -152,8 +152,8 @@ def test_objects_with_a_records_attributes_encode_like_records() -> None:
     class Lookalike:
         value, key, headers, timestamp, offset_delta = b"v", b"k", [("h", b"x")], 3, 0
 
-    assert _speedups.encode_records([Lookalike()], 1) == records._py_encode_records(
-        [Record(b"v", b"k", [("h", b"x")], 3, 0)], 1
+    assert _speedups.encode_records([Lookalike()], 1, 0) == records._py_encode_records(
+        [Record(b"v", b"k", [("h", b"x")], 3, 0)], 1, 0
     )
 
 
@@ -169,7 +169,7 @@ def test_objects_with_a_records_attributes_encode_like_records() -> None:
 )
 def test_malformed_items_raise_rather_than_encode(bad: object) -> None:
     with pytest.raises((ValueError, TypeError, AttributeError)):
-        _speedups.encode_records([b"fine", bad], 0)
+        _speedups.encode_records([b"fine", bad], 0, 0)
 
 
 # ---------------------------------------------------------------------------- decoding
