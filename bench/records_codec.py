@@ -1,15 +1,19 @@
-"""Benchmark of the RecordBatch v2 codec: records/s encoded and decoded per codec.
+"""Benchmark of the RecordBatch v2 codec: records/s encoded, decoded and checked, with the C
+record loops (raftline.raftlog._speedups) and the pure-Python ones side by side.
 
-Run: .venv/bin/python bench/records_codec.py [--records N] [--value-size B] [--seconds S]
+Run: .venv/bin/python bench/records_codec.py [--records N ...] [--codecs none lz4 ...]
+     [--value-size B] [--seconds S]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from collections.abc import Callable
 
-from raftline.raftlog.records import Codec, Record, build_batch, decode_batch
+from raftline.raftlog import records
+from raftline.raftlog.records import Codec, Record, build_batch, check_batch, decode_batch
 
 
 def _rate(action: Callable[[], object], records_per_call: int, seconds: float) -> float:
@@ -24,28 +28,48 @@ def _rate(action: Callable[[], object], records_per_call: int, seconds: float) -
     return records_per_call / fastest
 
 
+def _steps(count: int, value_size: int, codec: Codec) -> dict[str, Callable[[], object]]:
+    """What is timed: building a batch from Records (key, timestamp) and from plain bytes
+    values, decoding it into records, and checking it as the broker does on produce."""
+    values = [((b"%08d" % i) * (value_size // 8 + 1))[:value_size] for i in range(count)]
+    keyed = [
+        Record(value=value, key=b"key-%d" % i, timestamp=1_700_000_000_000 + i)
+        for i, value in enumerate(values)
+    ]
+    raw = build_batch(keyed, codec=codec)
+    return {
+        "encode Record": lambda: build_batch(keyed, codec=codec),
+        "encode bytes": lambda: build_batch(values, codec=codec, timestamp=1_700_000_000_000),
+        "decode": lambda: decode_batch(raw),
+        "check": lambda: check_batch(raw),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--records", type=int, default=1000, help="records per batch")
+    parser.add_argument("--records", type=int, nargs="+", default=[1000, 10_000])
+    parser.add_argument(
+        "--codecs", nargs="+", default=["none", "lz4"], choices=[c.name.lower() for c in Codec]
+    )
     parser.add_argument("--value-size", type=int, default=100)
-    parser.add_argument("--seconds", type=float, default=2.0, help="per measurement")
+    parser.add_argument("--seconds", type=float, default=1.0, help="per measurement")
     args = parser.parse_args()
-    records = [
-        Record(
-            value=((b"%08d" % i) * (args.value_size // 8 + 1))[: args.value_size],
-            key=b"key-%d" % i,
-            timestamp=1_700_000_000_000 + i,
-        )
-        for i in range(args.records)
-    ]
-    print(f"{args.records} records/batch, {args.value_size}-byte values")
-    print(f"{'codec':8} {'encode rec/s':>14} {'decode rec/s':>14} {'batch bytes':>12}")
-    for codec in Codec:
-        raw = build_batch(records, codec=codec)
-        encode = _rate(lambda c=codec: build_batch(records, codec=c), len(records), args.seconds)
-        decode = _rate(lambda r=raw: decode_batch(r), len(records), args.seconds)
-        print(f"{codec.name:8} {encode:14,.0f} {decode:14,.0f} {len(raw):12,}")
+    if not records.SPEEDUPS:
+        print("C record loops not in use (not built, or RAFTLINE_PURE_PYTHON=1): C = Python")
+    print(f"{args.value_size}-byte values; records/s of the fastest call in {args.seconds} s")
+    print(f"{'records':>8} {'codec':6} {'step':14} {'C':>14} {'Python':>14} {'C/Python':>9}")
+    for count in args.records:
+        for codec in (Codec[name.upper()] for name in args.codecs):
+            for step, action in _steps(count, args.value_size, codec).items():
+                c_rate = _rate(action, count, args.seconds)
+                with records.python_loops():
+                    python_rate = _rate(action, count, args.seconds)
+                print(
+                    f"{count:8,} {codec.name.lower():6} {step:14} {c_rate:14,.0f} "
+                    f"{python_rate:14,.0f} {c_rate / python_rate:8.1f}x"
+                )
 
 
 if __name__ == "__main__":
-    main()
+    with contextlib.suppress(KeyboardInterrupt):
+        main()

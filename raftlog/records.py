@@ -9,6 +9,7 @@ import os
 import struct
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import NamedTuple
@@ -529,6 +530,19 @@ def _speedups_module():
         return None
     _speedups.bind(Record, DecodedRecord, CorruptBatchError)
     return _speedups
+
+
+@contextmanager
+def python_loops() -> Iterator[None]:
+    """Run the pure-Python record loops meanwhile, C built or not: benchmarks and tests hold
+    the two side by side. Not thread-safe (it swaps module globals)."""
+    global _encode_records, _decode_records
+    saved = _encode_records, _decode_records
+    _encode_records, _decode_records = _py_encode_records, _py_decode_records
+    try:
+        yield
+    finally:
+        _encode_records, _decode_records = saved
 
 
 _SPEEDUPS = _speedups_module()

@@ -5,9 +5,7 @@ byte-identical batches, equal decoded records, the same errors on malformed inpu
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from unittest import mock
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,6 +22,7 @@ from raftline.raftlog.records import (
     check_batch,
     decode_batch,
     iter_batches,
+    python_loops,
 )
 
 PURE_PYTHON = os.environ.get("RAFTLINE_PURE_PYTHON") == "1"
@@ -87,16 +86,6 @@ def _outcome(action: Callable[[], object]) -> tuple[object, ...]:
         return ("returned", action())
     except (ValueError, TypeError, AttributeError) as err:
         return ("raised", type(err), str(err))
-
-
-@contextmanager
-def python_loops() -> Iterator[None]:
-    """records.py's public functions run on the pure-Python loops meanwhile."""
-    with (
-        mock.patch.object(records, "_encode_records", records._py_encode_records),
-        mock.patch.object(records, "_decode_records", records._py_decode_records),
-    ):
-        yield
 
 
 def test_records_uses_the_c_loops_unless_pure_python_is_asked_for() -> None:
