@@ -7,6 +7,7 @@ built themselves (the binary body), and turning fetched batches into JSON or who
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,8 @@ from raftline.raftlog.records import Codec, Record, build_batch, check_batch, de
 # Body type of a produce request holding one Kafka v2 record batch that the client built, and of
 # a fetch answer holding whole stored batches: the broker neither decodes nor re-encodes them.
 BATCH_CONTENT_TYPE = "application/vnd.raftline.batch"
+
+Buffer = bytes | memoryview  # a stored batch: fetches hand out slices of one read
 
 # Topic compression.type -> batch codec ("producer": the API is the producer; it sends plain).
 CODECS: dict[str, Codec] = {
@@ -88,11 +91,11 @@ def produced_batch(body: bytes, max_message_bytes: int, compression: str) -> tup
     return build_batch(records, codec=codec), header.records_count
 
 
-def select_batches(batches: list[bytes], offset: int, max_messages: int) -> DecodedFetch:
+def select_batches(batches: Sequence[Buffer], offset: int, max_messages: int) -> DecodedFetch:
     """Whole data batches holding offsets at or after `offset`, up to the one that reaches
     `max_messages`, read from their headers only. `next_offset` passes every batch read,
     control batches included (they are not returned)."""
-    chosen: list[bytes] = []
+    chosen: list[Buffer] = []
     next_offset = offset
     count = 0
     for raw in batches:
@@ -122,7 +125,7 @@ def _put_text(message: dict[str, Any], name: str, data: bytes | None) -> None:
 
 
 def decode_batches(
-    batches: list[bytes], partition: int, offset: int, max_messages: int, max_bytes: int
+    batches: Sequence[Buffer], partition: int, offset: int, max_messages: int, max_bytes: int
 ) -> DecodedFetch:
     """Messages at or after `offset` from committed batches, skipping control batches.
 

@@ -1,7 +1,7 @@
 """Time from losing a partition leader to the first acks=all write accepted by its successor.
 
 Runs three in-process brokers on loopback (one event loop), stops the partition leader and
-retries produce on the survivors. Usage: .venv/bin/python bench/node_failover.py [rounds]
+retries produce on the survivors. Usage: .venv/bin/python -m bench.node_failover [rounds]
 """
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.inproc import configs, leading, start_all
 from raftline.node.broker import Broker, BrokerError
 from raftline.node.config import NodeConfig
 from raftline.raftlog.records import Record, build_batch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from test_node_cluster import configs, leading, start_all
+PORT_BASE = 19100  # Raft ports 19151..; nothing else binds in this range
 
 
 async def one_round(root: Path) -> float:
-    cfgs: list[NodeConfig] = configs(root, 3)
+    cfgs: list[NodeConfig] = configs(root, 3, PORT_BASE)
     brokers = await start_all(cfgs)
     await brokers[0].create_topic("f", 1, 3, {})
     batch = build_batch([Record(b"x" * 100)])

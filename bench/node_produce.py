@@ -2,7 +2,7 @@
 
 Concurrent producers each send one-record batches (or batches of --batch records) to one
 partition; concurrent requests share Raft appends and fsyncs. Usage:
-.venv/bin/python bench/node_produce.py [seconds] [producers] [records per batch]
+.venv/bin/python -m bench.node_produce [seconds] [producers] [records per batch]
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.inproc import configs, leading, start_all
 from raftline.node.broker import Broker
 from raftline.node.config import NodeConfig
 from raftline.raftlog.records import Record, build_batch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from test_node_cluster import configs, leading, start_all
+PORT_BASE = 19100  # Raft ports 19151..; nothing else binds in this range
 
 
 async def run(seconds: float, producers: int, per_batch: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        cfg: NodeConfig = configs(Path(tmp), 1)[0]
+        cfg: NodeConfig = configs(Path(tmp), 1, PORT_BASE)[0]
         (broker,) = await start_all([cfg])
         await broker.create_topic("bench", 1, 1, {})
         while leading([broker], "bench") is None:

@@ -468,7 +468,7 @@ class Broker:
 
     async def fetch(
         self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int
-    ) -> tuple[list[bytes], int, int]:
+    ) -> tuple[list[memoryview], int, int]:
         replica = await self._replica(topic, partition)
         self.counters["fetch_requests"] += 1
         batches, log_start, high_watermark = await replica.fetch(offset, max_bytes, wait_ms)

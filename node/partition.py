@@ -48,6 +48,7 @@ class PartitionReplica:
         self._term_committed = False  # a leader serves reads once an entry of its term committed
         self._waiters: dict[int, tuple[int, asyncio.Future[int]]] = {}
         self._new_data = asyncio.Event()
+        self._closed = False
 
     # Raft callbacks
 
@@ -152,7 +153,7 @@ class PartitionReplica:
 
     async def fetch(
         self, offset: int, max_bytes: int, wait_ms: int
-    ) -> tuple[list[bytes], int, int]:
+    ) -> tuple[list[memoryview], int, int]:
         self._require_leader()
         await self._await_term_commit()
         self._check_offset(offset)
@@ -165,11 +166,16 @@ class PartitionReplica:
         high_watermark = self.high_watermark
         if offset == high_watermark:
             return [], self.log_start_offset, high_watermark
-        data = await self.runtime.run_on_disk(
-            self.log.read, offset, max(max_bytes, 1), high_watermark
-        )
-        view = memoryview(data)
-        batches = [bytes(view[pos : pos + h.size]) for pos, h in iter_headers(view)]
+        try:
+            data = await self.runtime.read_log(
+                self.log.read, offset, max(max_bytes, 1), high_watermark
+            )
+        except Exception:
+            if self._closed:  # deleted or moved away while the read ran
+                raise BrokerError("leader_unavailable", "the partition was closed") from None
+            raise
+        view = memoryview(data)  # batches are slices of the one read, never copied
+        batches = [view[pos : pos + h.size] for pos, h in iter_headers(view)]
         return batches, self.log_start_offset, high_watermark
 
     async def _await_term_commit(self) -> None:
@@ -194,6 +200,7 @@ class PartitionReplica:
             )
 
     def close(self) -> None:
+        self._closed = True
         for _, fut in self._waiters.values():
             if not fut.done():
                 fut.set_exception(BrokerError("leader_unavailable", "the partition was closed"))

@@ -4,9 +4,10 @@ Owns group lifecycle, driver rounds with group commit, proposals, read barriers,
 quiescence of idle groups.
 
 A driver round: (1) on the loop, feed each touched group its ticks, messages, proposals and read
-requests and collect the Readys; (2) on the disk thread, write every Ready's entries and hard
-state, then fsync each touched log once; (3) on the loop, send all messages (one frame per peer),
-apply committed entries, answer read barriers and advance. Inputs arriving during (2) wait for the
+requests and collect the Readys, and send leaders' APPENDs and HEARTBEATs at once (followers write
+while the leader does); (2) on the disk thread, write every Ready's entries and hard state, then
+fsync each touched log once; (3) on the loop, send the other messages (one frame per peer), apply
+committed entries, answer read barriers and advance. Inputs arriving during (2) wait for the
 next round, which is what batches concurrent proposals into one append and one fsync. The loop
 never touches a group's storage or core while (2) runs.
 
@@ -53,6 +54,7 @@ from raftline.raftlog.types import (
 log = logging.getLogger(__name__)
 
 _HEARTBEATS = (MessageType.HEARTBEAT, MessageType.HEARTBEAT_RESP)
+_REPLICATION = (MessageType.APPEND, MessageType.HEARTBEAT)  # a leader's, sent before its fsync
 ORPHANS_PER_GROUP = 16
 ORPHAN_GROUPS = 1024
 
@@ -160,6 +162,8 @@ class Runtime:
         self._disk_idle = asyncio.Event()
         self._disk_idle.set()
         self._disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftline-disk")
+        # Fetch reads: the log is thread-safe, and a read must not queue behind a round's fsync.
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftline-read")
         self._read_ids = itertools.count(1)
         self._tasks: list[asyncio.Task[None]] = []
         self.driver: asyncio.Task[None] | None = None  # ends only on stop or a fatal disk error
@@ -191,6 +195,7 @@ class Runtime:
         self.groups.clear()
         for group in groups:
             self._fail_waiters(group, "node stopping")
+        self._reader.shutdown(wait=True)
         await asyncio.get_running_loop().run_in_executor(self._disk, _close_all, groups)
         self._disk.shutdown(wait=True)
 
@@ -235,6 +240,10 @@ class Runtime:
     async def run_on_disk(self, fn: Any, *args: Any) -> Any:
         """Run blocking storage work on the disk thread, after the current round's writes."""
         return await asyncio.get_running_loop().run_in_executor(self._disk, fn, *args)
+
+    async def read_log(self, fn: Any, *args: Any) -> Any:
+        """Run a thread-safe log read off the loop, beside (not after) the disk thread's work."""
+        return await asyncio.get_running_loop().run_in_executor(self._reader, fn, *args)
 
     async def disk_idle(self) -> None:
         """Wait until no round is writing (storage reads are then safe until the next await)."""
@@ -386,6 +395,7 @@ class Runtime:
             await self._wakeup.wait()
             self._wakeup.clear()
             rounds = [self._feed(g) for n in self._take_dirty() if (g := self.groups.get(n))]
+            self._send_replication(rounds)
             readies = [r for r in rounds if r.writes]
             if readies and not any(r.touches_disk for r in readies):
                 self._persist(readies)
@@ -485,6 +495,35 @@ class Runtime:
                 to_sync[id(storage)] = storage
         _fsync_all(to_sync.values())
         self.stats["fsyncs"] += len(to_sync)
+
+    def _send_replication(self, rounds: list[_Round]) -> None:
+        """Send leaders' APPENDs and HEARTBEATs before this round's disk writes: followers
+        then write and fsync in parallel with the leader. Safe because the core counts the
+        leader's own entries toward commit only once they are durable (advance), and these
+        messages need nothing else from this round's writes as long as its term and vote are
+        already durable (a Ready that changes them keeps its messages until after the fsync)."""
+        outbox: dict[int, list[Message]] = defaultdict(list)
+        for item in rounds:
+            rd = item.ready
+            if rd is None or not rd.messages or rd.role != "leader":
+                continue
+            durable = item.group.storage.hard_state
+            if rd.hard_state is not None and (rd.hard_state.term, rd.hard_state.vote) != (
+                durable.term,
+                durable.vote,
+            ):
+                continue
+            later = []
+            for msg in rd.messages:
+                if msg.type in _REPLICATION and msg.dst != self.node_id:
+                    msg.group = item.group.name
+                    outbox[msg.dst].append(msg)
+                else:
+                    later.append(msg)
+            rd.messages = later
+        for peer, messages in outbox.items():
+            self.transport.send(peer, wire.encode_raft(messages, []))
+            self.stats["messages_sent"] += len(messages)
 
     def _finish(self, rounds: list[_Round]) -> None:
         outbox: dict[int, list[Message]] = defaultdict(list)
