@@ -103,31 +103,25 @@ class RecoveryReport:
         return not (self.truncated_bytes or self.rebuilt_indexes or self.removed_segments)
 
 
-def _append_fields(batches: Sequence[tuple[Bytes, int]]) -> list[tuple[int, ...]]:
-    """(batchLength, magic, lastOffsetDelta, maxTimestamp, recordsCount) of each batch, all
-    sanity-checked like batch.parse_header (which reports the precise problem) before any is
-    written. One unpack per batch and no call: this runs for every appended batch."""
-    unpack = _APPEND_FIELDS.unpack_from
+def _checked_fields(data: Bytes) -> tuple[int, int, int]:
+    """(batchLength, lastOffsetDelta, maxTimestamp) of a batch, sanity-checked like
+    batch.parse_header (which reports the precise problem). One unpack and no call when the
+    batch is sane: this runs for every appended batch."""
     try:
-        fields = [unpack(data) for data, _ in batches]
+        length, magic, last_delta, max_timestamp, count = _APPEND_FIELDS.unpack_from(data)
     except struct.error:  # shorter than a header
-        fields = None
-    if fields is not None:
-        for (data, _), (length, magic, last_delta, _, count) in zip(batches, fields, strict=True):
-            if not (
-                magic == MAGIC
-                and HEADER_SIZE - LOG_OVERHEAD <= length <= MAX_BATCH_SIZE - LOG_OVERHEAD
-                and last_delta >= 0
-                and count >= 0
-                and len(data) == length + LOG_OVERHEAD
-            ):
-                break
-        else:
-            return fields
-    for data, _ in batches:
-        header = parse_header(data)  # raises with the reason
-        if len(data) != header.size:
-            raise CorruptBatchError(f"batch of {len(data)} bytes declares {header.size}")
+        magic = None
+    if (
+        magic == MAGIC
+        and HEADER_SIZE - LOG_OVERHEAD <= length <= MAX_BATCH_SIZE - LOG_OVERHEAD
+        and last_delta >= 0
+        and count >= 0
+        and len(data) == length + LOG_OVERHEAD
+    ):
+        return length, last_delta, max_timestamp
+    header = parse_header(data)  # raises with the reason
+    if len(data) != header.size:
+        raise CorruptBatchError(f"batch of {len(data)} bytes declares {header.size}")
     raise CorruptBatchError("invalid batch header")
 
 
@@ -220,9 +214,20 @@ class PartitionLog:
     ) -> int:
         """Append one record batch, stamping offsets and the Raft term; return its base offset.
 
-        `base_offset` (a follower copying the leader) must equal the next offset.
+        `base_offset` (a follower copying the leader) must equal the next offset. The fsync
+        policy applies as in `append_many`, whose one-batch case this is, in one call: it
+        runs once per produced batch.
         """
-        return self.append_many(((batch, term),), base_offset, sync=sync)
+        length, last_delta, max_timestamp = _checked_fields(batch)
+        with self._lock:
+            active, now = self._appendable(base_offset)
+            first = active.next_offset
+            self._put(active, batch, term, length, last_delta, max_timestamp)
+            self._unsynced_bytes += length + LOG_OVERHEAD
+            must_sync = sync and self._apply_policy(now)
+        if must_sync:
+            self.sync()
+        return first
 
     def append_many(
         self,
@@ -243,40 +248,72 @@ class PartitionLog:
         """
         if not batches:
             raise ValueError("nothing to append")
+        fields = [_checked_fields(data) for data, _ in batches]  # all valid, or none written
         with self._lock:
-            if self._failure is not None:
-                self._check_not_failed()
-            first = self._segments[-1].next_offset
-            if base_offset is not None and base_offset != first:
-                raise ValueError(f"append at offset {base_offset}, but the next offset is {first}")
-            now = self.clock()
-            self._unsynced_bytes += self._write(batches, now)
-            policy = self.config.fsync
-            if sync and policy == "never":
-                self._flush_active()
-        if sync and (policy == "always" or (policy == "interval" and self._sync_due(now))):
+            active, now = self._appendable(base_offset)
+            first = active.next_offset
+            total = 0
+            for (data, term), (length, last_delta, max_timestamp) in zip(
+                batches, fields, strict=True
+            ):
+                active = self._put(active, data, term, length, last_delta, max_timestamp)
+                total += length
+            self._unsynced_bytes += total + LOG_OVERHEAD * len(batches)
+            must_sync = sync and self._apply_policy(now)
+        if must_sync:
             self.sync()
         return first
 
-    def _write(self, batches: Sequence[tuple[Bytes, int]], now: int) -> int:
-        fields = _append_fields(batches)  # all valid, or nothing written
+    def _appendable(self, base_offset: int | None) -> tuple[Segment, int]:
+        """The segment to append to, rolled by age, and the time (lock held); raises if the
+        log failed or `base_offset` is not the next offset."""
+        if self._failure is not None:
+            self._check_not_failed()
         active = self._segments[-1]
+        if base_offset is not None and base_offset != active.next_offset:
+            raise ValueError(
+                f"append at offset {base_offset}, but the next offset is {active.next_offset}"
+            )
+        now = self.clock()
         if active.size == 0:
             active.created_ms = now  # a segment ages from its first batch
         elif now - active.created_ms >= self.config.segment_ms:
             active = self._roll()
-        total = done = 0
-        while True:
-            try:
-                count, nbytes = active.append(batches, fields, done, self.config.segment_bytes)
-            except OSError as exc:  # a write of a large batch: the segment is half updated
-                self._failure = exc
-                raise LogFailedError(f"write to {active.path} failed: {exc}") from exc
-            total += nbytes
-            done += count
-            if done == len(batches):
-                return total
+        return active, now
+
+    def _put(
+        self,
+        active: Segment,
+        data: Bytes,
+        term: int,
+        length: int,
+        last_delta: int,
+        max_timestamp: int,
+    ) -> Segment:
+        """Append one checked batch to `active`, or to a new segment if it does not fit there
+        (lock held); returns the segment it went to."""
+        try:
+            if active.append(
+                data, term, length, last_delta, max_timestamp, self.config.segment_bytes
+            ):
+                return active
             active = self._roll()
+            active.append(data, term, length, last_delta, max_timestamp, self.config.segment_bytes)
+            return active
+        except OSError as exc:  # a write of a large batch: the segment is half updated
+            self._failure = exc
+            raise LogFailedError(f"write to {active.path} failed: {exc}") from exc
+
+    def _apply_policy(self, now: int) -> bool:
+        """After an append with `sync` (lock held): write the buffer under "never"; True if
+        the policy wants an fsync now."""
+        policy = self.config.fsync
+        if policy == "always":
+            return True
+        if policy == "interval":
+            return self._sync_due(now)
+        self._flush_active()
+        return False
 
     def _roll(self) -> Segment:
         """Seal the active segment (indexes written, data fsynced) and start a new one."""

@@ -44,6 +44,7 @@ _IOV_MAX = 1024
 WRITE_BUFFER_BYTES = 64 * 1024
 # baseOffset, batchLength, partitionLeaderEpoch: the 16 bytes stamped on a batch.
 _STAMPED_PREFIX = struct.Struct(">qii")
+_stamp = _STAMPED_PREFIX.pack_into
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -203,61 +204,51 @@ class Segment:
 
     def append(
         self,
-        batches: Sequence[tuple[Bytes, int]],
-        fields: Sequence[tuple[int, ...]],
-        start: int,
+        data: Bytes,
+        term: int,
+        length: int,
+        last_delta: int,
+        max_timestamp: int,
         segment_bytes: int,
-    ) -> tuple[int, int]:
-        """Append checked (batch, term) pairs from `start` on, stamping offsets and terms and
-        indexing them, while they fit in `segment_bytes` and the relative-offset range (an
-        empty segment takes at least one). `fields` are the batches' (batchLength, magic,
-        lastOffsetDelta, maxTimestamp, recordsCount). Returns (batches taken, bytes taken).
+    ) -> bool:
+        """Append one checked batch (its batchLength, lastOffsetDelta and maxTimestamp given),
+        stamping its offset and term and indexing it, if it fits in `segment_bytes` and the
+        relative-offset range (an empty segment takes any); False if it does not.
 
-        Small batches are copied into the write buffer and stamped there with one pack; a
-        batch of at least WRITE_BUFFER_BYTES goes to the file at once behind the buffer, its
-        payload never copied. The loop keeps the segment's counters in locals and calls
-        nothing per batch but C functions: it runs for every appended batch.
+        A small batch is copied into the write buffer and stamped there with one pack; a batch
+        of at least WRITE_BUFFER_BYTES goes to the file at once behind the buffer, its payload
+        never copied. This runs for every appended batch: only C calls on the common path.
         """
-        pack_into = _STAMPED_PREFIX.pack_into
-        pending = self._pending
-        position = first_position = self.size
+        size = length + LOG_OVERHEAD
+        position = self.size
         offset = self.next_offset
-        max_timestamp = self.max_timestamp
-        since_index = self._bytes_since_index
-        interval = self.index_interval
-        last_allowed = self.base_offset + MAX_RELATIVE_OFFSET
-        taken = 0
-        for i in range(start, len(batches)):
-            data, term = batches[i]
-            length, _, last_delta, batch_max_timestamp, _ = fields[i]
-            size = length + LOG_OVERHEAD
-            last_offset = offset + last_delta
-            if position and (position + size > segment_bytes or last_offset > last_allowed):
-                break
-            if size < WRITE_BUFFER_BYTES:
-                at = len(pending)
-                pending += data
-                pack_into(pending, at, offset, length, term)
-            else:
-                prefix = _STAMPED_PREFIX.pack(offset, length, term)
-                self._write_out([pending, prefix, memoryview(data)[len(prefix) :]], size)
-                pending = self._pending
-            if isinstance(data, bytearray):  # the caller's mutable batch shows its stamp too
-                pack_into(data, 0, offset, length, term)
-            if batch_max_timestamp > max_timestamp:
-                max_timestamp = batch_max_timestamp
-            if since_index >= interval:
-                self._add_index_entry(position, last_offset, max_timestamp)
-                since_index = 0
-            since_index += size
-            position += size
-            offset = last_offset + 1
-            taken += 1
-        self.size, self.next_offset = position, offset
-        self.max_timestamp, self._bytes_since_index = max_timestamp, since_index
-        if len(pending) >= WRITE_BUFFER_BYTES:
+        last_offset = offset + last_delta
+        if position and (
+            position + size > segment_bytes or last_offset - self.base_offset > MAX_RELATIVE_OFFSET
+        ):
+            return False
+        if size < WRITE_BUFFER_BYTES:
+            pending = self._pending
+            at = len(pending)
+            pending += data
+            _stamp(pending, at, offset, length, term)
+        else:
+            prefix = _STAMPED_PREFIX.pack(offset, length, term)
+            self._write_out([self._pending, prefix, memoryview(data)[len(prefix) :]], size)
+        if isinstance(data, bytearray):  # the caller's mutable batch shows its stamp too
+            _stamp(data, 0, offset, length, term)
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+        if self._bytes_since_index >= self.index_interval:
+            self._add_index_entry(position, last_offset, self.max_timestamp)
+            self._bytes_since_index = size
+        else:
+            self._bytes_since_index += size
+        self.size = position + size
+        self.next_offset = last_offset + 1
+        if len(self._pending) >= WRITE_BUFFER_BYTES:
             self.flush()
-        return taken, position - first_position
+        return True
 
     def flush(self) -> None:
         """Write the buffered batches to the file (page cache); a no-op when none are."""
