@@ -2,8 +2,10 @@
 
 import asyncio
 
-from bench.drivers.base import Driver, Endpoint, OnDelivery
-from bench.runner import WorkloadRun
+from bench.drivers.base import Driver, Endpoint, OnAcked, OnDelivery
+from bench.pacing import NS_PER_S, Window
+from bench.runner import BatchAcks, WorkloadRun
+from bench.tally import Tally
 from bench.workload import workload_from_dict
 
 STALL_S = 0.3
@@ -32,7 +34,14 @@ class StallingDriver(Driver):
     async def delete_topic(self, topic: str, partitions: int) -> None:
         self.topics.remove(topic)
 
-    async def publish(self, topic: str, partition: int, payloads: list[bytes], acks: str) -> None:
+    async def publish(
+        self,
+        topic: str,
+        partition: int,
+        payloads: list[bytes],
+        acks: str,
+        on_acked: OnAcked | None = None,
+    ) -> None:
         self.publishes += 1
         if self.publishes == 5:
             await asyncio.sleep(STALL_S)
@@ -80,3 +89,68 @@ async def test_topics_are_created_and_removed_again() -> None:
     await run.run(drain_seconds=2.0)
     assert driver.topics == []
     assert driver.publishes > 0
+
+
+class RecordingTally(Tally):
+    """A tally that also keeps what each on_acked call was given."""
+
+    def __init__(self) -> None:
+        super().__init__(Window(0, NS_PER_S))
+        self.calls: list[list[tuple[int, int]]] = []
+
+    def on_acked(self, groups: list[tuple[int, int]], ack_ns: int) -> None:
+        self.calls.append(list(groups))
+        super().on_acked(groups, ack_ns)
+
+
+def test_acknowledgements_go_to_the_earliest_stamps_first() -> None:
+    tally = RecordingTally()
+    acks = BatchAcks(tally, [(10, 2), (20, 3)])
+    acks.acked(3)
+    acks.acked(acks.unacked)
+    assert tally.calls == [[(10, 2), (20, 1)], [(20, 2)]]
+    assert tally.acked == 5
+
+
+def test_acknowledgements_beyond_the_batch_are_ignored() -> None:
+    tally = RecordingTally()
+    acks = BatchAcks(tally, [(10, 2)])
+    acks.acked(3)
+    acks.acked(acks.unacked)
+    assert tally.calls == [[(10, 2)]]
+
+
+class HalfAckingDriver(StallingDriver):
+    """Acknowledges half of its first batch at once and the rest only after the window."""
+
+    async def publish(
+        self,
+        topic: str,
+        partition: int,
+        payloads: list[bytes],
+        acks: str,
+        on_acked: OnAcked | None = None,
+    ) -> None:
+        self.publishes += 1
+        if self.publishes == 2 and on_acked is not None:  # the first after the primer
+            on_acked(len(payloads) // 2)
+            await asyncio.sleep(1.5)
+
+
+async def test_messages_acknowledged_one_by_one_count_when_acknowledged() -> None:
+    driver = HalfAckingDriver(Endpoint("127.0.0.1", {}))
+    workload = workload_from_dict(
+        {
+            "name": "half",
+            "consumers_per_topic": 0,
+            "duration_seconds": 1.0,
+            "warmup_seconds": 0.0,
+            "batch_size": 10,
+            "max_in_flight": 1,
+        }
+    )
+    run = WorkloadRun(driver, workload, "t", rate=0.0)
+    await run.run(drain_seconds=3.0)
+    # The one batch of the window: 5 acknowledged inside it, 5 after its end.
+    assert (run.tally.acked, run.tally.acked_in_window) == (10, 5)
+    assert run.tally.publish_latency.total == 10

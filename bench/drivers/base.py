@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 # Called with the payloads of one delivery, right when they arrive.
 OnDelivery = Callable[[list[bytes]], None]
+# Called with how many more messages of a batch the system acknowledged, right when it did.
+OnAcked = Callable[[int], None]
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,20 @@ class Driver(abc.ABC):
     async def delete_topic(self, topic: str, partitions: int) -> None: ...
 
     @abc.abstractmethod
-    async def publish(self, topic: str, partition: int, payloads: list[bytes], acks: str) -> None:
-        """Send one batch to one partition; return once the system acknowledged all of it."""
+    async def publish(
+        self,
+        topic: str,
+        partition: int,
+        payloads: list[bytes],
+        acks: str,
+        on_acked: OnAcked | None = None,
+    ) -> None:
+        """Send one batch to one partition; return once the system acknowledged all of it.
+
+        A system that acknowledges message by message reports each acknowledgement through
+        `on_acked` as it comes (as OMB times every message); what a driver did not report
+        counts as acknowledged when publish returns.
+        """
 
     @abc.abstractmethod
     async def consume(

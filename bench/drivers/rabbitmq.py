@@ -10,7 +10,7 @@ import asyncio
 import aio_pika
 from aio_pika.abc import AbstractIncomingMessage
 
-from bench.drivers.base import Driver, OnDelivery
+from bench.drivers.base import Driver, OnAcked, OnDelivery
 
 PREFETCH = 2000
 
@@ -52,18 +52,26 @@ class QuorumQueueDriver(Driver):
         for p in range(partitions):
             await self.confirmed.queue_delete(self.partition_name(topic, p))
 
-    async def publish(self, topic: str, partition: int, payloads: list[bytes], acks: str) -> None:
+    async def publish(
+        self,
+        topic: str,
+        partition: int,
+        payloads: list[bytes],
+        acks: str,
+        on_acked: OnAcked | None = None,
+    ) -> None:
         channel = self.unconfirmed if acks == "none" else self.confirmed
         queue = self.partition_name(topic, partition)
-        await asyncio.gather(
-            *(
-                channel.default_exchange.publish(
-                    aio_pika.Message(payload, delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
-                    routing_key=queue,
-                )
-                for payload in payloads
+
+        async def one(payload: bytes) -> None:
+            await channel.default_exchange.publish(
+                aio_pika.Message(payload, delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                routing_key=queue,
             )
-        )
+            if on_acked is not None:
+                on_acked(1)
+
+        await asyncio.gather(*(one(payload) for payload in payloads))
 
     async def consume(
         self, topic: str, partition: int, on_delivery: OnDelivery, stop: asyncio.Event

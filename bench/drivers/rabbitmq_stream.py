@@ -16,7 +16,7 @@ from rstream import (
     Producer,
 )
 
-from bench.drivers.base import Driver, OnDelivery
+from bench.drivers.base import Driver, OnAcked, OnDelivery
 
 CREDIT = 50  # chunks the broker may push ahead of the consumer
 
@@ -53,7 +53,14 @@ class StreamDriver(Driver):
         for p in range(partitions):
             await self.producer.delete_stream(self.partition_name(topic, p))
 
-    async def publish(self, topic: str, partition: int, payloads: list[bytes], acks: str) -> None:
+    async def publish(
+        self,
+        topic: str,
+        partition: int,
+        payloads: list[bytes],
+        acks: str,
+        on_acked: OnAcked | None = None,
+    ) -> None:
         stream = self.partition_name(topic, partition)
         if acks == "none":
             await self.producer.send_batch(stream, list(payloads))
@@ -69,6 +76,8 @@ class StreamDriver(Driver):
                 confirmed.set_exception(RuntimeError(f"publish refused: {status.response_code}"))
                 return
             outstanding -= 1
+            if on_acked is not None:
+                on_acked(1)
             if outstanding == 0:
                 confirmed.set_result(None)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bench.drivers.base import Driver, OnDelivery
+from bench.drivers.base import Driver, OnAcked, OnDelivery
 from raftline.clients.client import AsyncClient, AsyncConsumer, AsyncProducer
 
 # The node's largest fetch (max_messages 100 000); max_bytes bounds the 1 MB-message answers.
@@ -48,7 +48,14 @@ class RaftlineDriver(Driver):
             await self.producers.pop(key).close()
         await self.client.delete_topic(topic)
 
-    async def publish(self, topic: str, partition: int, payloads: list[bytes], acks: str) -> None:
+    async def publish(
+        self,
+        topic: str,
+        partition: int,
+        payloads: list[bytes],
+        acks: str,
+        on_acked: OnAcked | None = None,
+    ) -> None:
         producer = self.producers.get((topic, acks))
         if producer is None:
             producer = AsyncProducer(self.client, topic, acks=acks)

@@ -9,7 +9,7 @@ import asyncio
 
 import redis.asyncio as redis
 
-from bench.drivers.base import Driver, OnDelivery
+from bench.drivers.base import Driver, OnAcked, OnDelivery
 
 READ_COUNT = 1000
 READ_BLOCK_MS = 500
@@ -47,7 +47,14 @@ class RedisStreamsDriver(Driver):
     async def delete_topic(self, topic: str, partitions: int) -> None:
         await self.client.delete(*(self.partition_name(topic, p) for p in range(partitions)))
 
-    async def publish(self, topic: str, partition: int, payloads: list[bytes], acks: str) -> None:
+    async def publish(
+        self,
+        topic: str,
+        partition: int,
+        payloads: list[bytes],
+        acks: str,
+        on_acked: OnAcked | None = None,
+    ) -> None:
         key = self.partition_name(topic, partition)
         async with self.client.pipeline(transaction=False) as pipe:
             for payload in payloads:
