@@ -429,23 +429,13 @@ class PartitionLog:
         return self.read_from(offset, max_bytes, upto)[0]
 
     def read_from(self, offset: int, max_bytes: int, upto: int | None = None) -> tuple[bytes, int]:
-        """Like `read`, also returning the offset right after the bytes (where to go on)."""
+        """Like `read`, also returning the offset right after the bytes (where to go on;
+        `offset` itself when there are none)."""
         with self._lock:
             self._check_range(offset)
             for segment in self._segments[self._segment_index(offset) :]:
-                start, header = segment.locate(offset)
-                if header is None:
-                    continue
-                end, following = segment.size, segment.next_offset
-                if upto is not None:
-                    if upto <= header.base_offset:
-                        return b"", offset
-                    end, at_upto = segment.locate(upto)
-                    if at_upto is not None:
-                        following = at_upto.base_offset
-                if end - start > max_bytes:
-                    end, following = segment.boundary_at_most(start, start + max_bytes)
-                return segment.read(start, end), following
+                if offset < segment.next_offset:
+                    return segment.read_batches(offset, max_bytes, upto)
             return b"", offset
 
     def header_at(self, offset: int) -> BatchHeader:

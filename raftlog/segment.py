@@ -182,6 +182,9 @@ class Segment:
         # Appended batches not yet written to the file; they start at file position _flushed.
         self._pending = bytearray()
         self._flushed = 0
+        # (offset, position) where the last read stopped: a batch boundary, where a
+        # sequential reader asks next. Reset by truncation.
+        self._read_stop = (-1, 0)
 
     @property
     def index_path(self) -> Path:
@@ -292,6 +295,7 @@ class Segment:
     def truncate(self, position: int) -> None:
         """Cut the file at `position`, a batch boundary, and drop index entries past it."""
         self.flush()
+        self._read_stop = (-1, 0)
         with self.files.pin(self.path) as fd:
             os.ftruncate(fd, position)
             self.size = self._flushed = position
@@ -367,30 +371,73 @@ class Segment:
         """Position and header of the batch containing `offset`; (size, None) past the end."""
         if offset >= self.next_offset:
             return self.size, None
+        self.flush()
+        handle = self.files.acquire(self.path)
+        try:
+            return self._locate(handle.fd, offset)
+        finally:
+            self.files.release(handle)
+
+    def _locate(self, fd: int, offset: int) -> tuple[int, BatchHeader | None]:
+        """`locate` below the next offset, with the buffer flushed and `fd` pinned."""
         entry = self.offsets.floor(offset - self.base_offset)
         start = entry[1] if entry else 0
         # The target normally lies within one index interval of the entry.
         chunk = self.index_interval + HEADER_SIZE
-        self.flush()
-        with self.files.pin(self.path) as fd:
-            for position, header in self._scan(fd, start, self.size, verify=False, chunk=chunk):
-                if header.last_offset >= offset:
-                    return position, header
+        for position, header in self._scan(fd, start, self.size, verify=False, chunk=chunk):
+            if header.last_offset >= offset:
+                return position, header
         return self.size, None
 
-    def boundary_at_most(self, start: int, limit: int) -> tuple[int, int]:
-        """The last batch boundary <= `limit` after `start` (but at least one batch past it),
-        with the offset of the batch starting there."""
+    def read_batches(self, offset: int, max_bytes: int, upto: int | None) -> tuple[bytes, int]:
+        """Whole batches from the one containing `offset` (below the next offset), within
+        `max_bytes` but at least one, stopping before the batch containing `upto`; with the
+        offset right after them.
+
+        A sequential reader asks next for the offset the previous read stopped at: its
+        position is remembered, so such a read costs one pread of the batches and, when
+        `max_bytes` cuts them, one of the headers within an index interval below the cut.
+        """
+        self.flush()  # buffered batches are readable
+        handle = self.files.acquire(self.path)
+        try:
+            fd = handle.fd
+            if offset == self._read_stop[0]:
+                start, base = self._read_stop[1], offset
+            else:
+                start, header = self._locate(fd, offset)
+                base = header.base_offset  # type: ignore[union-attr]  # offset < next_offset
+            end, following = self.size, self.next_offset
+            if upto is not None and upto < following:
+                if upto <= base:
+                    return b"", offset
+                end, at_upto = self._locate(fd, upto)
+                if end == start:  # `upto` lies in the batch at `offset`
+                    return b"", offset
+                following = at_upto.base_offset  # type: ignore[union-attr]
+            if end - start > max_bytes:
+                end, following = self._last_boundary(fd, start, start + max_bytes)
+            self._read_stop = (following, end)
+            return os.pread(fd, end - start, start), following
+        finally:
+            self.files.release(handle)
+
+    def _last_boundary(self, fd: int, start: int, limit: int) -> tuple[int, int]:
+        """The last batch boundary <= `limit` past the batch at `start` (which counts even if
+        it ends beyond `limit`), with the offset of the batch there. The sparse index gives a
+        batch start at most one interval (plus a batch) below `limit`: headers are read only
+        from there, usually with one pread."""
         entry = self.offsets.floor_value(limit)
-        position = max(start, entry[1]) if entry else start
-        self.flush()
-        with self.files.pin(self.path) as fd:
-            while position < self.size:
-                header = parse_header(os.pread(fd, HEADER_SIZE, position))
-                if position + header.size > limit and position > start:
-                    return position, header.base_offset
-                position += header.size
-        return position, self.next_offset
+        scan_from = max(start, entry[1]) if entry else start
+        chunk = min(limit - scan_from, 2 * self.index_interval) + HEADER_SIZE
+        end = following = -1
+        for position, header in self._scan(fd, scan_from, self.size, verify=False, chunk=chunk):
+            if position > start and position + header.size > limit:
+                return position, header.base_offset
+            end, following = position + header.size, header.last_offset + 1
+            if end >= limit:  # no further batch fits: its header is not needed
+                break
+        return end, following
 
     def read(self, start: int, end: int) -> bytes:
         self.flush()

@@ -124,17 +124,23 @@ class LogModel(RuleBasedStateMachine):
         assert self.log.recovery.rebuilt_indexes == []
 
     @precondition(lambda self: self.batches)
-    @rule(data=st.data(), max_bytes=st.integers(1, 600))
+    @rule(data=st.data(), max_bytes=st.integers(0, 600))
     def read(self, data: st.DataObject, max_bytes: int) -> None:
+        """Whole batches from the one holding `offset`: as many as fit in `max_bytes` (at
+        least one), within its segment, before the batch holding `upto`."""
         offset = data.draw(st.integers(self.start, self.next - 1))
-        got = self.log.read(offset, max_bytes)
+        upto = data.draw(st.none() | st.integers(self.start, self.next + 1))
+        got, following = self.log.read_from(offset, max_bytes, upto)
         i = self.containing(offset)
-        expected = b""
+        segment_end = min((b for b in self.log.segment_bases if b > offset), default=self.next)
+        expected, expected_following = b"", offset  # nothing readable before `upto`
         for b in self.batches[i:]:
-            if expected and len(expected) + len(b.data) > max_bytes:
+            too_big = expected and len(expected) + len(b.data) > max_bytes
+            if too_big or b.base >= segment_end or (upto is not None and upto <= b.last):
                 break
             expected += b.data
-        assert expected.startswith(got) and got.startswith(self.batches[i].data)
+            expected_following = b.last + 1
+        assert (got, following) == (expected, expected_following)
 
     @precondition(lambda self: self.batches)
     @rule(data=st.data())

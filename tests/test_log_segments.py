@@ -107,6 +107,35 @@ def test_read_stops_before_the_batch_containing_upto(tmp_path: Path) -> None:
     assert log.read(6, 1 << 20, upto=6) == b""
 
 
+def test_sequential_reads_return_every_batch_once_with_the_offset_to_go_on(
+    tmp_path: Path,
+) -> None:
+    log = small_log(tmp_path, segment_bytes=1 << 20)
+    for n in range(1, 40):
+        log.append(records(n % 4 + 1, tag="x" * n), term=1)
+    offset, seen = 0, []
+    while offset < log.next_offset:
+        data, offset = log.read_from(offset, 700)
+        assert 0 < len(data) <= 700
+        seen += headers(data)
+        assert offset == seen[-1].last_offset + 1
+    assert [h.base_offset for h in seen[1:]] == [h.last_offset + 1 for h in seen[:-1]]
+    assert len(seen) == 39
+
+
+def test_read_where_the_last_read_stopped_sees_batches_rewritten_by_truncation(
+    tmp_path: Path,
+) -> None:
+    log = small_log(tmp_path, segment_bytes=1 << 20)
+    for _ in range(3):
+        log.append(records(1), term=1)
+    _, following = log.read_from(0, len(records(1)) * 2)
+    assert following == 2
+    log.truncate_suffix(1)
+    log.append(records(3), term=2)  # offsets 1 to 3, where offsets 1 and 2 were
+    assert [(h.base_offset, h.leader_epoch) for h in headers(log.read(2, 1 << 20))] == [(1, 2)]
+
+
 def test_read_crosses_into_the_next_segment_when_one_is_exhausted(tmp_path: Path) -> None:
     log = small_log(tmp_path)
     while len(log.segment_bases) < 3:
