@@ -262,7 +262,6 @@ static int item_open(PyObject *item, ItemFields *it) {
                 goto fail;
         }
     }
-    /* Python's dataclass defaults: no headers is the empty tuple, None elsewhere. */
     return 0;
 fail:
     item_clear(it);
