@@ -343,6 +343,9 @@ static int encode_one(Encoder *e, PyObject *item, Py_ssize_t position) {
     /* Headers: a sequence of (str, bytes | None) pairs. */
     PyObject *hobj = it.obj[F_HEADERS];
     if (hobj != NULL && !(PyTuple_Check(hobj) && PyTuple_GET_SIZE(hobj) == 0)) {
+        /* A sized collection, as Python's encoder takes len() of it (no generators). */
+        if (!PyList_Check(hobj) && !PyTuple_Check(hobj) && PyObject_Length(hobj) < 0)
+            goto done;
         /* A tuple (a list is copied): its items stay put whatever code a buffer runs. */
         header_seq = PySequence_Tuple(hobj);
         if (header_seq == NULL)

@@ -151,14 +151,16 @@ def test_objects_with_a_records_attributes_encode_like_records() -> None:
     [
         Record(b"v", headers=[("h",)]),
         Record(b"v", headers=[(b"not str", b"x")]),
+        Record(b"v", headers=(pair for pair in [("h", b"x")])),  # type: ignore[arg-type]
         Record("not bytes"),  # type: ignore[arg-type]
         Record(b"v", timestamp="soon"),  # type: ignore[arg-type]
         object(),
     ],
 )
 def test_malformed_items_raise_rather_than_encode(bad: object) -> None:
-    with pytest.raises((ValueError, TypeError, AttributeError)):
-        _speedups.encode_records([b"fine", bad], 0, 0)
+    for encode in (_speedups.encode_records, records._py_encode_records):
+        with pytest.raises((ValueError, TypeError, AttributeError)):
+            encode([b"fine", bad], 0, 0)
 
 
 # ---------------------------------------------------------------------------- decoding
