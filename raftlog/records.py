@@ -1,6 +1,7 @@
 """Encoding and decoding of whole Kafka RecordBatch v2 batches: records, headers, control batches.
 
-Owns the varint/zigzag record layout, control record types and the strict, bounded decoder.
+Owns the varint/zigzag record layout, control record types and the strict, bounded decoder; its
+per-record loops run in C (raftlog/_speedups.c) when that is built, else in Python here.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import IntEnum
+from types import ModuleType
 from typing import NamedTuple
 
 from raftline.raftlog import batch
@@ -519,7 +521,7 @@ def _read_bytes(data: bytes, pos: int, limit: int) -> tuple[bytes | None, int]:
 # ---------------------------------------------------------------------------- C accelerator
 
 
-def _speedups_module():
+def _speedups_module() -> ModuleType | None:
     """The C twins of the record loops (raftline.raftlog._speedups), unless they are not built
     or RAFTLINE_PURE_PYTHON=1 asks for the Python ones."""
     if os.environ.get("RAFTLINE_PURE_PYTHON") == "1":
