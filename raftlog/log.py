@@ -219,10 +219,23 @@ class PartitionLog:
         runs once per produced batch.
         """
         length, last_delta, max_timestamp = _checked_fields(batch)
+        config = self.config
         with self._lock:
-            active, now = self._appendable(base_offset)
+            if self._failure is not None or base_offset is not None:
+                self._check_appendable(base_offset)
+            active = self._segments[-1]
             first = active.next_offset
-            self._put(active, batch, term, length, last_delta, max_timestamp)
+            now = self.clock()
+            max_bytes, max_age_ms = config.segment_bytes, config.segment_ms
+            try:
+                if not active.append(
+                    batch, term, length, last_delta, max_timestamp, now, max_bytes, max_age_ms
+                ):
+                    self._roll().append(
+                        batch, term, length, last_delta, max_timestamp, now, max_bytes, max_age_ms
+                    )
+            except OSError as exc:
+                raise self._write_failed(exc) from exc
             self._unsynced_bytes += length + LOG_OVERHEAD
             must_sync = sync and self._apply_policy(now)
         if must_sync:
@@ -249,69 +262,68 @@ class PartitionLog:
         if not batches:
             raise ValueError("nothing to append")
         fields = [_checked_fields(data) for data, _ in batches]  # all valid, or none written
+        config = self.config
         with self._lock:
-            active, now = self._appendable(base_offset)
+            if self._failure is not None or base_offset is not None:
+                self._check_appendable(base_offset)
+            active = self._segments[-1]
             first = active.next_offset
+            now = self.clock()
+            max_bytes, max_age_ms = config.segment_bytes, config.segment_ms
             total = 0
-            for (data, term), (length, last_delta, max_timestamp) in zip(
-                batches, fields, strict=True
-            ):
-                active = self._put(active, data, term, length, last_delta, max_timestamp)
-                total += length
-            self._unsynced_bytes += total + LOG_OVERHEAD * len(batches)
+            try:
+                for (data, term), (length, last_delta, max_timestamp) in zip(
+                    batches, fields, strict=True
+                ):
+                    if not active.append(
+                        data, term, length, last_delta, max_timestamp, now, max_bytes, max_age_ms
+                    ):
+                        active = self._roll()
+                        active.append(
+                            data,
+                            term,
+                            length,
+                            last_delta,
+                            max_timestamp,
+                            now,
+                            max_bytes,
+                            max_age_ms,
+                        )
+                    total += length + LOG_OVERHEAD
+            except OSError as exc:
+                raise self._write_failed(exc) from exc
+            self._unsynced_bytes += total
             must_sync = sync and self._apply_policy(now)
         if must_sync:
             self.sync()
         return first
 
-    def _appendable(self, base_offset: int | None) -> tuple[Segment, int]:
-        """The segment to append to, rolled by age, and the time (lock held); raises if the
-        log failed or `base_offset` is not the next offset."""
-        if self._failure is not None:
-            self._check_not_failed()
-        active = self._segments[-1]
-        if base_offset is not None and base_offset != active.next_offset:
+    def _check_appendable(self, base_offset: int | None) -> None:
+        """Raise if the log failed or `base_offset` is not the next offset (lock held)."""
+        self._check_not_failed()
+        if base_offset is not None and base_offset != self.next_offset:
             raise ValueError(
-                f"append at offset {base_offset}, but the next offset is {active.next_offset}"
+                f"append at offset {base_offset}, but the next offset is {self.next_offset}"
             )
-        now = self.clock()
-        if active.size == 0:
-            active.created_ms = now  # a segment ages from its first batch
-        elif now - active.created_ms >= self.config.segment_ms:
-            active = self._roll()
-        return active, now
 
-    def _put(
-        self,
-        active: Segment,
-        data: Bytes,
-        term: int,
-        length: int,
-        last_delta: int,
-        max_timestamp: int,
-    ) -> Segment:
-        """Append one checked batch to `active`, or to a new segment if it does not fit there
-        (lock held); returns the segment it went to."""
-        try:
-            if active.append(
-                data, term, length, last_delta, max_timestamp, self.config.segment_bytes
-            ):
-                return active
-            active = self._roll()
-            active.append(data, term, length, last_delta, max_timestamp, self.config.segment_bytes)
-            return active
-        except OSError as exc:  # a write of a large batch: the segment is half updated
-            self._failure = exc
-            raise LogFailedError(f"write to {active.path} failed: {exc}") from exc
+    def _write_failed(self, exc: OSError) -> LogFailedError:
+        """Fail the log after a write that may have left the active segment half updated."""
+        self._failure = exc
+        return LogFailedError(f"write to {self._segments[-1].path} failed: {exc}")
 
     def _apply_policy(self, now: int) -> bool:
         """After an append with `sync` (lock held): write the buffer under "never"; True if
-        the policy wants an fsync now."""
-        policy = self.config.fsync
+        the policy wants an fsync now ("interval": enough bytes unsynced or the interval
+        elapsed)."""
+        config = self.config
+        policy = config.fsync
+        if policy == "interval":
+            return (
+                self._unsynced_bytes >= config.flush_interval_bytes
+                or now - self._last_sync_ms >= config.flush_interval_ms
+            )
         if policy == "always":
             return True
-        if policy == "interval":
-            return self._sync_due(now)
         self._flush_active()
         return False
 
@@ -397,16 +409,8 @@ class PartitionLog:
     def maybe_sync(self) -> None:
         """Fsync if the "interval" policy says it is due; the owner calls this periodically."""
         due = self.config.fsync == "interval" and self._durable < self.next_offset
-        if due and self._sync_due(self.clock()):
+        if due and self._apply_policy(self.clock()):
             self.sync()
-
-    def _sync_due(self, now: int) -> bool:
-        """The "interval" policy: enough bytes unsynced or the interval elapsed."""
-        config = self.config
-        return (
-            self._unsynced_bytes >= config.flush_interval_bytes
-            or now - self._last_sync_ms >= config.flush_interval_ms
-        )
 
     # --- reading -----------------------------------------------------------------------------
 

@@ -212,11 +212,15 @@ class Segment:
         length: int,
         last_delta: int,
         max_timestamp: int,
-        segment_bytes: int,
+        now_ms: int,
+        max_bytes: int,
+        max_age_ms: int,
     ) -> bool:
         """Append one checked batch (its batchLength, lastOffsetDelta and maxTimestamp given),
-        stamping its offset and term and indexing it, if it fits in `segment_bytes` and the
-        relative-offset range (an empty segment takes any); False if it does not.
+        stamping its offset and term and indexing it; False, appending nothing, if the
+        segment is due to roll: the batch would take it past `max_bytes` or the relative
+        offset range, or its first batch is `max_age_ms` old. An empty segment takes any
+        batch and ages from it.
 
         A small batch is copied into the write buffer and stamped there with one pack; a batch
         of at least WRITE_BUFFER_BYTES goes to the file at once behind the buffer, its payload
@@ -226,8 +230,12 @@ class Segment:
         position = self.size
         offset = self.next_offset
         last_offset = offset + last_delta
-        if position and (
-            position + size > segment_bytes or last_offset - self.base_offset > MAX_RELATIVE_OFFSET
+        if not position:
+            self.created_ms = now_ms
+        elif (
+            position + size > max_bytes
+            or now_ms - self.created_ms >= max_age_ms
+            or last_offset - self.base_offset > MAX_RELATIVE_OFFSET
         ):
             return False
         if size < WRITE_BUFFER_BYTES:
