@@ -94,27 +94,31 @@ def log_config(fsync_every: int) -> LogConfig:
 
 def log_append(path: Path, batches: list[bytes], case: Case, budget: float) -> Result:
     """The raw loop's shape: the log's own fsync policy syncs every `fsync_every` bytes
-    and the deadline is checked after each sync. Calls (and their (batch, term) pairs) are
-    prepared before the clock starts, as the raw side's batch list is."""
+    and the deadline is checked after each sync. Calls are prepared before the clock starts,
+    as the raw side's batch list is: one batch per `append`, or a list of (batch, term)
+    pairs per `append_many`."""
     files = FileCache()
     log = PartitionLog(path, log_config(case.fsync_every), files)
-    calls = [
-        [(data, 1) for data in batches[i : i + case.per_call]]
-        for i in range(0, len(batches), case.per_call)
-    ]
-    call_bytes = sum(len(data) for data, _ in calls[0])  # every batch is the same
+    one_per_call, fsync_every = case.per_call == 1, case.fsync_every
+    calls: list[bytes] | list[list[tuple[bytes, int]]] = batches
+    if not one_per_call:
+        calls = [
+            [(data, 1) for data in batches[i : i + case.per_call]]
+            for i in range(0, len(batches), case.per_call)
+        ]
+    call_bytes = len(batches[0]) * case.per_call  # every batch is the same
     unsynced = n = total = 0
     start = time.perf_counter()
     deadline = start + budget
     for call in calls:
-        if case.per_call == 1:
-            log.append(call[0][0], 1)
+        if one_per_call:
+            log.append(call, 1)
         else:
             log.append_many(call)
         total += call_bytes
         unsynced += call_bytes
         n += 1
-        if unsynced >= case.fsync_every:
+        if unsynced >= fsync_every:
             unsynced = 0
             if time.perf_counter() > deadline:
                 break

@@ -51,6 +51,13 @@ def fdatasync(monkeypatch: pytest.MonkeyPatch) -> CallCounter:
     return counter
 
 
+def failing_pwritev(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_space(*_: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "pwritev", no_space)
+
+
 def test_unsynced_appends_stay_out_of_the_file_until_flushed(tmp_path: Path) -> None:
     log = PartitionLog(tmp_path, LogConfig(fsync="never"))
     for _ in range(3):
@@ -141,11 +148,7 @@ def test_a_failed_buffer_write_fails_the_log(
     files = FileCache()
     log = PartitionLog(tmp_path, LogConfig(fsync="never"), files)
     log.append(SMALL, term=1, sync=False)
-
-    def no_space(*_: object) -> int:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(os, "pwritev", no_space)
+    failing_pwritev(monkeypatch)
     with pytest.raises(LogFailedError):
         log.flush()
     monkeypatch.undo()
@@ -200,3 +203,34 @@ def test_append_many_with_a_batch_shorter_than_a_header_writes_none(tmp_path: Pa
     assert log.next_offset == 0
     log.flush()
     assert file_offsets(tmp_path) == []
+
+
+def test_a_failed_write_of_a_large_batch_fails_the_log_keeping_what_came_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = PartitionLog(tmp_path, LogConfig(fsync="never"))
+    log.append(SMALL, term=1)
+    large = build_batch([Record(value=b"L" * WRITE_BUFFER_BYTES)], timestamp=5)
+    failing_pwritev(monkeypatch)
+    with pytest.raises(LogFailedError):
+        log.append(large, term=1)
+    monkeypatch.undo()
+    assert log.next_offset == 1
+    assert file_offsets(tmp_path) == [0]  # no part of the large batch
+    with pytest.raises(LogFailedError):
+        log.append(SMALL, term=1)
+
+
+def test_a_failed_write_of_a_full_buffer_during_append_fails_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = PartitionLog(tmp_path, LogConfig(fsync="never"))
+    for _ in range(WRITE_BUFFER_BYTES // len(SMALL) - 1):
+        log.append(SMALL, term=1, sync=False)
+    failing_pwritev(monkeypatch)
+    with pytest.raises(LogFailedError):
+        for _ in range(2):
+            log.append(SMALL, term=1, sync=False)
+    monkeypatch.undo()
+    with pytest.raises(LogFailedError):
+        log.append(SMALL, term=1, sync=False)
