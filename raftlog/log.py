@@ -45,6 +45,7 @@ _DAY_MS = 24 * 3600 * 1000
 # The header fields an append needs: batchLength, magic, lastOffsetDelta, maxTimestamp,
 # recordsCount. One unpack instead of a full BatchHeader keeps the per-batch cost small.
 _APPEND_FIELDS = struct.Struct(">8xi4xb6xi8xq14xi")
+_MIN_LENGTH, _MAX_LENGTH = HEADER_SIZE - LOG_OVERHEAD, MAX_BATCH_SIZE - LOG_OVERHEAD  # batchLength
 
 
 class CorruptLogError(Exception):
@@ -113,7 +114,7 @@ def _checked_fields(data: Bytes) -> tuple[int, int, int]:
         magic = None
     if (
         magic == MAGIC
-        and HEADER_SIZE - LOG_OVERHEAD <= length <= MAX_BATCH_SIZE - LOG_OVERHEAD
+        and _MIN_LENGTH <= length <= _MAX_LENGTH
         and last_delta >= 0
         and count >= 0
         and len(data) == length + LOG_OVERHEAD
