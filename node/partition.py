@@ -160,7 +160,8 @@ class PartitionReplica:
         if offset == self.high_watermark and wait_ms > 0:
             event = self._new_data
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), wait_ms / 1000)
+                async with asyncio.timeout(wait_ms / 1000):  # unlike wait_for, no extra task
+                    await event.wait()
             self._require_leader()
             self._check_offset(offset)
         high_watermark = self.high_watermark

@@ -4,10 +4,11 @@ Owns group lifecycle, driver rounds with group commit, proposals, read barriers,
 quiescence of idle groups.
 
 A driver round: (1) on the loop, feed each touched group its ticks, messages, proposals and read
-requests and collect the Readys, and send leaders' APPENDs and HEARTBEATs at once (followers write
-while the leader does); (2) on the disk thread, write every Ready's entries and hard state, then
-fsync each touched log once; (3) on the loop, send the other messages (one frame per peer), apply
-committed entries, answer read barriers and advance. Inputs arriving during (2) wait for the
+requests and collect the Readys; send leaders' APPENDs and HEARTBEATs at once (followers write
+while the leader does) and apply leaders' committed entries (acks need no later fsync); (2) on
+the disk thread, write every Ready's entries and hard state, then fsync each touched log once;
+(3) on the loop, send the other messages (one frame per peer), apply followers' committed
+entries, answer read barriers and advance. Inputs arriving during (2) wait for the
 next round, which is what batches concurrent proposals into one append and one fsync. The loop
 never touches a group's storage or core while (2) runs.
 
@@ -129,6 +130,7 @@ class _Round:
     ready: Ready | None
     accepted: list[tuple[asyncio.Future[tuple[int, int]], int, int]]
     trim: SnapshotMeta | None = None
+    applied_early: bool = False  # committed entries went to the replica before the disk write
 
     @property
     def writes(self) -> bool:
@@ -396,6 +398,7 @@ class Runtime:
             self._wakeup.clear()
             rounds = [self._feed(g) for n in self._take_dirty() if (g := self.groups.get(n))]
             self._send_replication(rounds)
+            self._apply_early(rounds)
             readies = [r for r in rounds if r.writes]
             if readies and not any(r.touches_disk for r in readies):
                 self._persist(readies)
@@ -525,6 +528,29 @@ class Runtime:
             self.transport.send(peer, wire.encode_raft(messages, []))
             self.stats["messages_sent"] += len(messages)
 
+    def _apply_early(self, rounds: list[_Round]) -> None:
+        """Apply leaders' committed entries before this round's disk writes, so that acks and
+        long-polls do not wait for the fsync of writes that arrived later. Safe: a leader's
+        entry commits only once a quorum holds it durably, its own copy counted only after
+        an earlier round wrote it (so it is in the log file, readable); an entry written in
+        this round cannot have committed yet, which the check below makes certain."""
+        for item in rounds:
+            rd = item.ready
+            if rd is None or not rd.committed or rd.role != "leader" or rd.snapshot is not None:
+                continue
+            if rd.entries and rd.committed[-1].last_index >= rd.entries[0].index:
+                continue
+            item.applied_early = True
+            self._apply(item.group, rd.committed)
+
+    def _apply(self, group: Group, committed: list[Entry]) -> None:
+        try:
+            group.replica.on_commit(committed)
+        except Exception:
+            log.exception("applying committed entries of %s failed", group.name)
+        group.applied = committed[-1].last_index
+        group.idle_ticks = 0
+
     def _finish(self, rounds: list[_Round]) -> None:
         outbox: dict[int, list[Message]] = defaultdict(list)
         for item in rounds:
@@ -553,13 +579,8 @@ class Runtime:
         if item.trim is not None:
             self._guard(group, core.compact, item.trim.index)
         if rd is not None:
-            if rd.committed:
-                try:
-                    group.replica.on_commit(rd.committed)
-                except Exception:
-                    log.exception("applying committed entries of %s failed", group.name)
-                group.applied = rd.committed[-1].last_index
-                group.idle_ticks = 0
+            if rd.committed and not item.applied_early:
+                self._apply(group, rd.committed)
             for state in rd.read_states:
                 read = group.pending_reads.pop(state.context, None)
                 if read is not None and not read.done():

@@ -57,7 +57,7 @@ def decode_frame(data: bytes) -> tuple[FrameKind, Any]:
         raise FrameError(f"unsupported frame version {data[0]}")
     try:
         kind = FrameKind(data[1])
-        body = msgpack.unpackb(data[2:], raw=False, strict_map_key=True)
+        body = msgpack.unpackb(memoryview(data)[2:], raw=False, strict_map_key=True)
     except (ValueError, msgpack.UnpackException) as exc:
         raise FrameError(f"undecodable frame: {exc}") from exc
     return kind, body
