@@ -328,8 +328,11 @@ class Segment:
 
     def sync_flushed(self) -> None:
         """Fsync what `flush` wrote; safe without the log's lock while appends go on."""
-        with self.files.pin(self.path) as fd:
-            os.fdatasync(fd)
+        handle = self.files.acquire(self.path)
+        try:
+            os.fdatasync(handle.fd)
+        finally:
+            self.files.release(handle)
 
     def write_indexes(self) -> None:
         self.offsets.write(self.index_path)
