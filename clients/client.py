@@ -819,11 +819,13 @@ class Client(_ClientCore):
         max_messages: int = 500,
         max_bytes: int = 1 << 20,
         wait_ms: int = 0,
+        url: str | None = None,
     ) -> FetchResult:
         answer = self.exchange(
             "GET",
             _messages_path(topic, partition),
             _fetch_request(self.wire, offset, max_messages, max_bytes, wait_ms),
+            url,
         )
         return _fetch_answer(answer, partition, offset, max_messages)
 
@@ -836,12 +838,15 @@ class Client(_ClientCore):
         max_messages: int = 500,
         max_bytes: int = 1 << 20,
         wait_ms: int = 0,
+        url: str | None = None,
     ) -> FetchedValues:
-        """As fetch, but only the values: no Message per record."""
+        """As fetch, but only the values: no Message per record. `url` names the node to ask
+        (consumers give the partition leader: a forwarded fetch comes back as JSON)."""
         answer = self.exchange(
             "GET",
             _messages_path(topic, partition),
             _fetch_request(self.wire, offset, max_messages, max_bytes, wait_ms),
+            url,
         )
         return _fetched_values(answer, offset, max_messages)
 
@@ -1070,18 +1075,29 @@ class Consumer:
 
     def _fetch(self, partition: int, wait_ms: int, values: bool) -> list[Any]:
         fetch = self.client.fetch_values if values else self.client.fetch
-        result = fetch(
-            self.topic,
-            partition,
-            self.positions.next[partition],
-            max_messages=self.max_messages,
-            max_bytes=self.max_bytes,
-            wait_ms=wait_ms,
-        )
+        metadata = self.client.metadata
+        if not metadata.fresh(self.topic):
+            self.client.refresh_metadata(self.topic)
+        try:
+            result = fetch(
+                self.topic,
+                partition,
+                self.positions.next[partition],
+                max_messages=self.max_messages,
+                max_bytes=self.max_bytes,
+                wait_ms=wait_ms,
+                url=metadata.leader_url(self.topic, partition),
+            )
+        except RaftlineError as error:
+            if error.retryable:  # the leader may have moved: look it up again next time
+                metadata.invalidate(self.topic)
+            raise
         self.positions.advance(partition, result)
         return result.values if isinstance(result, FetchedValues) else result.messages
 
     def _poll(self, values: bool) -> list[Any]:
+        if len(self.positions.next) == 1:  # its long poll answers at once when data is there
+            return self._fetch(self.positions.long_poll_partition(), self.wait_ms, values)
         found = [m for p in list(self.positions.next) for m in self._fetch(p, 0, values)]
         if found or self.wait_ms == 0:
             return found
@@ -1239,11 +1255,13 @@ class AsyncClient(_ClientCore):
         max_messages: int = 500,
         max_bytes: int = 1 << 20,
         wait_ms: int = 0,
+        url: str | None = None,
     ) -> FetchResult:
         answer = await self.exchange(
             "GET",
             _messages_path(topic, partition),
             _fetch_request(self.wire, offset, max_messages, max_bytes, wait_ms),
+            url,
         )
         return _fetch_answer(answer, partition, offset, max_messages)
 
@@ -1256,12 +1274,15 @@ class AsyncClient(_ClientCore):
         max_messages: int = 500,
         max_bytes: int = 1 << 20,
         wait_ms: int = 0,
+        url: str | None = None,
     ) -> FetchedValues:
-        """As fetch, but only the values: no Message per record."""
+        """As fetch, but only the values: no Message per record. `url` names the node to ask
+        (consumers give the partition leader: a forwarded fetch comes back as JSON)."""
         answer = await self.exchange(
             "GET",
             _messages_path(topic, partition),
             _fetch_request(self.wire, offset, max_messages, max_bytes, wait_ms),
+            url,
         )
         return _fetched_values(answer, offset, max_messages)
 
@@ -1463,25 +1484,37 @@ class AsyncConsumer:
         self, positions: _Positions, partition: int, wait_ms: int, values: bool
     ) -> list[Any]:
         fetch = self.client.fetch_values if values else self.client.fetch
-        result = await fetch(
-            self.topic,
-            partition,
-            positions.next[partition],
-            max_messages=self.max_messages,
-            max_bytes=self.max_bytes,
-            wait_ms=wait_ms,
-        )
+        metadata = self.client.metadata
+        if not metadata.fresh(self.topic):
+            await self.client.refresh_metadata(self.topic)
+        try:
+            result = await fetch(
+                self.topic,
+                partition,
+                positions.next[partition],
+                max_messages=self.max_messages,
+                max_bytes=self.max_bytes,
+                wait_ms=wait_ms,
+                url=metadata.leader_url(self.topic, partition),
+            )
+        except RaftlineError as error:
+            if error.retryable:  # the leader may have moved: look it up again next time
+                metadata.invalidate(self.topic)
+            raise
         positions.advance(partition, result)
         return result.values if isinstance(result, FetchedValues) else result.messages
 
     async def _poll(self, values: bool) -> list[Any]:
         positions = await self._ensure_positions()
+        waiting = positions.long_poll_partition
+        if len(positions.next) == 1:  # its long poll answers at once when data is there
+            return await self._fetch(positions, waiting(), self.wait_ms, values)
         found = [
             x for p in list(positions.next) for x in await self._fetch(positions, p, 0, values)
         ]
         if found or self.wait_ms == 0:
             return found
-        return await self._fetch(positions, positions.long_poll_partition(), self.wait_ms, values)
+        return await self._fetch(positions, waiting(), self.wait_ms, values)
 
     async def poll(self) -> list[Message]:
         """Whatever is available on every partition; long-polls one partition when none has any."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from cluster_harness import Cluster
@@ -155,3 +156,26 @@ def test_json_wire_fetches_the_same_values(node: Cluster) -> None:
         fetched = client.fetch_values(name, 0, acked.base_offset)
     assert fetched.values == [b"one", b"two"]
     assert fetched.next_offset == acked.base_offset + 2
+
+
+class FetchRecordingClient(Client):
+    """A client that notes which node each fetch asked."""
+
+    fetched_from: list[str | None]
+
+    def exchange(self, method: str, path: str, request: Any, url: str | None = None) -> Any:
+        if method == "GET" and path.endswith("/messages"):
+            self.fetched_from.append(url)
+        return super().exchange(method, path, request, url)
+
+
+def test_a_consumer_fetches_from_the_partition_leader(node: Cluster) -> None:
+    # A node that is not the leader forwards the fetch and answers JSON, not the batches.
+    with FetchRecordingClient(node.urls) as client:
+        client.fetched_from = []
+        name = _topic(client)
+        client.produce_batch(name, 0, [b"x"])
+        assert client.consumer(name, wait_ms=0).poll_values() == [b"x"]
+        leader = client.metadata.leader_url(name, 0)
+    assert leader is not None
+    assert client.fetched_from == [leader]
