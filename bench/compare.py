@@ -12,6 +12,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.consumers import collect_garbage_rarely
 from bench.drivers import driver_class
 from bench.drivers.base import Endpoint
 from bench.peers import PEERS, PeerError, ensure_installed
@@ -105,6 +106,7 @@ def _run_peer(
 
 
 def _run(coroutine: Coroutine[Any, Any, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    collect_garbage_rarely()
     try:
         import uvloop
     except ImportError:
