@@ -315,7 +315,7 @@ class PartitionLog:
     def _apply_policy(self, now: int) -> bool:
         """After an append with `sync` (lock held): write the buffer under "never"; True if
         the policy wants an fsync now ("interval": enough bytes unsynced or the interval
-        elapsed)."""
+        elapsed; only reads, so `maybe_sync` asks it without the lock)."""
         config = self.config
         policy = config.fsync
         if policy == "interval":
