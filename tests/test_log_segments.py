@@ -10,6 +10,7 @@ from raftline.raftlog import batch
 from raftline.raftlog.index import OFFSET_ENTRY, TIME_ENTRY, SparseIndex
 from raftline.raftlog.log import LogConfig, OffsetOutOfRangeError, PartitionLog
 from raftline.raftlog.records import Record, build_batch, iter_batches
+from raftline.raftlog.segment import WRITE_BUFFER_BYTES
 
 
 class Clock:
@@ -181,6 +182,27 @@ def test_segments_roll_by_age(tmp_path: Path) -> None:
     clock.now += 1
     log.append(records(1), term=1)
     assert log.segment_bases == [0, 2]
+
+
+def test_append_many_rolls_an_old_segment_before_its_first_batch(tmp_path: Path) -> None:
+    clock = Clock()
+    log = PartitionLog(tmp_path, LogConfig(segment_ms=1000, fsync="never"), clock=clock)
+    log.append(records(1), term=1)
+    clock.now += 1000
+    assert log.append_many([(records(1), 1), (records(2), 1)]) == 1
+    assert log.segment_bases == [0, 1]
+    assert [h.base_offset for h in headers(log.read(1, 1 << 20))] == [1, 2]
+
+
+def test_large_mutable_batch_is_stamped_in_place_and_on_disk(tmp_path: Path) -> None:
+    log = small_log(tmp_path, segment_bytes=1 << 20)
+    log.append(records(1), term=1)
+    large = bytearray(records(1, tag="L" * WRITE_BUFFER_BYTES))
+    assert log.append(large, term=6) == 1
+    header = batch.parse_header(large)
+    assert (header.base_offset, header.leader_epoch) == (1, 6)
+    (stored,) = headers(log.read(1, 1 << 20))
+    assert (stored.base_offset, stored.leader_epoch, stored.size) == (1, 6, len(large))
 
 
 def test_sealed_segments_have_kafka_layout_indexes_pointing_at_batch_starts(
