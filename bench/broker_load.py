@@ -113,7 +113,7 @@ class Load:
             params = {
                 "offset": str(offset),
                 "wait_ms": "500",
-                "max_bytes": str(64 * 1024 * 1024),
+                "max_bytes": str(1024 * 1024),  # the default; a batch is returned whole anyway
                 "max_messages": "100000",
             }
             async with session.get(fetch_url, params=params, headers={"Accept": BATCH_TYPE}) as r:

@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 _HEARTBEATS = (MessageType.HEARTBEAT, MessageType.HEARTBEAT_RESP)
 _REPLICATION = (MessageType.APPEND, MessageType.HEARTBEAT)  # a leader's, sent before its fsync
 ORPHANS_PER_GROUP = 16
+LOOP_READ_BYTES = 1 << 20  # fetch reads up to this size may run on the loop (see read_log)
 ORPHAN_GROUPS = 1024
 
 
@@ -243,9 +244,16 @@ class Runtime:
         """Run blocking storage work on the disk thread, after the current round's writes."""
         return await asyncio.get_running_loop().run_in_executor(self._disk, fn, *args)
 
-    async def read_log(self, fn: Any, *args: Any) -> Any:
-        """Run a thread-safe log read off the loop, beside (not after) the disk thread's work."""
-        return await asyncio.get_running_loop().run_in_executor(self._reader, fn, *args)
+    async def read_log(self, log: Any, offset: int, max_bytes: int, upto: int) -> bytes:
+        """`log.read(offset, max_bytes, upto)` of a thread-safe PartitionLog. A small read while
+        no round is writing (so nothing holds the log's lock for long) runs right here: from
+        the page cache it costs less than a thread hop. Others run on the reader thread,
+        beside (not after) the disk thread's writes and fsyncs."""
+        if max_bytes <= LOOP_READ_BYTES and self._disk_idle.is_set():
+            data: bytes = log.read(offset, max_bytes, upto)
+            return data
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._reader, log.read, offset, max_bytes, upto)
 
     async def disk_idle(self) -> None:
         """Wait until no round is writing (storage reads are then safe until the next await)."""
