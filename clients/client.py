@@ -1108,7 +1108,9 @@ class Consumer:
         return self._poll(values=False)
 
     def poll_values(self) -> list[bytes | None]:
-        """As poll, but only the values in offset order per partition (no Message objects)."""
+        """As poll, but only the values in offset order per partition (no Message objects).
+        Decoding still makes a few objects per record: at hundreds of thousands of messages a
+        second, raise the collector's thresholds (gc.set_threshold) in the consuming process."""
         return self._poll(values=True)
 
     def __iter__(self) -> Iterator[Message]:
@@ -1521,7 +1523,9 @@ class AsyncConsumer:
         return await self._poll(values=False)
 
     async def poll_values(self) -> list[bytes | None]:
-        """As poll, but only the values in offset order per partition (no Message objects)."""
+        """As poll, but only the values in offset order per partition (no Message objects).
+        Decoding still makes a few objects per record: at hundreds of thousands of messages a
+        second, raise the collector's thresholds (gc.set_threshold) in the consuming process."""
         return await self._poll(values=True)
 
     async def __aiter__(self) -> AsyncIterator[Message]:
