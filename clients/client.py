@@ -419,6 +419,9 @@ class _Metadata:
         self.leaders: dict[tuple[str, int], int | None] = {}
         self.nodes: dict[int, str] = {}
         self.expires: dict[str, float] = {}
+        # Leader URLs this client could not connect to (a node may advertise an address only
+        # its peers reach, as in docker-compose): skipped until the next update.
+        self.unreachable: set[str] = set()
 
     def fresh(self, topic: str) -> bool:
         return self.expires.get(topic, 0.0) > time.monotonic()
@@ -432,6 +435,7 @@ class _Metadata:
             int(n["id"]): str(n["http"]) for n in cluster.get("nodes", []) if n.get("http")
         }
         self.expires[topic] = time.monotonic() + METADATA_TTL_S
+        self.unreachable.clear()
 
     def invalidate(self, topic: str) -> None:
         self.expires.pop(topic, None)
@@ -439,7 +443,8 @@ class _Metadata:
     def leader_url(self, topic: str, partition: int) -> str | None:
         leader = self.leaders.get((topic, partition))
         address = self.nodes.get(leader) if leader is not None else None
-        return f"http://{address}" if address else None
+        url = f"http://{address}" if address else None
+        return None if url in self.unreachable else url
 
 
 class _Partitioner:
@@ -621,6 +626,8 @@ class _ClientCore:
     def _unreachable(self, url: str | None, base: str, exc: BaseException) -> RaftlineError:
         if url is None:
             self._current += 1  # next bootstrap node on the next try
+        else:
+            self.metadata.unreachable.add(url)  # ask the bootstrap nodes instead
         return _connection_error(base, exc)
 
     @staticmethod

@@ -10,7 +10,7 @@ import pytest
 from cluster_harness import Cluster
 
 from raftline.api.partitioner import partition_for_key
-from raftline.clients.client import AsyncClient, BatchAcked, Client, RaftlineError
+from raftline.clients.client import AsyncClient, BatchAcked, Client, RaftlineError, RetryPolicy
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
 _names = (f"bulk-{i}" for i in itertools.count())
@@ -179,3 +179,32 @@ def test_a_consumer_fetches_from_the_partition_leader(node: Cluster) -> None:
         leader = client.metadata.leader_url(name, 0)
     assert leader is not None
     assert client.fetched_from == [leader]
+
+
+class AttemptRecordingClient(Client):
+    """A client that notes the node of every fetch attempt, retries included."""
+
+    attempts: list[str | None]
+
+    def _once(self, method: str, path: str, request: Any, url: str | None) -> Any:
+        if method == "GET" and path.endswith("/messages"):
+            self.attempts.append(url)
+        return super()._once(method, path, request, url)
+
+
+def test_a_leader_address_the_client_cannot_reach_is_skipped_until_the_next_lookup(
+    node: Cluster,
+) -> None:
+    with AttemptRecordingClient(node.urls, retry=RetryPolicy(backoff_ms=1)) as client:
+        client.attempts = []
+        name = _topic(client)
+        client.produce_batch(name, 0, [b"a", b"b"])
+        consumer = client.consumer(name, wait_ms=0, max_messages=1)
+        client.refresh_metadata(name)
+        leader = client.metadata.leaders[(name, 0)]
+        assert leader is not None
+        client.metadata.nodes[leader] = "127.0.0.1:1"  # advertised, but not reachable from here
+        assert consumer.poll_values() == [b"a"]
+        assert consumer.poll_values() == [b"b"]
+    # One failed try at the advertised address, then the bootstrap node answers.
+    assert client.attempts == ["http://127.0.0.1:1", None, None]
