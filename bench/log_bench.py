@@ -1,7 +1,7 @@
 """Segment log throughput beside a plain file written and read with the same bytes and fsyncs.
 
 Owns the log benchmark: append (fsync per batch / batched) and read, 1 KB and 1 MB batches.
-Run: `python bench/log_bench.py [--dir DIR] [--seconds S]`; it prints a table with the ratio.
+Run: `python bench/log_bench.py [--runs N] [--seconds S] [--dir DIR]`; prints log/raw per row.
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ from raftline.raftlog.segment import FileCache
 KB = 1024
 MB = 1024 * KB
 BATCHED_FSYNC_BYTES = 1 * MB  # "batched": one fsync per this many bytes appended
+# Passes over the written file per read run: one pass of 40 to 60 MB from the page cache takes
+# only a few milliseconds, too short to time steadily.
+READ_PASSES = 5
 
 
 @dataclass(frozen=True)
@@ -133,9 +136,12 @@ def raw_read(path: Path, chunk: int) -> Result:
     fd = os.open(path, os.O_RDONLY)
     total = n = 0
     start = time.perf_counter()
-    while data := os.pread(fd, chunk, total):
-        total += len(data)
-        n += 1
+    for _ in range(READ_PASSES):
+        position = 0
+        while data := os.pread(fd, chunk, position):
+            position += len(data)
+            n += 1
+        total += position
     elapsed = time.perf_counter() - start
     os.close(fd)
     return Result(elapsed, total, n)
@@ -144,20 +150,56 @@ def raw_read(path: Path, chunk: int) -> Result:
 def log_read(path: Path, chunk: int) -> Result:
     files = FileCache()
     log = PartitionLog(path, LogConfig(fsync="never"), files)
-    offset, end = log.log_start_offset, log.next_offset
     total = n = 0
     start = time.perf_counter()
-    while offset < end:
-        data, offset = log.read_from(offset, chunk)
-        total += len(data)
-        n += 1
+    for _ in range(READ_PASSES):
+        offset, end = log.log_start_offset, log.next_offset
+        while offset < end:
+            data, offset = log.read_from(offset, chunk)
+            total += len(data)
+            n += 1
     elapsed = time.perf_counter() - start
     files.close_all()
     return Result(elapsed, total, n)
 
 
-def best_of(runs: int, fn: Callable[[], Result]) -> Result:
-    return max((fn() for _ in range(runs)), key=lambda r: r.mb_per_s)
+def best(results: list[Result]) -> Result:
+    return max(results, key=lambda r: r.mb_per_s)
+
+
+def interleaved(
+    runs: int, raw: Callable[[int], Result], log: Callable[[int], Result]
+) -> tuple[Result, Result]:
+    """The best (log, raw) results of `runs` runs of each, taken turn about, each side first
+    every other run: both see the same disk weather."""
+    results: dict[str, list[Result]] = {"raw": [], "log": []}
+    for run in range(runs):
+        for side in ("raw", "log") if run % 2 == 0 else ("log", "raw"):
+            results[side].append(raw(run) if side == "raw" else log(run))
+    return best(results["log"]), best(results["raw"])
+
+
+def measure(case: Case, root: Path, runs: int, seconds: float) -> list[tuple[str, Result, Result]]:
+    """(row name, best log result, best raw result) of the case's appends and, for batched
+    fsync with one batch per call, of reading back what the last run wrote (from the page
+    cache, 1 MB per read)."""
+    batches = make_batches(case)
+    rows = [
+        (
+            case.name,
+            *interleaved(
+                runs,
+                lambda run: raw_append(root / f"raw-{run}", batches, case.fsync_every, seconds),
+                lambda run: log_append(root / f"log-{run}", batches, case, seconds),
+            ),
+        )
+    ]
+    if case.fsync_every and case.per_call == 1:
+        size = f"{case.batch_bytes // KB} KB" if case.batch_bytes < MB else "1 MB"
+        raw_path, log_dir = root / f"raw-{runs - 1}", root / f"log-{runs - 1}"
+        read = interleaved(runs, lambda _: raw_read(raw_path, MB), lambda _: log_read(log_dir, MB))
+        rows.append((f"read {size} batches, 1 MB reads", *read))
+    return rows
 
 
 def machine() -> str:
@@ -179,34 +221,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir", default=None, help="directory on the disk to measure")
     parser.add_argument("--seconds", type=float, default=2.0, help="time budget per run")
-    parser.add_argument("--runs", type=int, default=3, help="runs per side; the best counts")
+    parser.add_argument("--runs", type=int, default=5, help="runs per side; the best counts")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="log-bench-", dir=args.dir))
     rows: list[tuple[str, Result, Result]] = []
     try:
         for case in CASES:
-            batches = make_batches(case)
-            results: dict[str, list[Result]] = {"raw": [], "log": []}
-            for run in range(args.runs):
-                raw_path = root / f"raw-{run}"
-                log_dir = root / f"log-{run}"
-                # Interleaved, each side first every other run: both see the same disk weather.
-                for side in ("raw", "log") if run % 2 == 0 else ("log", "raw"):
-                    if side == "raw":
-                        result = raw_append(raw_path, batches, case.fsync_every, args.seconds)
-                    else:
-                        result = log_append(log_dir, batches, case, args.seconds)
-                    results[side].append(result)
-            raw = max(results["raw"], key=lambda r: r.mb_per_s)
-            logged = max(results["log"], key=lambda r: r.mb_per_s)
-            rows.append((case.name, logged, raw))
-            if case.fsync_every and case.per_call == 1:
-                # Read back what the last run wrote, from the page cache, 1 MB per read.
-                name = f"read {case.batch_bytes // KB if case.batch_bytes < MB else 1} "
-                name += "KB batches" if case.batch_bytes < MB else "MB batches"
-                raw_r = best_of(args.runs, lambda p=raw_path: raw_read(p, MB))
-                log_r = best_of(args.runs, lambda p=log_dir: log_read(p, MB))
-                rows.append((f"{name}, 1 MB reads", log_r, raw_r))
+            rows += measure(case, root, args.runs, args.seconds)
             for path in root.iterdir():
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
     finally:
