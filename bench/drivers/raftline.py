@@ -11,9 +11,9 @@ import asyncio
 from bench.drivers.base import Driver, OnAcked, OnDelivery
 from raftline.clients.client import AsyncClient, AsyncConsumer, AsyncProducer
 
-# The node's largest fetch (max_messages 100 000); max_bytes bounds the 1 MB-message answers.
+# The node's largest max_messages; 1 MiB answers are the ones a node reads on its loop.
 FETCH_MAX_MESSAGES = 100_000
-FETCH_MAX_BYTES = 8 * 1024 * 1024
+FETCH_MAX_BYTES = 1024 * 1024
 FETCH_WAIT_MS = 500
 
 
