@@ -29,7 +29,7 @@ import orjson
 
 from raftline.api.codec import BATCH_CONTENT_TYPE
 from raftline.api.partitioner import partition_for_key
-from raftline.raftlog.records import Record, build_batch, iter_batches
+from raftline.raftlog.records import DecodedRecord, Record, build_batch, iter_batches
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 METADATA_TTL_S = 30.0
@@ -281,67 +281,68 @@ def _fetch_request(
     return _Request(params, headers={"Accept": BATCH_CONTENT_TYPE} if wire == "batch" else {})
 
 
-def _fetch_answer(
-    answer: _Answer, partition: int, offset: int | str, max_messages: int
-) -> FetchResult:
-    """A fetch answer in either format (a node that forwarded the fetch may answer JSON)."""
-    if answer.headers.get("content-type", "").split(";")[0] != BATCH_CONTENT_TYPE:
-        return parse_fetch(answer.json())
+def _is_batch_answer(answer: _Answer) -> bool:
+    """Whole batches, or JSON (what a node that forwarded the fetch answers)."""
+    return answer.headers.get("content-type", "").split(";")[0] == BATCH_CONTENT_TYPE
+
+
+def _answer_records(
+    answer: _Answer, offset: int | str, max_messages: int
+) -> tuple[list[list[DecodedRecord]], int, int, int]:
+    """A batch answer's data records from `offset` on, at most max_messages, one list per
+    batch; then the next offset to fetch, the log start offset and the high watermark."""
     headers = answer.headers
     next_offset = int(headers["raftline-next-offset"])
     log_start = int(headers["raftline-log-start-offset"])
     high_watermark = int(headers["raftline-high-watermark"])
     # The node resolved earliest/latest; batches it returned for "latest" start after it anyway.
     start = offset if isinstance(offset, int) else log_start
-    messages: list[Message] = []
-    for decoded in iter_batches(answer.raw):
-        if decoded.header.is_control:
-            continue
-        for record in decoded.records:
-            if record.offset < start:
-                continue
-            if len(messages) >= max_messages:  # whole batches came; keep the asked number
-                return FetchResult(messages, record.offset, log_start, high_watermark)
-            messages.append(
-                Message(
-                    partition,
-                    record.offset,
-                    record.timestamp,
-                    record.key,
-                    record.value,
-                    {
-                        name: None if value is None else value.decode("utf-8", "replace")
-                        for name, value in record.headers
-                    },
-                )
-            )
-    return FetchResult(messages, next_offset, log_start, high_watermark)
-
-
-def _fetched_values(answer: _Answer, offset: int | str, max_messages: int) -> FetchedValues:
-    """The values of a fetch answer in either format, at most max_messages of them."""
-    if answer.headers.get("content-type", "").split(";")[0] != BATCH_CONTENT_TYPE:
-        result = parse_fetch(answer.json())
-        values = [m.value for m in result.messages]
-        return FetchedValues(
-            values, result.next_offset, result.log_start_offset, result.high_watermark
-        )
-    headers = answer.headers
-    next_offset = int(headers["raftline-next-offset"])
-    log_start = int(headers["raftline-log-start-offset"])
-    high_watermark = int(headers["raftline-high-watermark"])
-    start = offset if isinstance(offset, int) else log_start
-    values: list[bytes | None] = []
+    chunks: list[list[DecodedRecord]] = []
+    room = max_messages
     for decoded in iter_batches(answer.raw):
         if decoded.header.is_control:
             continue
         records = decoded.records
         if decoded.header.base_offset < start:  # only the first batch may begin before it
             records = [r for r in records if r.offset >= start]
-        room = max_messages - len(values)
         if len(records) > room:  # whole batches came; keep the asked number
-            values += map(_value_of, records[:room])
-            return FetchedValues(values, records[room].offset, log_start, high_watermark)
+            chunks.append(records[:room])
+            return chunks, records[room].offset, log_start, high_watermark
+        chunks.append(records)
+        room -= len(records)
+    return chunks, next_offset, log_start, high_watermark
+
+
+def _message(partition: int, record: DecodedRecord) -> Message:
+    headers = {
+        name: None if value is None else value.decode("utf-8", "replace")
+        for name, value in record.headers
+    }
+    return Message(partition, record.offset, record.timestamp, record.key, record.value, headers)
+
+
+def _fetch_answer(
+    answer: _Answer, partition: int, offset: int | str, max_messages: int
+) -> FetchResult:
+    """A fetch answer in either format as Messages."""
+    if not _is_batch_answer(answer):
+        return parse_fetch(answer.json())
+    chunks, next_offset, log_start, high_watermark = _answer_records(answer, offset, max_messages)
+    messages = [_message(partition, record) for records in chunks for record in records]
+    return FetchResult(messages, next_offset, log_start, high_watermark)
+
+
+def _fetched_values(answer: _Answer, offset: int | str, max_messages: int) -> FetchedValues:
+    """The values of a fetch answer in either format, at most max_messages of them."""
+    if not _is_batch_answer(answer):
+        result = parse_fetch(answer.json())
+        values = [m.value for m in result.messages]
+        return FetchedValues(
+            values, result.next_offset, result.log_start_offset, result.high_watermark
+        )
+    chunks, next_offset, log_start, high_watermark = _answer_records(answer, offset, max_messages)
+    values: list[bytes | None] = []
+    for records in chunks:
         values += map(_value_of, records)
     return FetchedValues(values, next_offset, log_start, high_watermark)
 
