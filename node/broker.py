@@ -460,11 +460,13 @@ class Broker:
             )
         return replica
 
-    async def produce(self, topic: str, partition: int, batch: bytes, acks: str) -> int:
+    async def produce(
+        self, topic: str, partition: int, batch: bytes, acks: str, crc_checked: bool = False
+    ) -> int:
         replica = await self._replica(topic, partition)
         self.counters["produce_requests"] += 1
         self.counters["produce_bytes"] += len(batch)
-        return await replica.produce(batch, acks)
+        return await replica.produce(batch, acks, crc_checked)
 
     async def fetch(
         self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int

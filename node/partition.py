@@ -112,8 +112,10 @@ class PartitionReplica:
 
     # requests
 
-    async def produce(self, batch: bytes, acks: str) -> int:
-        """Append one record batch; returns its base offset (-1 for acks=none)."""
+    async def produce(self, batch: bytes, acks: str, crc_checked: bool = False) -> int:
+        """Append one record batch; returns its base offset (-1 for acks=none).
+        `crc_checked`: the caller already verified the batch's CRC (records.check_batch) or
+        built the batch itself, so it is not computed twice."""
         if acks not in ACKS:
             raise BrokerError("invalid_request", f"acks must be one of {ACKS}")
         try:
@@ -122,7 +124,8 @@ class PartitionReplica:
                 raise CorruptBatchError("the body must hold exactly one record batch")
             if header.is_control:
                 raise CorruptBatchError("producers cannot write control batches")
-            check_crc(batch, header)
+            if not crc_checked:
+                check_crc(batch, header)
         except CorruptBatchError as exc:
             raise BrokerError("invalid_request", f"bad record batch: {exc}") from exc
         self._require_leader()
