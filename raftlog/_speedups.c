@@ -1,11 +1,15 @@
-/* raftline.raftlog._speedups: C versions of the per-record loops of raftlog/records.py.
+/* raftline.raftlog._speedups: C versions of the per-record loops of raftlog/records.py and
+ * of the segment log's per-batch append steps.
  *
  * Owns encode_records (the records section of a Kafka RecordBatch v2 from Record or bytes
- * items) and decode_records (the strict walk over a records section that decode_batch,
- * iter_batches and check_batch share). records.py uses these when this module imports and
- * keeps its pure-Python twins as the fallback; tests/test_records_speedups.py holds the two to
- * byte-identical output and the same errors. Garbage input must only ever raise
- * CorruptBatchError: every varint and length is bounds-checked before it is used.
+ * items), decode_records (the strict walk over a records section that decode_batch,
+ * iter_batches and check_batch share), and append_fields / buffer_batch (the header check and
+ * the stamped copy into the write buffer that every appended batch goes through in log.py and
+ * segment.py). Those modules use these when raftlog/speedups.py loads this one and keep their
+ * pure-Python twins as the fallback; tests/test_records_speedups.py and
+ * tests/test_log_speedups.py hold the two to identical output and the same errors. Garbage
+ * input must only ever raise CorruptBatchError (or get None from append_fields): every varint
+ * and length is bounds-checked before it is used.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -777,6 +781,107 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------------- segment log */
+
+/* The header fields the segment log's append reads, at their offsets in a Kafka v2 batch. */
+#define BATCH_LENGTH_AT 8
+#define MAGIC_AT 16
+#define LAST_OFFSET_DELTA_AT 23
+#define MAX_TIMESTAMP_AT 35
+#define RECORDS_COUNT_AT 57
+#define BATCH_HEADER_SIZE 61
+#define LOG_OVERHEAD 12 /* baseOffset + batchLength */
+#define MAX_BATCH_SIZE (16 * 1024 * 1024)
+#define STAMPED_PREFIX_SIZE 16 /* baseOffset, batchLength, partitionLeaderEpoch */
+
+static inline uint64_t get_be(const unsigned char *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static inline void put_be(unsigned char *p, uint64_t v, int n) {
+    for (int i = n - 1; i >= 0; i--) {
+        p[i] = (unsigned char)v;
+        v >>= 8;
+    }
+}
+
+PyDoc_STRVAR(append_fields_doc,
+             "append_fields(batch) -> (batchLength, lastOffsetDelta, maxTimestamp) | None\n\n"
+             "The header fields an append needs if the batch is sane (magic 2, a length within "
+             "bounds that matches the buffer, non-negative last offset delta and record "
+             "count); None otherwise, and the caller words the error.");
+
+static PyObject *append_fields(PyObject *self, PyObject *batch) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(batch, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *result = NULL;
+    if (view.len >= BATCH_HEADER_SIZE) {
+        const unsigned char *p = view.buf;
+        int32_t length = (int32_t)get_be(p + BATCH_LENGTH_AT, 4);
+        int32_t last_delta = (int32_t)get_be(p + LAST_OFFSET_DELTA_AT, 4);
+        int64_t max_timestamp = (int64_t)get_be(p + MAX_TIMESTAMP_AT, 8);
+        int32_t count = (int32_t)get_be(p + RECORDS_COUNT_AT, 4);
+        if (p[MAGIC_AT] == 2 && length >= BATCH_HEADER_SIZE - LOG_OVERHEAD &&
+            length <= MAX_BATCH_SIZE - LOG_OVERHEAD && last_delta >= 0 && count >= 0 &&
+            view.len == (Py_ssize_t)length + LOG_OVERHEAD)
+            result = Py_BuildValue("(iiL)", length, last_delta, (long long)max_timestamp);
+    }
+    PyBuffer_Release(&view);
+    if (result == NULL && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return result;
+}
+
+PyDoc_STRVAR(buffer_batch_doc,
+             "buffer_batch(pending, batch, base_offset, batch_length, term)\n\n"
+             "Append a checked batch to the bytearray write buffer and stamp its base offset, "
+             "length and term (the partition leader epoch) there; the CRC does not cover them.");
+
+static PyObject *buffer_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "buffer_batch() takes 5 arguments");
+        return NULL;
+    }
+    PyObject *pending = args[0];
+    if (!PyByteArray_Check(pending)) {
+        PyErr_SetString(PyExc_TypeError, "buffer_batch() needs a bytearray buffer");
+        return NULL;
+    }
+    long long base_offset = PyLong_AsLongLong(args[2]);
+    long length = PyLong_AsLong(args[3]);
+    long term = PyLong_AsLong(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (length < INT32_MIN || length > INT32_MAX || term < INT32_MIN || term > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "batch length and term must fit in int32");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (view.len < STAMPED_PREFIX_SIZE) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "a batch is longer than its stamped prefix");
+        return NULL;
+    }
+    Py_ssize_t at = PyByteArray_GET_SIZE(pending);
+    if (PyByteArray_Resize(pending, at + view.len) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    unsigned char *out = (unsigned char *)PyByteArray_AS_STRING(pending) + at;
+    memcpy(out, view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    put_be(out, (uint64_t)base_offset, 8);
+    put_be(out + 8, (uint64_t)(uint32_t)length, 4);
+    put_be(out + 12, (uint64_t)(uint32_t)term, 4);
+    Py_RETURN_NONE;
+}
+
 /* ------------------------------------------------------------------------- module */
 
 PyDoc_STRVAR(bind_doc, "bind(Record, DecodedRecord, CorruptBatchError)\n\n"
@@ -821,13 +926,15 @@ static PyMethodDef methods[] = {
     {"encode_records", encode_records, METH_VARARGS, encode_records_doc},
     {"decode_records", decode_records, METH_VARARGS, decode_records_doc},
     {"bind", bind, METH_VARARGS, bind_doc},
+    {"append_fields", append_fields, METH_O, append_fields_doc},
+    {"buffer_batch", (PyCFunction)(void (*)(void))buffer_batch, METH_FASTCALL, buffer_batch_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     "raftline.raftlog._speedups",
-    "C versions of the per-record loops of raftline.raftlog.records.",
+    "C versions of the per-record and per-batch loops of raftline.raftlog.",
     -1,
     methods,
     NULL,

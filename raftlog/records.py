@@ -6,7 +6,6 @@ per-record loops run in C (raftlog/_speedups.c) when that is built, else in Pyth
 
 from __future__ import annotations
 
-import os
 import struct
 import time
 from collections.abc import Iterator, Sequence
@@ -16,7 +15,7 @@ from enum import IntEnum
 from types import ModuleType
 from typing import NamedTuple
 
-from raftline.raftlog import batch
+from raftline.raftlog import batch, speedups
 from raftline.raftlog.batch import BatchHeader, CorruptBatchError
 from raftline.raftlog.compression import DEFAULT_MAX_DECOMPRESSED, BytesLike, Codec
 from raftline.raftlog.compression import compress as compress_section
@@ -524,14 +523,9 @@ def _read_bytes(data: bytes, pos: int, limit: int) -> tuple[bytes | None, int]:
 def _speedups_module() -> ModuleType | None:
     """The C twins of the record loops (raftline.raftlog._speedups), unless they are not built
     or RAFTLINE_PURE_PYTHON=1 asks for the Python ones."""
-    if os.environ.get("RAFTLINE_PURE_PYTHON") == "1":
-        return None
-    try:
-        from raftline.raftlog import _speedups
-    except ImportError:
-        return None
-    _speedups.bind(Record, DecodedRecord, CorruptBatchError)
-    return _speedups
+    if speedups.C is not None:
+        speedups.C.bind(Record, DecodedRecord, CorruptBatchError)
+    return speedups.C
 
 
 @contextmanager
