@@ -1,4 +1,4 @@
-"""Real `raftline serve` processes for benchmarks: fixed loopback ports, a temp data dir, readiness.
+"""Real `raftline serve` processes for benchmarks and cluster tests: ports, data dir, readiness.
 
 Owns starting N nodes that list each other as peers, waiting until they answer /readyz, creating
 a topic, finding a partition's leader over HTTP, and killing every node (always) at the end.
@@ -6,6 +6,7 @@ a topic, finding a partition's leader over HTTP, and killing every node (always)
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -23,7 +24,8 @@ READY_TIMEOUT_S = 30.0
 
 
 def http_json(url: str, method: str = "GET", body: Any = None, timeout: float = 5.0) -> Any:
-    """One JSON request; returns (status, parsed body). Connection failures raise OSError."""
+    """One request; returns (status, parsed body). Connection failures raise OSError, and so
+    does an answer cut short (a node killed mid-response)."""
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(
         url, data=data, method=method, headers={"Content-Type": "application/json"}
@@ -32,12 +34,18 @@ def http_json(url: str, method: str = "GET", body: Any = None, timeout: float = 
         with urllib.request.urlopen(request, timeout=timeout) as response:
             raw = response.read()
             return response.status, json.loads(raw) if raw else {}
+    except http.client.HTTPException as error:
+        raise ConnectionError(f"torn HTTP exchange with {url}: {error!r}") from error
     except urllib.error.HTTPError as error:
         raw = error.read()
-        return error.code, json.loads(raw) if raw else {}
+        try:
+            return error.code, json.loads(raw) if raw else {}
+        except ValueError:
+            return error.code, {"raw": raw.decode("utf-8", "replace")}
 
 
 def serve_command() -> list[str]:
+    """The installed console script when present, else the same entry point through python."""
     script = Path(sys.executable).parent / "raftline"
     if script.exists():
         return [str(script), "serve"]
@@ -96,7 +104,7 @@ class NodeProcess:
             return False
         return status == 200
 
-    def log_tail(self, lines: int = 30) -> str:
+    def log_tail(self, lines: int = 40) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:

@@ -7,8 +7,6 @@ and the failure report (event timeline, producer history, every node's log).
 from __future__ import annotations
 
 import contextlib
-import http.client
-import json
 import os
 import signal
 import socket
@@ -17,12 +15,12 @@ import sys
 import threading
 import time
 import traceback
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from bench.node_procs import NodeProcess, http_json
 
 READY_TIMEOUT_S = 30.0
 FETCH_RETRY_S = 20.0  # a fetch answered "retry" (e.g. leader_unavailable) is retried this long
@@ -56,77 +54,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def serve_command() -> list[str]:
-    """The installed console script when present, else the same entry point through python."""
-    script = Path(sys.executable).parent / "raftline"
-    if script.exists():
-        return [str(script), "serve"]
-    return [sys.executable, "-c", "from raftline.clients.cli import main; main()", "serve"]
+class Node(NodeProcess):
+    """A node process whose starts and kills go on the test's timeline."""
 
-
-def http_json(url: str, method: str = "GET", body: Any = None, timeout: float = 5.0) -> Any:
-    """One request; returns (status, parsed body). Connection failures raise OSError, and so
-    does an answer cut short (a node killed mid-response)."""
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        url, data=data, method=method, headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            raw = response.read()
-            return response.status, json.loads(raw) if raw else {}
-    except http.client.HTTPException as error:
-        raise ConnectionError(f"torn HTTP exchange with {url}: {error!r}") from error
-    except urllib.error.HTTPError as error:
-        raw = error.read()
-        try:
-            return error.code, json.loads(raw) if raw else {}
-        except ValueError:
-            return error.code, {"raw": raw.decode("utf-8", "replace")}
-
-
-class Node:
     def __init__(
         self, node_id: int, root: Path, peers: str, timeline: Timeline | None = None
     ) -> None:
-        self.node_id = node_id
+        http, raft = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        super().__init__(node_id, http, raft, peers, root)
         self.timeline = timeline or Timeline()
-        self.http = f"127.0.0.1:{free_port()}"
-        self.raft = f"127.0.0.1:{free_port()}"
-        self.data_dir = root / f"node-{node_id}"
-        self.log_path = root / f"node-{node_id}.log"
-        self.peers = peers
-        self.process: subprocess.Popen[bytes] | None = None
 
-    @property
-    def url(self) -> str:
-        return f"http://{self.http}"
-
-    def start(self) -> None:
-        command = [
-            *serve_command(),
-            "--node-id", str(self.node_id),
-            "--data-dir", str(self.data_dir),
-            "--http", self.http,
-            "--raft", self.raft,
-            "--peers", self.peers,
-        ]  # fmt: skip
-        log = open(self.log_path, "ab")  # noqa: SIM115 (the child keeps it; closed on reap)
-        self.process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        log.close()
-        self.timeline.note(f"node {self.node_id} started (pid {self.process.pid})")
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+    def start(self, fsync: str = "always") -> None:
+        super().start(fsync)
+        self.timeline.note(f"node {self.node_id} started (pid {self.pid})")
 
     def kill(self) -> None:
         """SIGKILL: no flush, no goodbye."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(10)
+        if self.running:
+            super().kill()
             self.timeline.note(f"node {self.node_id} SIGKILLed")
 
     def stop(self, timeout: float = 15.0) -> None:
@@ -140,19 +85,6 @@ class Node:
         except subprocess.TimeoutExpired:
             self.timeline.note(f"node {self.node_id} ignored SIGTERM for {timeout} s")
             self.kill()
-
-    def ready(self) -> bool:
-        try:
-            status, _ = http_json(f"{self.url}/readyz", timeout=1.0)
-        except OSError:
-            return False
-        return status == 200
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
 
     def exit_cause(self) -> str:
         """Why the process ended, with a hint when it could not even load Raftline's code."""

@@ -5,15 +5,17 @@ Helpers they build on live in inproc_harness.py and cluster_harness.py.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 from cluster_harness import Cluster, running_cluster
 from inproc_harness import configs, start_all
 
+from raftline.clients.client import Client
 from raftline.node.broker import Broker
 
 
@@ -31,6 +33,33 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One real `raftline serve` process, shared by the tests of a module."""
     with running_cluster(Path(tmp_path_factory.mktemp("node")), size=1) as single:
         yield single
+
+
+@pytest.fixture
+def client(node: Cluster) -> Iterator[Client]:
+    """A synchronous client of the module's `node`."""
+    with Client(node.urls) as client:
+        yield client
+
+
+_topic_names = (f"topic-{i}" for i in itertools.count())
+
+
+@pytest.fixture
+def topic_name() -> str:
+    """A topic name no other test uses."""
+    return next(_topic_names)
+
+
+@pytest.fixture
+def new_topic(client: Client, topic_name: str) -> Callable[..., str]:
+    """Creates the test's topic (`topic_name`) with that many partitions; returns its name."""
+
+    def create(partitions: int = 1) -> str:
+        client.create_topic(topic_name, partitions)
+        return topic_name
+
+    return create
 
 
 @pytest.fixture(scope="session")

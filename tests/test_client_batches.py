@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,19 +12,6 @@ from raftline.api.partitioner import partition_for_key
 from raftline.clients.client import AsyncClient, BatchAcked, Client, RaftlineError, RetryPolicy
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
-_names = (f"bulk-{i}" for i in itertools.count())
-
-
-@pytest.fixture
-def client(node: Cluster) -> Iterator[Client]:
-    with Client(node.urls) as client:
-        yield client
-
-
-def _topic(client: Client, partitions: int = 1) -> str:
-    name = next(_names)
-    client.create_topic(name, partitions)
-    return name
 
 
 def _values(n: int, tag: str = "v") -> list[bytes]:
@@ -33,10 +19,10 @@ def _values(n: int, tag: str = "v") -> list[bytes]:
 
 
 async def test_async_batch_is_acked_with_consecutive_offsets_and_read_back_in_order(
-    node: Cluster,
+    node: Cluster, topic_name: str
 ) -> None:
     async with AsyncClient(node.urls) as client:
-        name = next(_names)
+        name = topic_name
         await client.create_topic(name, 2)
         async with client.producer(name) as producer:
             first = await (await producer.send_batch(_values(300, "a"), partition=1))
@@ -49,9 +35,9 @@ async def test_async_batch_is_acked_with_consecutive_offsets_and_read_back_in_or
 
 
 def test_sync_batch_is_acked_with_consecutive_offsets_and_read_back_in_order(
-    client: Client,
+    client: Client, new_topic: Callable[..., str]
 ) -> None:
-    name = _topic(client)
+    name = new_topic()
     with client.producer(name) as producer:
         futures = [producer.send_batch(_values(100, f"s{n}-")) for n in range(3)]
     acked = [f.result() for f in futures]
@@ -66,10 +52,10 @@ def test_sync_batch_is_acked_with_consecutive_offsets_and_read_back_in_order(
 
 
 async def test_a_failed_batch_fails_its_future_and_later_batches_still_land(
-    node: Cluster,
+    node: Cluster, topic_name: str
 ) -> None:
     async with AsyncClient(node.urls) as client:
-        name = next(_names)
+        name = topic_name
         await client.create_topic(name, 1)
         async with client.producer(name) as producer:
             refused = await producer.send_batch(_values(10), partition=5)
@@ -80,8 +66,10 @@ async def test_a_failed_batch_fails_its_future_and_later_batches_still_land(
     assert info.value.code == "unknown_partition"
 
 
-def test_a_failed_sync_batch_fails_only_its_own_future(client: Client) -> None:
-    name = _topic(client)
+def test_a_failed_sync_batch_fails_only_its_own_future(
+    client: Client, new_topic: Callable[..., str]
+) -> None:
+    name = new_topic()
     with client.producer(name) as producer:
         refused = producer.send_batch(_values(3), partition=9)
         accepted = producer.send_batch(_values(3), partition=0)
@@ -90,8 +78,10 @@ def test_a_failed_sync_batch_fails_only_its_own_future(client: Client) -> None:
     assert accepted.result().count == 3
 
 
-def test_messages_sent_before_a_batch_are_stored_before_it(client: Client) -> None:
-    name = _topic(client)
+def test_messages_sent_before_a_batch_are_stored_before_it(
+    client: Client, new_topic: Callable[..., str]
+) -> None:
+    name = new_topic()
     with client.producer(name, linger_ms=10_000) as producer:
         single = producer.send(b"first")
         batch = producer.send_batch([b"second", b"third"])
@@ -99,9 +89,11 @@ def test_messages_sent_before_a_batch_are_stored_before_it(client: Client) -> No
     assert client.consumer(name, wait_ms=0).poll_values() == [b"first", b"second", b"third"]
 
 
-async def test_async_messages_sent_before_a_batch_are_stored_before_it(node: Cluster) -> None:
+async def test_async_messages_sent_before_a_batch_are_stored_before_it(
+    node: Cluster, topic_name: str
+) -> None:
     async with AsyncClient(node.urls) as client:
-        name = next(_names)
+        name = topic_name
         await client.create_topic(name, 1)
         async with client.producer(name, linger_ms=10_000) as producer:
             single = await producer.send(b"first")
@@ -112,8 +104,10 @@ async def test_async_messages_sent_before_a_batch_are_stored_before_it(node: Clu
     assert values == [b"first", b"second", b"third"]
 
 
-def test_a_keyed_batch_goes_to_the_partition_of_its_key(client: Client) -> None:
-    name = _topic(client, partitions=4)
+def test_a_keyed_batch_goes_to_the_partition_of_its_key(
+    client: Client, new_topic: Callable[..., str]
+) -> None:
+    name = new_topic(4)
     acked = client.produce_batch(name, partition_for_key(b"user-3", 4), [b"x"], key="user-3")
     with client.producer(name) as producer:
         future = producer.send_batch([b"y", b"z"], key="user-3")
@@ -122,24 +116,28 @@ def test_a_keyed_batch_goes_to_the_partition_of_its_key(client: Client) -> None:
     assert message.key == b"user-3"
 
 
-def test_a_batch_sent_without_acks_has_no_offsets(client: Client) -> None:
-    name = _topic(client)
+def test_a_batch_sent_without_acks_has_no_offsets(
+    client: Client, new_topic: Callable[..., str]
+) -> None:
+    name = new_topic()
     acked = client.produce_batch(name, 0, _values(4), acks="none")
     assert (acked.base_offset, acked.count) == (None, 4)
     with pytest.raises(ValueError):
         _ = acked.offsets
 
 
-def test_an_empty_batch_is_refused_before_sending(client: Client) -> None:
-    name = _topic(client)
+def test_an_empty_batch_is_refused_before_sending(
+    client: Client, new_topic: Callable[..., str]
+) -> None:
+    name = new_topic()
     with client.producer(name) as producer, pytest.raises(ValueError):
         producer.send_batch([])
 
 
 def test_fetched_values_keep_max_messages_and_continue_after_the_last_one(
-    client: Client,
+    client: Client, new_topic: Callable[..., str]
 ) -> None:
-    name = _topic(client)
+    name = new_topic()
     acked = client.produce_batch(name, 0, _values(5))
     first = client.fetch_values(name, 0, acked.base_offset, max_messages=2)
     rest = client.fetch_values(name, 0, first.next_offset, max_messages=10)
@@ -149,9 +147,9 @@ def test_fetched_values_keep_max_messages_and_continue_after_the_last_one(
     assert middle.values == _values(5)[3:]
 
 
-def test_json_wire_fetches_the_same_values(node: Cluster) -> None:
+def test_json_wire_fetches_the_same_values(node: Cluster, new_topic: Callable[..., str]) -> None:
     with Client(node.urls, wire="json") as client:
-        name = _topic(client)
+        name = new_topic()
         acked = client.produce_batch(name, 0, [b"one", b"two"])
         fetched = client.fetch_values(name, 0, acked.base_offset)
     assert fetched.values == [b"one", b"two"]
@@ -169,11 +167,13 @@ class FetchRecordingClient(Client):
         return super().exchange(method, path, request, url)
 
 
-def test_a_consumer_fetches_from_the_partition_leader(node: Cluster) -> None:
+def test_a_consumer_fetches_from_the_partition_leader(
+    node: Cluster, new_topic: Callable[..., str]
+) -> None:
     # A node that is not the leader forwards the fetch and answers JSON, not the batches.
     with FetchRecordingClient(node.urls) as client:
         client.fetched_from = []
-        name = _topic(client)
+        name = new_topic()
         client.produce_batch(name, 0, [b"x"])
         assert client.consumer(name, wait_ms=0).poll_values() == [b"x"]
         leader = client.metadata.leader_url(name, 0)
@@ -193,11 +193,11 @@ class AttemptRecordingClient(Client):
 
 
 def test_a_leader_address_the_client_cannot_reach_is_skipped_until_the_next_lookup(
-    node: Cluster,
+    node: Cluster, new_topic: Callable[..., str]
 ) -> None:
     with AttemptRecordingClient(node.urls, retry=RetryPolicy(backoff_ms=1)) as client:
         client.attempts = []
-        name = _topic(client)
+        name = new_topic()
         client.produce_batch(name, 0, [b"a", b"b"])
         consumer = client.consumer(name, wait_ms=0, max_messages=1)
         client.refresh_metadata(name)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import pytest
 from cluster_harness import Cluster
@@ -21,23 +20,12 @@ from raftline.clients.client import (
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
-_names = (f"topic-{i}" for i in itertools.count())
 
 
-@pytest.fixture
-def client(node: Cluster) -> Iterator[Client]:
-    with Client(node.urls) as client:
-        yield client
-
-
-def _topic(client: Client, partitions: int = 1) -> str:
-    name = next(_names)
-    client.create_topic(name, partitions)
-    return name
-
-
-def test_admin_calls_create_list_describe_and_delete(client: Client) -> None:
-    name = _topic(client, partitions=2)
+def test_admin_calls_create_list_describe_and_delete(
+    client: Client, new_topic: Callable[..., str]
+) -> None:
+    name = new_topic(2)
     assert name in [t["name"] for t in client.list_topics()]
     assert len(client.describe_topic(name)["partitions"]) == 2
     client.delete_topic(name)
@@ -62,8 +50,10 @@ def test_unreachable_broker_is_a_retryable_connection_error() -> None:
     assert info.value.retryable
 
 
-def test_sync_producer_batches_and_consumer_reads_back_in_order(client: Client) -> None:
-    name = _topic(client)
+def test_sync_producer_batches_and_consumer_reads_back_in_order(
+    client: Client, new_topic: Callable[..., str]
+) -> None:
+    name = new_topic()
     with client.producer(name, linger_ms=20) as producer:
         futures = [producer.send(f"m{i}") for i in range(200)]
     acked = [f.result() for f in futures]
@@ -73,22 +63,28 @@ def test_sync_producer_batches_and_consumer_reads_back_in_order(client: Client) 
     assert values == [f"m{i}" for i in range(200)]
 
 
-def test_producer_sends_keys_to_the_kafka_partition(client: Client) -> None:
-    name = _topic(client, partitions=3)
+def test_producer_sends_keys_to_the_kafka_partition(
+    client: Client, new_topic: Callable[..., str]
+) -> None:
+    name = new_topic(3)
     with client.producer(name) as producer:
         future = producer.send("v", key="user-7")
     assert future.result().partition == partition_for_key(b"user-7", 3)
 
 
-def test_binary_values_and_headers_round_trip(client: Client) -> None:
-    name = _topic(client)
+def test_binary_values_and_headers_round_trip(
+    client: Client, new_topic: Callable[..., str]
+) -> None:
+    name = new_topic()
     [acked] = client.produce(name, [encode_message(b"\x00\xff", key=b"k", headers={"h": "1"})])
     [message] = client.fetch(name, 0, acked.offset).messages
     assert (message.value, message.key, message.headers) == (b"\x00\xff", b"k", {"h": "1"})
 
 
-def test_consumer_long_poll_sees_a_later_message(client: Client) -> None:
-    name = _topic(client)
+def test_consumer_long_poll_sees_a_later_message(
+    client: Client, new_topic: Callable[..., str]
+) -> None:
+    name = new_topic()
     consumer = client.consumer(name, offset="latest", wait_ms=5000)
     later = threading.Timer(0.3, client.produce, (name, [encode_message("late")]))
     later.start()
@@ -98,10 +94,10 @@ def test_consumer_long_poll_sees_a_later_message(client: Client) -> None:
         later.join()
 
 
-def test_async_producer_and_consumer_round_trip(node: Cluster) -> None:
+def test_async_producer_and_consumer_round_trip(node: Cluster, topic_name: str) -> None:
     async def scenario() -> tuple[list[Acked], list[str | None]]:
         async with AsyncClient(node.urls) as client:
-            name = next(_names)
+            name = topic_name
             await client.create_topic(name, 2)
             async with client.producer(name, linger_ms=10) as producer:
                 futures = [await producer.send(f"a{i}", partition=i % 2) for i in range(50)]
