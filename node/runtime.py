@@ -512,19 +512,8 @@ class Runtime:
                 storage.save(rd.hard_state)
             if rd.must_sync or rd.entries:
                 to_sync[id(storage)] = storage
-        self._fsync_all(list(to_sync.values()))
+        fsync_all(self._fsyncs, list(to_sync.values()))
         self.stats["fsyncs"] += len(to_sync)
-
-    def _fsync_all(self, storages: list[GroupStorage]) -> None:
-        """Fsync every log of a round, in parallel when there are several; raises the first
-        failure once all have finished (a log that failed to sync fails the node)."""
-        if len(storages) == 1:
-            storages[0].fsync()
-            return
-        syncs = [self._fsyncs.submit(storage.fsync) for storage in storages]
-        futures.wait(syncs)
-        for sync in syncs:
-            sync.result()
 
     def _send_replication(self, rounds: list[_Round]) -> None:
         """Send leaders' APPENDs and HEARTBEATs before this round's disk writes: followers
@@ -719,6 +708,18 @@ class Runtime:
         for _, fut in group.waiting_reads:
             if not fut.done():
                 fut.cancel()
+
+
+def fsync_all(pool: ThreadPoolExecutor, storages: list[GroupStorage]) -> None:
+    """Fsync every log of a round, in parallel on `pool` when there are several; raises the
+    first failure once all have finished (a log that failed to sync fails the node)."""
+    if len(storages) == 1:
+        storages[0].fsync()
+        return
+    syncs = [pool.submit(storage.fsync) for storage in storages]
+    futures.wait(syncs)
+    for sync in syncs:
+        sync.result()
 
 
 def _close_all(groups: list[Group]) -> None:
