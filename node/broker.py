@@ -157,8 +157,8 @@ class Broker:
 
     async def _enforce_retention(self) -> None:
         while True:
+            # The log is thread-safe: reading its retention point beside a round's write is fine.
             await asyncio.sleep(self.config.retention_check_s)
-            await self.runtime.disk_idle()
             for group in list(self.partitions):
                 raft_group = self.runtime.groups.get(group)
                 if raft_group is None:

@@ -1,16 +1,19 @@
-"""The multi-Raft driver: all Raft groups of a node on one asyncio loop, one timer, one disk thread.
+"""The multi-Raft driver: all Raft groups of a node on one asyncio loop, one timer, a disk pool.
 
 Owns group lifecycle, driver rounds with group commit, proposals, read barriers, leader views and
 quiescence of idle groups.
 
-A driver round: (1) on the loop, feed each touched group its ticks, messages, proposals and read
-requests and collect the Readys; send leaders' APPENDs and HEARTBEATs at once (followers write
-while the leader does) and apply leaders' committed entries (acks need no later fsync); (2) on
-the disk thread, write every Ready's entries and hard state, then fsync each touched log once;
-(3) on the loop, send the other messages (one frame per peer), apply followers' committed
-entries, answer read barriers and advance. Inputs arriving during (2) wait for the
-next round, which is what batches concurrent proposals into one append and one fsync. The loop
-never touches a group's storage or core while (2) runs.
+A driver round takes the touched groups that have no write in flight: (1) on the loop, feed each
+its ticks, messages, proposals and read requests and collect the Readys; send leaders' APPENDs
+and HEARTBEATs at once (followers write while the leader does) and apply leaders' committed
+entries (acks need no later fsync); (2) on a disk thread, write every Ready's entries and hard
+state, then fsync each touched log once; (3) back on the loop, send the other messages (one
+frame per peer), apply followers' committed entries, answer read barriers and advance.
+Rounds are pipelined: while one round is on disk, the loop runs further rounds for the other
+groups (an ack of partition A never waits for partition B's fsync), but a group has at most one
+round in flight. Inputs for a group whose round is on disk wait for it to finish, which is what
+batches a partition's concurrent proposals into one append and one fsync. The loop never
+touches a group's storage or core while that group's round is on disk.
 
 Quiescence. A leader whose group had no proposals and no replication traffic (anything but
 heartbeats) for `quiet_after_ticks` ticks stops ticking it and tells each follower node
@@ -58,7 +61,8 @@ log = logging.getLogger(__name__)
 _HEARTBEATS = (MessageType.HEARTBEAT, MessageType.HEARTBEAT_RESP)
 _REPLICATION = (MessageType.APPEND, MessageType.HEARTBEAT)  # a leader's, sent before its fsync
 ORPHANS_PER_GROUP = 16
-FSYNC_THREADS = 8  # fsyncs of one round that may be in flight at once
+DISK_THREADS = 4  # rounds (of disjoint groups) that may be on disk at once
+FSYNC_THREADS = 8  # fsyncs that may be in flight at once
 LOOP_READ_BYTES = 1 << 20  # fetch reads up to this size may run on the loop (see read_log)
 ORPHAN_GROUPS = 1024
 
@@ -164,11 +168,17 @@ class Runtime:
         self._notices: dict[int, list[list[Any]]] = defaultdict(list)
         self._orphans: dict[str, list[Message]] = {}  # messages for groups not created yet
         self._wakeup = asyncio.Event()
-        self._disk_idle = asyncio.Event()
+        # group -> its round's disk write in flight; such a group is not fed until it ends.
+        self._writing: dict[str, asyncio.Future[int]] = {}
+        self._disk_idle = asyncio.Event()  # set while no round is on disk
         self._disk_idle.set()
-        self._disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftline-disk")
-        # A round's fsyncs of different partition logs run side by side: the filesystem folds
-        # concurrent fsyncs into one journal commit (16 logs: ~1.7 ms against ~5.5 ms serial).
+        self._stopping = False
+        self._failure: BaseException | None = None  # a write that failed: fatal to the driver
+        self._disk = ThreadPoolExecutor(
+            max_workers=DISK_THREADS, thread_name_prefix="raftline-disk"
+        )
+        # Fsyncs of different partition logs run side by side: the filesystem folds concurrent
+        # fsyncs into one journal commit (16 logs: ~1.7 ms against ~5.5 ms serial).
         self._fsyncs = ThreadPoolExecutor(
             max_workers=FSYNC_THREADS, thread_name_prefix="raftline-fsync"
         )
@@ -196,6 +206,7 @@ class Runtime:
         self._tasks = [self.driver, asyncio.ensure_future(self._tick())]
 
     async def stop(self) -> None:
+        self._stopping = True
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -243,13 +254,13 @@ class Runtime:
         self._active.discard(name)
         self._dirty.discard(name)
         self._fail_waiters(group, f"group {name} removed")
-        while not self._disk_idle.is_set():
-            await self._disk_idle.wait()
+        if (write := self._writing.get(name)) is not None:
+            await asyncio.wait([write])
         await asyncio.get_running_loop().run_in_executor(self._disk, group.storage.close)
         return group.storage
 
     async def run_on_disk(self, fn: Any, *args: Any) -> Any:
-        """Run blocking storage work on the disk thread, after the current round's writes."""
+        """Run blocking storage work (opening or closing a log no round uses) on the disk pool."""
         return await asyncio.get_running_loop().run_in_executor(self._disk, fn, *args)
 
     async def read_log(self, log: Any, offset: int, max_bytes: int, upto: int) -> bytes:
@@ -262,11 +273,6 @@ class Runtime:
             return data
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._reader, log.read, offset, max_bytes, upto)
-
-    async def disk_idle(self) -> None:
-        """Wait until no round is writing (storage reads are then safe until the next await)."""
-        while not self._disk_idle.is_set():
-            await self._disk_idle.wait()
 
     # inputs
 
@@ -408,32 +414,55 @@ class Runtime:
     # driver rounds
 
     async def _drive(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
+            if self._failure is not None:
+                # A log that cannot be written must not acknowledge anything: stop the node.
+                raise self._failure
             rounds = [self._feed(g) for n in self._take_dirty() if (g := self.groups.get(n))]
             self._send_replication(rounds)
             self._apply_early(rounds)
-            readies = [r for r in rounds if r.writes]
-            if readies and not any(r.touches_disk for r in readies):
-                self._persist(readies)
-            elif readies:
-                self._disk_idle.clear()
-                try:
-                    await loop.run_in_executor(self._disk, self._persist, readies)
-                except Exception:
-                    # A log that cannot be written must not acknowledge anything: stop the node.
-                    log.critical("persisting Raft state failed; stopping the driver", exc_info=True)
-                    raise
-                finally:
-                    self._disk_idle.set()
-            self._finish(rounds)
+            on_disk = [r for r in rounds if r.touches_disk]
+            if on_disk:
+                self._write(on_disk)
+            at_once = [r for r in rounds if not r.touches_disk]
+            if writes := [r for r in at_once if r.writes]:
+                self._persist(writes)  # commit-index changes only: kept in memory, no I/O
+            self._finish(at_once)
 
     def _take_dirty(self) -> list[str]:
-        dirty = list(self._dirty)
-        self._dirty.clear()
+        """The touched groups without a round on disk; the others stay touched until it ends."""
+        if not self._writing:
+            dirty = list(self._dirty)
+            self._dirty.clear()
+            return dirty
+        dirty = [name for name in self._dirty if name not in self._writing]
+        self._dirty.difference_update(dirty)
         return dirty
+
+    def _write(self, rounds: list[_Round]) -> None:
+        """Start the rounds' disk writes on the pool; `_written` finishes them on the loop."""
+        write = asyncio.get_running_loop().run_in_executor(self._disk, self._persist, rounds)
+        for item in rounds:
+            self._writing[item.group.name] = write
+        self._disk_idle.clear()
+        write.add_done_callback(lambda done: self._written(rounds, done))
+
+    def _written(self, rounds: list[_Round], write: asyncio.Future[int]) -> None:
+        for item in rounds:
+            self._writing.pop(item.group.name, None)
+        if not self._writing:
+            self._disk_idle.set()
+        if write.cancelled() or self._stopping:
+            return
+        if (error := write.exception()) is not None:
+            log.critical("persisting Raft state failed; stopping the driver", exc_info=error)
+            self._failure = error
+            self._wakeup.set()
+            return
+        self.stats["fsyncs"] += write.result()
+        self._finish(rounds)
 
     def _feed(self, group: Group) -> _Round:
         core = group.core
@@ -494,9 +523,10 @@ class Runtime:
         except Exception as exc:
             log.warning("Raft group %s rejected an input: %r", group.name, exc)
 
-    def _persist(self, rounds: list[_Round]) -> None:
+    def _persist(self, rounds: list[_Round]) -> int:
         """Disk thread: write every Ready, then fsync each touched log once (each log's fsync
-        policy decides whether that fsync reaches the disk); apply requested trims."""
+        policy decides whether that fsync reaches the disk); apply requested trims. Returns
+        the number of logs synced."""
         to_sync: dict[int, GroupStorage] = {}
         for item in rounds:
             rd, storage = item.ready, item.group.storage
@@ -513,7 +543,7 @@ class Runtime:
             if rd.must_sync or rd.entries:
                 to_sync[id(storage)] = storage
         fsync_all(self._fsyncs, list(to_sync.values()))
-        self.stats["fsyncs"] += len(to_sync)
+        return len(to_sync)
 
     def _send_replication(self, rounds: list[_Round]) -> None:
         """Send leaders' APPENDs and HEARTBEATs before this round's disk writes: followers
@@ -586,7 +616,7 @@ class Runtime:
         for item in rounds:
             self._settle(item)
         self._flush_notices()
-        if self._dirty:
+        if self._dirty and (not self._writing or not self._dirty.issubset(self._writing)):
             self._wakeup.set()
 
     def _settle(self, item: _Round) -> None:

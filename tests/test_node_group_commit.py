@@ -1,7 +1,8 @@
 """Group commit on a leader: an acknowledgement waits only for its own write's fsync.
 
 A write that arrives while an earlier one is being fsynced goes to disk in the next round; the
-earlier write's ack must not wait for that next fsync too.
+earlier write's ack must not wait for that next fsync too, and no ack waits for the fsync of
+another partition's write.
 """
 
 from __future__ import annotations
@@ -55,5 +56,39 @@ async def test_an_ack_does_not_wait_for_the_fsync_of_a_later_write(tmp_path: Pat
         finally:
             release_second.set()
         assert await asyncio.wait_for(second, BOUND_S) == first_offset + 1
+    finally:
+        await broker.stop()
+
+
+async def test_an_ack_does_not_wait_for_another_partitions_fsync(tmp_path: Path) -> None:
+    (broker,) = await start_all(configs(tmp_path, 1))
+    loop = asyncio.get_running_loop()
+    try:
+        await broker.create_topic("pipelined", 2, 1, {})
+        for partition in (0, 1):
+            await broker.produce("pipelined", partition, batch_of(b"warm"), "all")
+        held = next(
+            broker.runtime.groups[g].storage
+            for g, replica in broker.partitions.items()
+            if replica.partition == 0
+        )
+        in_fsync = asyncio.Event()
+        release = threading.Event()
+        durable = held.fsync
+
+        def held_fsync() -> None:
+            loop.call_soon_threadsafe(in_fsync.set)
+            release.wait(BOUND_S * 2)
+            durable()
+
+        held.fsync = held_fsync  # type: ignore[method-assign]
+        slow = asyncio.ensure_future(broker.produce("pipelined", 0, batch_of(b"a"), "all"))
+        try:
+            await asyncio.wait_for(in_fsync.wait(), BOUND_S)
+            await asyncio.wait_for(broker.produce("pipelined", 1, batch_of(b"b"), "all"), BOUND_S)
+            assert not slow.done()  # partition 0's fsync is still held
+        finally:
+            release.set()
+        await asyncio.wait_for(slow, BOUND_S)
     finally:
         await broker.stop()
