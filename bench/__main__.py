@@ -90,7 +90,7 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def run_peers(args: argparse.Namespace) -> int:
     for name, peer_class in PEERS.items():
-        ensure_installed(name)
+        ensure_installed(peer_class.system)
         if args.action == "check":
             peer = peer_class(args.replicas)
             began = time.monotonic()

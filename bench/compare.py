@@ -19,9 +19,11 @@ from bench.peers import PEERS, PeerError, ensure_installed
 from bench.runner import WorkloadRun
 from bench.workload import Workload
 
-SYSTEMS = ("raftline", "nats", "rabbitmq-quorum", "rabbitmq-stream", "redis")
+SYSTEMS = ("raftline", "raftline-nofsync", "nats", "rabbitmq-quorum", "rabbitmq-stream", "redis")
+# System -> the peer (bench.peers.PEERS) that serves it; systems sharing a peer share its servers.
 PEER_OF = {
     "raftline": "raftline",
+    "raftline-nofsync": "raftline-nofsync",
     "nats": "nats",
     "rabbitmq-quorum": "rabbitmq",
     "rabbitmq-stream": "rabbitmq",
@@ -78,15 +80,15 @@ def _run_peer(
     peer = PEERS[peer_name](replicas)
     try:
         if options.install:
-            ensure_installed(peer_name)
+            ensure_installed(peer.system)
         started = time.monotonic()
         endpoint = peer.start()
         options.log(f"[{peer_name} r{replicas}] ready in {time.monotonic() - started:.1f} s")
-        results["peers"][peer_name] = peer.version
+        results["peers"][peer.system] = peer.version
         for system in systems:
             key = f"{system} r{replicas}"
             try:
-                runs = _run(_run_system(system, endpoint, run_id, options, key))
+                runs = _run(_run_system(system, endpoint, run_id, options, key, peer.durability()))
             except Exception as error:  # one broken driver must not end the whole comparison
                 options.log(f"[{key}] failed: {type(error).__name__}: {error}")
                 results["skipped"].append(
@@ -115,9 +117,16 @@ def _run(coroutine: Coroutine[Any, Any, list[dict[str, Any]]]) -> list[dict[str,
 
 
 async def _run_system(
-    system: str, endpoint: Endpoint, run_id: str, options: CompareOptions, key: str
+    system: str,
+    endpoint: Endpoint,
+    run_id: str,
+    options: CompareOptions,
+    key: str,
+    durability: str | None,
 ) -> list[dict[str, Any]]:
+    """Every workload on one system; `durability` replaces the driver's statement if given."""
     driver = driver_class(system)(endpoint)
+    durability = durability or driver.durability
     await asyncio.wait_for(driver.connect(), SETUP_TIMEOUT_S)
     runs: list[dict[str, Any]] = []
     max_rates: dict[str, float] = {}
@@ -132,7 +141,7 @@ async def _run_system(
                 )
                 continue
             result = await _run_workload(driver, workload, run_id, rate, options)
-            result.update(system=system, replicas=endpoint.replicas, durability=driver.durability)
+            result.update(system=system, replicas=endpoint.replicas, durability=durability)
             runs.append(result)
             if workload.max_rate and not result["errors"]:
                 max_rates[workload.name] = result["publish_msgs_per_s"]

@@ -12,7 +12,22 @@ from pathlib import Path
 from typing import Any
 
 PERCENTILES = ("p50", "p99", "p99.9", "max")
-PEER_ORDER = ("raftline", "nats", "rabbitmq-quorum", "rabbitmq-stream", "redis")
+PEER_ORDER = ("raftline", "raftline-nofsync", "nats", "rabbitmq-quorum", "rabbitmq-stream", "redis")
+
+# Durability classes: whether an acknowledged message was fsynced first (by the server that
+# acknowledged it, or by a quorum), as bench/peers.py starts each system.
+FSYNCED = "fsync before ack"
+PAGE_CACHE = "no fsync before ack"
+DURABILITY_CLASS = {
+    "raftline": FSYNCED,  # --fsync always
+    "raftline-nofsync": PAGE_CACHE,  # --fsync never
+    "nats": PAGE_CACHE,  # nats-server 2.9: fsync on a 2-minute timer
+    "rabbitmq-quorum": FSYNCED,  # Ra WAL fsync before the confirm
+    "rabbitmq-stream": PAGE_CACHE,  # confirm after the write, never fsynced
+    "redis": FSYNCED,  # appendfsync always (on the primary)
+}
+# The Raftline system each peer is compared with at like-for-like durability.
+RAFTLINE_OF_CLASS = {FSYNCED: "raftline", PAGE_CACHE: "raftline-nofsync"}
 
 
 def machine() -> dict[str, Any]:
@@ -100,42 +115,110 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _is_raftline(system: str) -> bool:
+    return system in RAFTLINE_OF_CLASS.values()
+
+
+def _peer_runs(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The peers' runs (no Raftline system), by workload, replication factor and system name."""
+    runs = [r for r in results["runs"] if not _is_raftline(r["system"])]
+    return sorted(runs, key=lambda r: (r["system"], r["workload"], r["replicas"]))
+
+
+def _ratio(own: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """A Raftline run over a peer's: publish msg/s and e2e p99 (None where either is missing)."""
+    entry: dict[str, Any] = {
+        "workload": run["workload"],
+        "peer": run["system"],
+        "replicas": run["replicas"],
+    }
+    peer_rate = run["publish_msgs_per_s"]
+    entry["publish_ratio"] = own["publish_msgs_per_s"] / peer_rate if peer_rate else None
+    if own["e2e_latency_ms"] and run["e2e_latency_ms"] and run["e2e_latency_ms"]["p99"]:
+        entry["e2e_p99_ratio"] = own["e2e_latency_ms"]["p99"] / run["e2e_latency_ms"]["p99"]
+    else:
+        entry["e2e_p99_ratio"] = None
+    return entry
+
+
 def ratios(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """Raftline over each peer, per workload and replication factor: publish msg/s and e2e p99."""
+    """Raftline (fsync always) over each peer, per workload and replication factor."""
     by_key = {(r["system"], r["workload"], r["replicas"]): r for r in results["runs"]}
     out = []
-    for (system, workload, replicas), run in sorted(by_key.items()):
-        own = by_key.get(("raftline", workload, replicas))
-        if system == "raftline" or own is None:
+    for run in _peer_runs(results):
+        own = by_key.get(("raftline", run["workload"], run["replicas"]))
+        if own is not None:
+            out.append(_ratio(own, run))
+    return out
+
+
+def like_for_like_ratios(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each peer over the Raftline system of its durability class (RAFTLINE_OF_CLASS)."""
+    by_key = {(r["system"], r["workload"], r["replicas"]): r for r in results["runs"]}
+    out = []
+    for run in _peer_runs(results):
+        durability_class = DURABILITY_CLASS.get(run["system"])
+        raftline = RAFTLINE_OF_CLASS.get(durability_class or "")
+        own = by_key.get((raftline, run["workload"], run["replicas"]))
+        if raftline is None or own is None:
             continue
-        entry: dict[str, Any] = {"workload": workload, "peer": system, "replicas": replicas}
-        peer_rate = run["publish_msgs_per_s"]
-        entry["publish_ratio"] = own["publish_msgs_per_s"] / peer_rate if peer_rate else None
-        if own["e2e_latency_ms"] and run["e2e_latency_ms"] and run["e2e_latency_ms"]["p99"]:
-            entry["e2e_p99_ratio"] = own["e2e_latency_ms"]["p99"] / run["e2e_latency_ms"]["p99"]
-        else:
-            entry["e2e_p99_ratio"] = None
+        entry = _ratio(own, run)
+        entry.update(durability_class=durability_class, raftline=raftline)
         out.append(entry)
     return out
 
 
+def _ratio_cells(entry: dict[str, Any]) -> tuple[str, str]:
+    pub, e2e = entry["publish_ratio"], entry["e2e_p99_ratio"]
+    return (
+        f"{pub:.2f}" if pub is not None else "n/a",
+        f"{e2e:.2f}" if e2e is not None else "n/a",
+    )
+
+
 def ratio_lines(results: dict[str, Any]) -> list[str]:
+    """Both ratio tables: Raftline fsync-always over every peer, then like for like."""
     entries = ratios(results)
     if not entries:
         measured = any(r["system"] == "raftline" for r in results["runs"])
         why = "no peer ran the same workloads" if measured else "Raftline was not measured"
-        return [f"Raftline/peer ratios: none, {why} in this run."]
+        lines = [f"Raftline/peer ratios: none, {why} in this run."]
+    else:
+        lines = [
+            "Raftline/peer ratios (publish msg/s: above 1 means Raftline is faster; "
+            "end-to-end p99: below 1 means Raftline is lower):",
+            "",
+            "| workload | RF | peer | publish msg/s ratio | e2e p99 ratio |",
+            "|---|---|---|---|---|",
+        ]
+        for e in entries:
+            pub, e2e = _ratio_cells(e)
+            lines.append(f"| {e['workload']} | {e['replicas']} | {e['peer']} | {pub} | {e2e} |")
+    return [*lines, "", *like_for_like_lines(results)]
+
+
+def like_for_like_lines(results: dict[str, Any]) -> list[str]:
+    entries = like_for_like_ratios(results)
+    if not entries:
+        return [
+            "Raftline/peer ratios at like-for-like durability: none, no peer ran the same "
+            "workloads as the Raftline system of its durability class in this run."
+        ]
     lines = [
-        "Raftline/peer ratios (publish msg/s: above 1 means Raftline is faster; "
-        "end-to-end p99: below 1 means Raftline is lower):",
+        "Raftline/peer ratios at like-for-like durability: each peer against the Raftline "
+        f"system of its class (`{FSYNCED}`: raftline, `--fsync always`; `{PAGE_CACHE}`: "
+        "raftline-nofsync, `--fsync never`):",
         "",
-        "| workload | RF | peer | publish msg/s ratio | e2e p99 ratio |",
-        "|---|---|---|---|---|",
+        "| workload | RF | peer | peer durability class | Raftline system "
+        "| publish msg/s ratio | e2e p99 ratio |",
+        "|---|---|---|---|---|---|---|",
     ]
     for e in entries:
-        pub = f"{e['publish_ratio']:.2f}" if e["publish_ratio"] is not None else "n/a"
-        e2e = f"{e['e2e_p99_ratio']:.2f}" if e["e2e_p99_ratio"] is not None else "n/a"
-        lines.append(f"| {e['workload']} | {e['replicas']} | {e['peer']} | {pub} | {e2e} |")
+        pub, e2e = _ratio_cells(e)
+        lines.append(
+            f"| {e['workload']} | {e['replicas']} | {e['peer']} | {e['durability_class']} "
+            f"| {e['raftline']} | {pub} | {e2e} |"
+        )
     return lines
 
 
@@ -221,7 +304,11 @@ def _latency_chart(
 def write(results: dict[str, Any], out: Path) -> dict[str, Path]:
     """results.json, results.md and the charts into `out`; returns what was written."""
     out.mkdir(parents=True, exist_ok=True)
-    results = {**results, "ratios": ratios(results)}
+    results = {
+        **results,
+        "ratios": ratios(results),
+        "like_for_like_ratios": like_for_like_ratios(results),
+    }
     paths = {"json": out / "results.json", "markdown": out / "results.md"}
     paths["json"].write_text(json.dumps(results, indent=2) + "\n")
     paths["markdown"].write_text(markdown(results))

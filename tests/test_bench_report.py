@@ -1,9 +1,12 @@
-"""The comparison report states Raftline/peer ratios and every run in its table."""
+"""The comparison report states Raftline/peer ratios, also at like-for-like durability, and
+every run in its table."""
 
+import json
 from pathlib import Path
 from typing import Any
 
-from bench.report import markdown, ratios, write
+from bench.compare import SYSTEMS
+from bench.report import DURABILITY_CLASS, like_for_like_ratios, markdown, ratios, write
 
 
 def _run(system: str, rate: float, p99: float) -> dict[str, Any]:
@@ -67,3 +70,91 @@ def test_write_produces_json_and_markdown(tmp_path: Path) -> None:
     paths = write(_results(_run("nats", 10_000, 10.0)), tmp_path)
     assert paths["json"].exists()
     assert paths["markdown"].read_text().startswith("Run 2026-11-21")
+
+
+def test_fsync_always_ratios_leave_out_the_raftline_variant() -> None:
+    entries = ratios(
+        _results(
+            _run("raftline", 30_000, 5.0),
+            _run("raftline-nofsync", 60_000, 4.0),
+            _run("nats", 10_000, 10.0),
+        )
+    )
+    assert [(e["peer"], e["publish_ratio"]) for e in entries] == [("nats", 3.0)]
+
+
+def test_a_peer_that_fsyncs_before_acking_is_compared_with_raftline_fsync_always() -> None:
+    entries = like_for_like_ratios(
+        _results(
+            _run("raftline", 30_000, 5.0),
+            _run("raftline-nofsync", 60_000, 4.0),
+            _run("redis", 10_000, 10.0),
+        )
+    )
+    assert entries == [
+        {
+            "workload": "1-topic-1-partition-100b",
+            "peer": "redis",
+            "replicas": 1,
+            "publish_ratio": 3.0,
+            "e2e_p99_ratio": 0.5,
+            "durability_class": "fsync before ack",
+            "raftline": "raftline",
+        }
+    ]
+
+
+def test_a_peer_that_acks_before_any_fsync_is_compared_with_raftline_nofsync() -> None:
+    entries = like_for_like_ratios(
+        _results(
+            _run("raftline", 30_000, 5.0),
+            _run("raftline-nofsync", 60_000, 4.0),
+            _run("rabbitmq-stream", 20_000, 8.0),
+        )
+    )
+    assert [(e["peer"], e["raftline"], e["publish_ratio"]) for e in entries] == [
+        ("rabbitmq-stream", "raftline-nofsync", 3.0)
+    ]
+    assert entries[0]["durability_class"] == "no fsync before ack"
+
+
+def test_each_peer_is_in_the_class_its_acknowledgement_implies() -> None:
+    fsynced = {s for s, c in DURABILITY_CLASS.items() if c == "fsync before ack"}
+    assert fsynced == {"raftline", "rabbitmq-quorum", "redis"}
+    assert {"nats", "rabbitmq-stream", "raftline-nofsync"} == set(DURABILITY_CLASS) - fsynced
+
+
+def test_every_compared_system_has_a_durability_class() -> None:
+    assert set(SYSTEMS) <= set(DURABILITY_CLASS)
+
+
+def test_a_peer_whose_raftline_counterpart_did_not_run_has_no_like_for_like_row() -> None:
+    results = _results(_run("raftline", 30_000, 5.0), _run("nats", 10_000, 10.0))
+    assert like_for_like_ratios(results) == []
+    assert "like-for-like durability: none" in markdown(results)
+
+
+def test_markdown_states_each_peers_class_in_the_like_for_like_table() -> None:
+    text = markdown(
+        _results(
+            _run("raftline", 30_000, 5.0),
+            _run("raftline-nofsync", 60_000, 4.0),
+            _run("nats", 20_000, 10.0),
+        )
+    )
+    assert "| 1-topic-1-partition-100b | 1 | nats | 1.50 | 0.50 |" in text
+    assert (
+        "| 1-topic-1-partition-100b | 1 | nats | no fsync before ack | raftline-nofsync "
+        "| 3.00 | 0.40 |"
+    ) in text
+
+
+def test_results_json_holds_both_ratio_tables(tmp_path: Path) -> None:
+    results = _results(
+        _run("raftline", 30_000, 5.0),
+        _run("raftline-nofsync", 60_000, 4.0),
+        _run("nats", 20_000, 8.0),
+    )
+    saved = json.loads(write(results, tmp_path)["json"].read_text())
+    assert [e["publish_ratio"] for e in saved["ratios"]] == [1.5]
+    assert [e["publish_ratio"] for e in saved["like_for_like_ratios"]] == [3.0]

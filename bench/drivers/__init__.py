@@ -12,6 +12,8 @@ from bench.drivers.base import Driver
 # Imported lazily so that a missing client library only disables its own system.
 DRIVERS: dict[str, str] = {
     "raftline": "bench.drivers.raftline:RaftlineDriver",
+    # The same client; only the node's --fsync flag differs (bench.peers.RaftlineNoFsyncPeer).
+    "raftline-nofsync": "bench.drivers.raftline:RaftlineDriver",
     "nats": "bench.drivers.nats_js:NatsDriver",
     "rabbitmq-quorum": "bench.drivers.rabbitmq:QuorumQueueDriver",
     "rabbitmq-stream": "bench.drivers.rabbitmq_stream:StreamDriver",
