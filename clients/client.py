@@ -30,6 +30,7 @@ import orjson
 from raftline.api.codec import BATCH_CONTENT_TYPE
 from raftline.api.partitioner import partition_for_key
 from raftline.raftlog.records import DecodedRecord, Record, build_batch, iter_batches
+from raftline.raftlog.speedups import keep_large_buffers
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 METADATA_TTL_S = 30.0
@@ -615,6 +616,7 @@ class _ClientCore:
     """The I/O-free state of both clients: bootstrap nodes, retry policy, body format, metadata."""
 
     def __init__(self, url: str, retry: RetryPolicy | None, wire: str) -> None:
+        keep_large_buffers()  # batches of large messages: no fresh pages per buffer
         self.urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
         self.retry = retry or RetryPolicy()
         self.wire = _checked_wire(wire)
