@@ -5,6 +5,7 @@ Producers send one Kafka record batch they built; consumers may ask for whole st
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from inproc_harness import serving
 
+from raftline.api import app as app_module
 from raftline.api.codec import BATCH_CONTENT_TYPE
 from raftline.raftlog import batch as batch_format
 from raftline.raftlog.records import (
@@ -141,6 +143,39 @@ async def test_batch_fetch_stops_at_the_batch_that_reaches_max_messages(api: Tes
     decoded = list(iter_batches(await response.read()))
     assert [r.value for d in decoded for r in d.records] == [b"a", b"b"]
     assert int(response.headers["Raftline-Next-Offset"]) == first["base_offset"] + 2
+
+
+async def test_a_batch_body_sent_in_many_chunks_is_stored_as_sent(api: TestClient) -> None:
+    sent = build_batch(_records(os.urandom(300_000), os.urandom(300_000)))
+
+    async def in_chunks() -> AsyncIterator[bytes]:  # chunked transfer encoding, no length
+        for at in range(0, len(sent), 65_536):
+            yield sent[at : at + 65_536]
+
+    answer = await (await _post(api, in_chunks())).json()  # type: ignore[arg-type]
+    response = await _get_batches(api, f"offset={answer['base_offset']}")
+    stored = await response.read()
+    # Only the base offset and the Raft term (bytes 0-7 and 12-15) are stamped on append.
+    assert (len(stored), stored[8:12], stored[16:]) == (len(sent), sent[8:12], sent[16:])
+
+
+async def test_a_body_growing_past_the_limit_while_it_streams_is_too_large(
+    api: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(app_module, "MAX_BODY_BYTES", 100_000)
+
+    async def in_chunks() -> AsyncIterator[bytes]:
+        for _ in range(4):
+            yield b"x" * 65_536
+
+    await _error(await _post(api, in_chunks()), 413, "message_too_large")  # type: ignore[arg-type]
+
+
+async def test_a_batch_fetched_alone_is_answered_whole(api: TestClient) -> None:
+    values = [os.urandom(1_000_000)]
+    answer = await (await _post(api, build_batch(values))).json()
+    response = await _get_batches(api, f"offset={answer['base_offset']}&max_bytes=1048576")
+    assert [r.value for d in iter_batches(await response.read()) for r in d.records] == values
 
 
 async def test_a_topic_that_forces_a_compression_stores_the_batch_recompressed(
