@@ -20,6 +20,10 @@ VERSION = 1
 MAX_FRAME = 64 * 1024 * 1024  # a full APPEND is capped near 1 MiB; this bounds a bad length
 PREFIX = struct.Struct(">IBB")
 LENGTH = struct.Struct(">I")
+# Entries carrying batches of at least this size are framed without msgpack copying them; at
+# 64 KiB and above msgpack encodes bin as bin 32: 0xc6 and a big-endian u32 length.
+LARGE_BIN = 64 * 1024
+_BIN32 = struct.Struct(">BI")
 
 
 class FrameKind(IntEnum):
@@ -36,9 +40,42 @@ class FrameError(ValueError):
 
 def encode_frame(kind: FrameKind, body: Any) -> bytes:
     payload = msgpack.packb(body, use_bin_type=True)
-    if len(payload) + 2 > MAX_FRAME:
-        raise FrameError(f"frame of {len(payload)} bytes exceeds {MAX_FRAME}")
-    return PREFIX.pack(len(payload) + 2, VERSION, kind) + payload
+    return _framed(kind, [payload], len(payload))
+
+
+def _framed(kind: FrameKind, parts: list[bytes], size: int) -> bytes:
+    """The frame of a body encoded as `parts` (`size` bytes in all), in one copy."""
+    if size + 2 > MAX_FRAME:
+        raise FrameError(f"frame of {size} bytes exceeds {MAX_FRAME}")
+    return b"".join([PREFIX.pack(size + 2, VERSION, kind), *parts])
+
+
+def _encode_parts(body: Any) -> tuple[list[bytes], int]:
+    """`body` as msgpack.packb(body, use_bin_type=True) would encode it, as pieces whose
+    concatenation is that encoding: bin values of LARGE_BIN bytes or more are pieces of
+    their own, referenced rather than copied (packb copies a 1 MB batch twice, the frame
+    prefix a third time)."""
+    packer = msgpack.Packer(use_bin_type=True)
+    parts: list[bytes] = []
+    small = bytearray()  # encoded bytes since the last large value
+
+    def walk(item: Any) -> None:
+        nonlocal small
+        kind = type(item)
+        if kind is list or kind is tuple:
+            small += packer.pack_array_header(len(item))
+            for element in item:
+                walk(element)
+        elif kind is bytes and len(item) >= LARGE_BIN:
+            small += _BIN32.pack(0xC6, len(item))
+            parts.extend((bytes(small), item))
+            small = bytearray()
+        else:
+            small += packer.pack(item)
+
+    walk(body)
+    parts.append(bytes(small))
+    return parts, sum(map(len, parts))
 
 
 def frame_length(prefix: bytes) -> int:
@@ -174,7 +211,11 @@ def decode_message(fields: Any) -> Message:
 
 
 def encode_raft(messages: list[Message], notices: list[list[Any]]) -> bytes:
-    return encode_frame(FrameKind.RAFT, [[encode_message(m) for m in messages], notices])
+    body = [[encode_message(m) for m in messages], notices]
+    if not any(len(e.data) >= LARGE_BIN for m in messages for e in m.entries):
+        return encode_frame(FrameKind.RAFT, body)
+    parts, size = _encode_parts(body)
+    return _framed(FrameKind.RAFT, parts, size)
 
 
 def decode_raft(body: Any) -> tuple[list[Message], list[list[Any]]]:

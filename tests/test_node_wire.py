@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import struct
 import time
@@ -46,6 +47,32 @@ def test_append_message_round_trips_with_batch_bytes_untouched() -> None:
     assert kind is FrameKind.RAFT
     assert messages == [msg] and messages[0].entries[0].data == batch
     assert notices == [["q", "g", 1, 2, 3]]
+
+
+def test_a_frame_carrying_large_batches_is_the_msgpack_encoding_of_its_messages() -> None:
+    large = build_batch([Record(os.urandom(wire.LARGE_BIN))])
+    small = build_batch([Record(b"payload")])
+    msg = Message(
+        MessageType.APPEND,
+        src=1,
+        dst=2,
+        term=7,
+        group="orders~1~0",
+        log_index=4,
+        log_term=6,
+        entries=[
+            Entry(5, 7, EntryKind.DATA, large, 1),
+            Entry(6, 7, EntryKind.DATA, small, 1),
+            Entry(7, 7, EntryKind.DATA, large, 1),
+        ],
+        commit=4,
+        context=b"ctx",
+    )
+    notices: list[list[Any]] = [["q", "g", 1, 2, 3]]
+    frame = wire.encode_raft([msg], notices)
+    assert frame == wire.encode_frame(FrameKind.RAFT, [[wire.encode_message(msg)], notices])
+    _, body = roundtrip(frame)
+    assert wire.decode_raft(body) == ([msg], notices)
 
 
 def test_frames_carry_their_version() -> None:
