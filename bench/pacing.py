@@ -22,7 +22,8 @@ StampGroup = tuple[int, int]
 
 def encode(intended_ns: int, padding: bytes) -> bytes:
     """A payload of len(padding) bytes whose first 8 carry the intended send time."""
-    return HEADER.pack(intended_ns) + padding[HEADER.size :]
+    # A view of the padding: the payload is its only copy (a 1 MB one is built per message).
+    return HEADER.pack(intended_ns) + memoryview(padding)[HEADER.size :]
 
 
 def payloads(groups: list[StampGroup], padding: bytes) -> list[bytes]:

@@ -1,10 +1,12 @@
 """Latency is measured from each message's intended send time (coordinated-omission safe)."""
 
+import os
 import time
 
 import pytest
 
 from bench.pacing import (
+    HEADER,
     NS_PER_S,
     STAMP_RESOLUTION_NS,
     FixedRateSchedule,
@@ -61,6 +63,13 @@ def test_payload_carries_its_intended_send_time_at_full_size() -> None:
     payload = encode(123_456_789, bytes(100))
     assert len(payload) == 100
     assert intended_ns_of(payload) == 123_456_789
+
+
+def test_a_payload_is_its_padding_after_the_stamp() -> None:
+    padding = os.urandom(1000)
+    payload = encode(42, padding)
+    assert type(payload) is bytes
+    assert payload[HEADER.size :] == padding[HEADER.size :]
 
 
 def test_a_payload_without_header_is_refused() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +33,18 @@ async def test_async_batch_is_acked_with_consecutive_offsets_and_read_back_in_or
     assert first == BatchAcked(1, first.base_offset, 300)
     assert second.offsets == range(first.offsets.stop, first.offsets.stop + 5)
     assert values == _values(300, "a") + _values(5, "b")
+
+
+async def test_megabyte_values_are_sent_and_fetched_whole(node: Cluster, topic_name: str) -> None:
+    sent = [os.urandom(1_000_000) for _ in range(3)]
+    async with AsyncClient(node.urls) as client:
+        await client.create_topic(topic_name, 1)
+        async with client.producer(topic_name) as producer:
+            for value in sent:
+                await (await producer.send_batch([value], partition=0))
+        consumer = client.consumer(topic_name, wait_ms=0, max_bytes=1024 * 1024)
+        fetched = [value for _ in sent for value in await consumer.poll_values()]
+    assert fetched == sent
 
 
 def test_sync_batch_is_acked_with_consecutive_offsets_and_read_back_in_order(

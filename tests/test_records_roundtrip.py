@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import struct
 
 import pytest
@@ -20,11 +21,13 @@ from raftline.raftlog.records import (
     DecodedBatch,
     Record,
     build_batch,
+    build_batch_buffer,
     build_control_batch,
     build_txn_marker,
     coordinator_epoch_of,
     decode_batch,
     iter_batches,
+    python_loops,
 )
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -258,3 +261,15 @@ def test_a_bytes_item_is_a_record_with_only_that_value() -> None:
         (1, 5, b"k", b"b", []),
         (2, 5, None, b"", []),
     ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=record_lists(), codec=st.sampled_from(Codec), pure_python=st.booleans())
+def test_build_batch_buffer_holds_the_bytes_of_build_batch(
+    records: list[Record], codec: int, pure_python: bool
+) -> None:
+    options = {"codec": codec, "timestamp": 1_700_000_000_000, "base_offset": 9}
+    with python_loops() if pure_python else contextlib.nullcontext():
+        buffer = build_batch_buffer(records, **options)
+        assert type(buffer) is bytearray
+        assert buffer == build_batch(records, **options)
