@@ -188,27 +188,7 @@ def reply(
 
 
 async def read_raw_body(request: web.Request) -> bytes:
-    """The whole body, copied once out of the chunks it arrived in (request.read() copies it
-    into a growing bytearray and then into bytes: two more passes over a 1 MB batch). A body
-    over MAX_BODY_BYTES is refused with message_too_large."""
-    declared = request.content_length
-    if declared is not None and declared > MAX_BODY_BYTES:
-        raise _body_too_large()
-    content = request.content
-    if declared:
-        content.set_read_chunk_size(declared)  # the socket is not paused while the body arrives
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk, _ in content.iter_chunks():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise _body_too_large()
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _body_too_large() -> ApiError:
-    return ApiError("message_too_large", f"request body exceeds {MAX_BODY_BYTES} bytes")
+    return await codec.read_whole_body(request.content, request.content_length, MAX_BODY_BYTES)
 
 
 async def read_body(request: web.Request) -> Any:

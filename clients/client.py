@@ -27,7 +27,7 @@ from typing import Any, NamedTuple, TypeVar
 import aiohttp
 import orjson
 
-from raftline.api.codec import BATCH_CONTENT_TYPE
+from raftline.api.codec import BATCH_CONTENT_TYPE, read_whole_body
 from raftline.api.partitioner import partition_for_key
 from raftline.raftlog.records import DecodedRecord, Record, build_batch_buffer, iter_batches
 from raftline.raftlog.speedups import keep_large_buffers
@@ -1137,15 +1137,6 @@ class Consumer:
 # ---- asyncio -----------------------------------------------------------------------------
 
 
-async def _read_answer(response: aiohttp.ClientResponse) -> bytes:
-    """The whole body, copied once out of the chunks it arrived in (response.read() may copy a
-    1 MB fetch answer twice) with the socket left unpaused while the declared length arrives."""
-    content = response.content
-    if response.content_length:
-        content.set_read_chunk_size(response.content_length)
-    return b"".join([chunk async for chunk, _ in content.iter_chunks()])
-
-
 class AsyncClient(_ClientCore):
     """asyncio client over one aiohttp ClientSession (keep-alive connections are reused)."""
 
@@ -1186,7 +1177,7 @@ class AsyncClient(_ClientCore):
                 params=request.params,
                 headers=request.headers,
             ) as response:
-                raw = await _read_answer(response)
+                raw = await read_whole_body(response.content, response.content_length)
                 status = response.status
                 headers = {name.lower(): value for name, value in response.headers.items()}
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:

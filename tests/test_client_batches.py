@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable
 from typing import Any
@@ -45,6 +46,13 @@ async def test_megabyte_values_are_sent_and_fetched_whole(node: Cluster, topic_n
         consumer = client.consumer(topic_name, wait_ms=0, max_bytes=1024 * 1024)
         fetched = [value for _ in sent for value in await consumer.poll_values()]
     assert fetched == sent
+
+
+async def test_empty_answers_one_after_another_each_end(node: Cluster, topic_name: str) -> None:
+    async with AsyncClient(node.urls) as client:
+        for name in (f"{topic_name}-a", f"{topic_name}-b"):
+            await client.create_topic(name, 1)
+            await asyncio.wait_for(client.delete_topic(name), 20)  # answered without a body
 
 
 def test_sync_batch_is_acked_with_consecutive_offsets_and_read_back_in_order(
