@@ -20,7 +20,7 @@ from bench.histogram import Histogram
 from bench.pacing import Window
 from bench.tally import Tally
 
-PROGRESS_INTERVAL_S = 0.05
+COMMAND_POLL_S = 0.05  # how often the child looks for the parent's commands
 READY_TIMEOUT_S = 60.0
 RESULT_TIMEOUT_S = 30.0
 # Collect the youngest generation after this many new container objects instead of 700.
@@ -68,14 +68,8 @@ async def _consume(
     ]
     conn.send(("ready",))
     while not stop.is_set() and not all(task.done() for task in tasks):
-        while conn.poll():
-            command, *args = conn.recv()
-            if command == "window":
-                tally.window = Window(*args)
-            elif command == "stop":
-                stop.set()
-        conn.send(("progress", tally.received))
-        await asyncio.sleep(PROGRESS_INTERVAL_S)
+        serve_parent(conn, tally, stop)
+        await asyncio.sleep(COMMAND_POLL_S)
     stop.set()
     _, pending = await asyncio.wait(tasks, timeout=5.0)
     for task in pending:
@@ -88,6 +82,20 @@ async def _consume(
     except Exception as error:  # the counts matter more than a clean close
         tally.on_error(error)
     conn.send(("result", _tally_dict(tally)))
+
+
+def serve_parent(conn: Connection, tally: Tally, stop: asyncio.Event) -> None:
+    """Carry out the parent's commands. The child writes progress only when asked: the parent
+    reads the pipe only while it waits for the child, and unread progress reports once filled
+    the socket buffer within seconds and then blocked the consuming loop on `send`."""
+    while conn.poll():
+        command, *args = conn.recv()
+        if command == "window":
+            tally.window = Window(*args)
+        elif command == "progress":
+            conn.send(("progress", tally.received))
+        elif command == "stop":
+            stop.set()
 
 
 def _tally_dict(tally: Tally) -> dict[str, Any]:
@@ -127,7 +135,11 @@ class ConsumerProcess:
 
     async def drain(self, target: int, timeout: float) -> None:
         """Follow progress until `target` messages arrived, the child ended, or time ran out."""
-        await self._until(lambda _: self.received >= target, timeout)
+        deadline = time.monotonic() + timeout
+        while self.received < target and (left := deadline - time.monotonic()) > 0:
+            self.conn.send(("progress",))
+            if not await self._until(lambda kind: kind == "progress", left):
+                return
 
     async def stop(self) -> dict[str, Any]:
         """Stop the child and return its tally (received counts, errors, e2e histogram)."""
