@@ -416,6 +416,8 @@ class PartitionLog:
         except OSError as exc:
             self._failure = exc
             raise LogFailedError(f"write to {active.path} failed: {exc}") from exc
+        if self.config.fsync == "never":
+            active.start_writeback()
 
     def _check_not_failed(self) -> None:
         if self._failure is not None:

@@ -6,6 +6,7 @@ scans and the node-wide LRU of handles.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import struct
 import threading
@@ -43,6 +44,25 @@ _IOV_MAX = 1024
 # many bytes are pending, or before a read, sync, truncation or roll: one write syscall per
 # 64 KB of small batches. Buffered batches are unsynced, so a crash may lose them.
 WRITE_BUFFER_BYTES = 64 * 1024
+# Under fsync "never", the kernel is asked to start writing each this many bytes written, so
+# that sealing a segment at a roll (an fsync) finds little dirty data: without it a 1 GiB
+# segment sealed in ~0.5 s while every append waited behind the log's lock.
+WRITEBACK_STEP_BYTES = 8 * 1024 * 1024
+_SYNC_FILE_RANGE_WRITE = 2  # start writeback of dirty pages, do not wait for it
+
+
+def _load_sync_file_range() -> ctypes._CFuncPtr | None:
+    """libc's sync_file_range (Linux); None where there is none."""
+    try:
+        function = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+_sync_file_range = _load_sync_file_range()
 # baseOffset, batchLength, partitionLeaderEpoch: the 16 bytes stamped on a batch.
 _STAMPED_PREFIX = struct.Struct(">qii")
 _stamp = _STAMPED_PREFIX.pack_into
@@ -195,6 +215,7 @@ class Segment:
         # Appended batches not yet written to the file; they start at file position _flushed.
         self._pending = bytearray()
         self._flushed = 0
+        self._writeback_from = 0  # file position up to which writeback was started
         # (offset, position) where the last read stopped: a batch boundary, where a
         # sequential reader asks next. Reset by truncation.
         self._read_stop = (-1, 0)
@@ -317,6 +338,7 @@ class Segment:
         with self.files.pin(self.path) as fd:
             os.ftruncate(fd, position)
             self.size = self._flushed = position
+            self._writeback_from = min(self._writeback_from, position)
             self.offsets.truncate_values_from(position)
             restart = self.offsets.last()
             scan_from = restart[1] if restart else 0
@@ -335,6 +357,16 @@ class Segment:
     def sync(self) -> None:
         self.flush()
         self.sync_flushed()
+
+    def start_writeback(self) -> None:
+        """Once WRITEBACK_STEP_BYTES were written since the last call, ask the kernel to start
+        writing them to disk without waiting (advisory: no-op where unsupported or refused)."""
+        start = self._writeback_from
+        if self._flushed - start < WRITEBACK_STEP_BYTES or _sync_file_range is None:
+            return
+        self._writeback_from = self._flushed
+        with self.files.pin(self.path) as fd:
+            _sync_file_range(fd, start, self._flushed - start, _SYNC_FILE_RANGE_WRITE)
 
     def sync_flushed(self) -> None:
         """Fsync what `flush` wrote; safe without the log's lock while appends go on."""
