@@ -88,7 +88,7 @@ def _run_peer(
         for system in systems:
             key = f"{system} r{replicas}"
             try:
-                runs = _run(_run_system(system, endpoint, run_id, options, key, peer.durability()))
+                runs = _run(_run_system(system, endpoint, run_id, options, key))
             except Exception as error:  # one broken driver must not end the whole comparison
                 options.log(f"[{key}] failed: {type(error).__name__}: {error}")
                 results["skipped"].append(
@@ -122,11 +122,10 @@ async def _run_system(
     run_id: str,
     options: CompareOptions,
     key: str,
-    durability: str | None,
 ) -> list[dict[str, Any]]:
-    """Every workload on one system; `durability` replaces the driver's statement if given."""
+    """Every workload on one system."""
     driver = driver_class(system)(endpoint)
-    durability = durability or driver.durability
+    durability = driver.durability
     await asyncio.wait_for(driver.connect(), SETUP_TIMEOUT_S)
     runs: list[dict[str, Any]] = []
     max_rates: dict[str, float] = {}

@@ -126,11 +126,6 @@ class Peer:
         self.processes: list[subprocess.Popen[bytes]] = []
         self.version = ""
 
-    def durability(self) -> str | None:
-        """What an acknowledgement means on disk where the driver's own statement cannot say
-        it for how this peer was started; None: the driver's statement stands."""
-        return None
-
     def _spawn(
         self, name: str, argv: list[str], env: dict[str, str] | None = None
     ) -> subprocess.Popen[bytes]:
@@ -399,23 +394,10 @@ class RaftlineNoFsyncPeer(RaftlinePeer):
     """The same nodes with `--fsync never`: the durability class of NATS 2.9 and RabbitMQ streams.
 
     A node then writes every round of entries to its segment files (one write, page cache) and
-    counts them as stored without an fsync; only a segment roll, a clean shutdown and a change
-    of Raft term or vote fsync (raftlog/log.py, raftlog/storage.py).
+    counts them as stored without an fsync; the driver's durability statement says what that keeps.
     """
 
     fsync = "never"
-
-    def durability(self) -> str:
-        who = "a majority of the replicas" if self.replicas > 1 else "the one replica"
-        lost_by = "a majority" if self.replicas > 1 else "the machine"
-        return (
-            f"Raft group per partition, replication factor {self.replicas}, `--fsync never`; "
-            f"acks=all answers after {who} wrote the batch to the segment file "
-            f"(OS page cache), no fsync: a killed node process keeps acked messages, a power "
-            f"loss or kernel crash of {lost_by} loses what the kernel had not yet written back "
-            f"(Linux writes dirty pages back once they are 30 s old); the log is fsynced only "
-            f"when a segment rolls (1 GiB) and at a clean shutdown"
-        )
 
 
 PEERS: dict[str, type[Peer]] = {

@@ -1,19 +1,15 @@
 """The comparison runs a second Raftline system, raftline-nofsync, on nodes started with
 `--fsync never`, through the same driver, and states what its acknowledgement means."""
 
-import asyncio
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from bench import compare as compare_module
 from bench.__main__ import parser
-from bench.compare import PEER_OF, CompareOptions
+from bench.compare import PEER_OF
 from bench.drivers import driver_class
 from bench.drivers.base import Endpoint
-from bench.peers import PEERS, Peer, RaftlinePeer
-from bench.workload import workload_from_dict
+from bench.peers import PEERS, Peer
 
 
 def _spawned_argv(system: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
@@ -57,51 +53,15 @@ def test_the_nofsync_variant_uses_the_raftline_driver() -> None:
     assert driver_class("raftline-nofsync") is driver_class("raftline")
 
 
-def test_the_nofsync_variant_states_that_acks_precede_any_fsync(tmp_path: Path) -> None:
-    statement = PEERS["raftline-nofsync"](3, tmp_path).durability()
-    assert statement is not None
+def test_the_nofsync_variant_states_that_acks_precede_any_fsync() -> None:
+    endpoint = Endpoint("127.0.0.1", {"http": 1}, 3, {"fsync": "never"})
+    statement = driver_class("raftline-nofsync")(endpoint).durability
     assert "`--fsync never`" in statement
-    assert "after a majority of the replicas wrote the batch" in statement
-    assert "(OS page cache), no fsync" in statement
+    assert "after a majority wrote the batch to the segment file (OS page cache)" in statement
+    assert "no fsync first" in statement
 
 
-def test_raftline_fsync_always_keeps_the_drivers_statement(tmp_path: Path) -> None:
-    assert RaftlinePeer(1, tmp_path).durability() is None
-
-
-class _Driver:
-    durability = "the driver's statement"
-
-    def __init__(self, endpoint: Endpoint) -> None:
-        self.endpoint = endpoint
-
-    async def connect(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
-
-
-async def _one_result(*args: Any) -> dict[str, Any]:
-    return {
-        "workload": "w",
-        "errors": 0,
-        "publish_msgs_per_s": 1.0,
-        "publish_mb_per_s": 0.0,
-        "consume_msgs_per_s": 1.0,
-        "publish_latency_ms": None,
-        "e2e_latency_ms": None,
-    }
-
-
-def test_a_peers_durability_statement_replaces_the_drivers(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(compare_module, "driver_class", lambda system: _Driver)
-    monkeypatch.setattr(compare_module, "_run_workload", _one_result)
-    options = CompareOptions(workloads=[workload_from_dict({"name": "w"})], log=lambda _: None)
-    endpoint = Endpoint("127.0.0.1", {"http": 1})
-    runs = asyncio.run(
-        compare_module._run_system("raftline-nofsync", endpoint, "id", options, "k", "no fsync")
-    )
-    assert [run["durability"] for run in runs] == ["no fsync"]
+def test_raftline_states_that_acks_follow_the_fsync() -> None:
+    endpoint = Endpoint("127.0.0.1", {"http": 1}, 3, {"fsync": "always"})
+    statement = driver_class("raftline")(endpoint).durability
+    assert "acks=all answers after a majority fsynced the batch" in statement

@@ -26,13 +26,24 @@ class RaftlineDriver(Driver):
     def durability(self) -> str:
         r = self.endpoint.replicas
         fsync = self.endpoint.extra.get("fsync", "always")
-        stored = (
-            "fsynced the batch" if fsync == "always" else f"appended the batch (--fsync {fsync})"
-        )
         who = "a majority" if r > 1 else "the one replica"
+        if fsync == "always":
+            return (
+                f"Raft group per partition, replication factor {r}; acks=all answers after "
+                f"{who} fsynced the batch; group commit, one fsync per round of batches"
+            )
+        if fsync != "never":
+            return (
+                f"Raft group per partition, replication factor {r}, `--fsync {fsync}`; acks=all "
+                f"answers after {who} appended the batch; fsync once 256 KB or 100 ms are unsynced"
+            )
+        lost_by = "a majority of the nodes" if r > 1 else "the machine"
         return (
-            f"Raft group per partition, replication factor {r}; acks=all answers after "
-            f"{who} {stored}; group commit, one fsync per round of batches"
+            f"Raft group per partition, replication factor {r}, `--fsync {fsync}`; acks=all "
+            f"answers after {who} wrote the batch to the segment file (OS page cache), no "
+            f"fsync first: a killed node process keeps acked messages, a power loss or kernel "
+            f"crash of {lost_by} loses what was not yet on disk (the node starts writeback of "
+            f"every 8 MiB written, and fsyncs a segment when it rolls at 1 GiB)"
         )
 
     async def connect(self) -> None:
