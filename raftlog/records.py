@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import IntEnum
 from types import ModuleType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from raftline.raftlog import batch, speedups
 from raftline.raftlog.batch import BatchHeader, CorruptBatchError
@@ -194,36 +194,9 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def build_batch(
-    records: Sequence[Record | bytes],
-    *,
-    base_offset: int = 0,
-    codec: int = Codec.NONE,
-    timestamp: int | None = None,
-    log_append_time: int | None = None,
-    producer_id: int = batch.NO_PRODUCER_ID,
-    producer_epoch: int = batch.NO_PRODUCER_EPOCH,
-    base_sequence: int = batch.NO_SEQUENCE,
-    transactional: bool = False,
-    leader_epoch: int = -1,
-    control: bool = False,
-) -> bytes:
-    """The batch of build_batch_buffer (see there) as bytes."""
-    return bytes(
-        build_batch_buffer(
-            records,
-            base_offset=base_offset,
-            codec=codec,
-            timestamp=timestamp,
-            log_append_time=log_append_time,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            base_sequence=base_sequence,
-            transactional=transactional,
-            leader_epoch=leader_epoch,
-            control=control,
-        )
-    )
+def build_batch(records: Sequence[Record | bytes], **options: Any) -> bytes:
+    """The batch of build_batch_buffer (same arguments, see there) as bytes."""
+    return bytes(build_batch_buffer(records, **options))
 
 
 def build_batch_buffer(

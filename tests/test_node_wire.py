@@ -27,9 +27,8 @@ def roundtrip(frame: bytes) -> tuple[FrameKind, Any]:
     return wire.decode_frame(frame[4:])
 
 
-def test_append_message_round_trips_with_batch_bytes_untouched() -> None:
-    batch = build_batch([Record(b"payload")])
-    msg = Message(
+def append_message(entries: list[Entry], snapshot: SnapshotMeta | None = None) -> Message:
+    return Message(
         MessageType.APPEND,
         src=1,
         dst=2,
@@ -37,10 +36,18 @@ def test_append_message_round_trips_with_batch_bytes_untouched() -> None:
         group="orders~1~0",
         log_index=4,
         log_term=6,
-        entries=[Entry(5, 7, EntryKind.DATA, batch, 1), Entry(6, 7, EntryKind.NOOP, b"", 1)],
+        entries=entries,
         commit=4,
-        snapshot=SnapshotMeta(3, 6, (1, 2, 3), ()),
+        snapshot=snapshot,
         context=b"ctx",
+    )
+
+
+def test_append_message_round_trips_with_batch_bytes_untouched() -> None:
+    batch = build_batch([Record(b"payload")])
+    msg = append_message(
+        [Entry(5, 7, EntryKind.DATA, batch, 1), Entry(6, 7, EntryKind.NOOP, b"", 1)],
+        SnapshotMeta(3, 6, (1, 2, 3), ()),
     )
     kind, body = roundtrip(wire.encode_raft([msg], [["q", "g", 1, 2, 3]]))
     messages, notices = wire.decode_raft(body)
@@ -52,21 +59,12 @@ def test_append_message_round_trips_with_batch_bytes_untouched() -> None:
 def test_a_frame_carrying_large_batches_is_the_msgpack_encoding_of_its_messages() -> None:
     large = build_batch([Record(os.urandom(wire.LARGE_BIN))])
     small = build_batch([Record(b"payload")])
-    msg = Message(
-        MessageType.APPEND,
-        src=1,
-        dst=2,
-        term=7,
-        group="orders~1~0",
-        log_index=4,
-        log_term=6,
-        entries=[
+    msg = append_message(
+        [
             Entry(5, 7, EntryKind.DATA, large, 1),
             Entry(6, 7, EntryKind.DATA, small, 1),
             Entry(7, 7, EntryKind.DATA, large, 1),
-        ],
-        commit=4,
-        context=b"ctx",
+        ]
     )
     notices: list[list[Any]] = [["q", "g", 1, 2, 3]]
     frame = wire.encode_raft([msg], notices)
