@@ -171,7 +171,9 @@ class PartitionReplica:
         if offset == high_watermark:
             return [], self.log_start_offset, high_watermark
         try:
-            data = await self.runtime.read_log(self.log, offset, max(max_bytes, 1), high_watermark)
+            data = await self.runtime.read_log(
+                self.group, self.log, offset, max(max_bytes, 1), high_watermark
+            )
         except Exception:
             if self._closed:  # deleted or moved away while the read ran
                 raise BrokerError("leader_unavailable", "the partition was closed") from None

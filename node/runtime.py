@@ -263,12 +263,12 @@ class Runtime:
         """Run blocking storage work (opening or closing a log no round uses) on the disk pool."""
         return await asyncio.get_running_loop().run_in_executor(self._disk, fn, *args)
 
-    async def read_log(self, log: Any, offset: int, max_bytes: int, upto: int) -> bytes:
-        """`log.read(offset, max_bytes, upto)` of a thread-safe PartitionLog. A small read while
-        no round is writing (so nothing holds the log's lock for long) runs right here: from
-        the page cache it costs less than a thread hop. Others run on the reader thread,
-        beside (not after) the disk thread's writes and fsyncs."""
-        if max_bytes <= LOOP_READ_BYTES and self._disk_idle.is_set():
+    async def read_log(self, name: str, log: Any, offset: int, max_bytes: int, upto: int) -> bytes:
+        """`log.read(offset, max_bytes, upto)` of group `name`'s thread-safe PartitionLog. A
+        small read while the group has no round on disk (so nothing holds the log's lock for
+        long) runs right here: from the page cache it costs less than a thread hop. Others
+        run on the reader thread, beside (not after) the disk pool's writes and fsyncs."""
+        if max_bytes <= LOOP_READ_BYTES and name not in self._writing:
             data: bytes = log.read(offset, max_bytes, upto)
             return data
         loop = asyncio.get_running_loop()

@@ -92,3 +92,46 @@ async def test_an_ack_does_not_wait_for_another_partitions_fsync(tmp_path: Path)
         await asyncio.wait_for(slow, BOUND_S)
     finally:
         await broker.stop()
+
+
+async def test_a_small_fetch_reads_on_the_loop_while_another_partition_is_on_disk(
+    tmp_path: Path,
+) -> None:
+    (broker,) = await start_all(configs(tmp_path, 1))
+    loop = asyncio.get_running_loop()
+    try:
+        await broker.create_topic("reads", 2, 1, {})
+        for partition in (0, 1):
+            await broker.produce("reads", partition, batch_of(b"warm"), "all")
+        replicas = {replica.partition: replica for replica in broker.partitions.values()}
+        held = broker.runtime.groups[replicas[0].group].storage
+        in_fsync = asyncio.Event()
+        release = threading.Event()
+        durable = held.fsync
+
+        def held_fsync() -> None:
+            loop.call_soon_threadsafe(in_fsync.set)
+            release.wait(BOUND_S * 2)
+            durable()
+
+        read_on: list[threading.Thread] = []
+        log = replicas[1].log
+        read = log.read
+
+        def recorded_read(*args: object) -> bytes:
+            read_on.append(threading.current_thread())
+            return read(*args)
+
+        held.fsync = held_fsync  # type: ignore[method-assign]
+        log.read = recorded_read  # type: ignore[method-assign]
+        slow = asyncio.ensure_future(broker.produce("reads", 0, batch_of(b"a"), "all"))
+        try:
+            await asyncio.wait_for(in_fsync.wait(), BOUND_S)
+            batches, _, _ = await broker.fetch("reads", 1, 0, 1 << 16, 0)
+            assert batches
+            assert read_on == [threading.main_thread()]
+        finally:
+            release.set()
+        await asyncio.wait_for(slow, BOUND_S)
+    finally:
+        await broker.stop()
