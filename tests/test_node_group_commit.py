@@ -10,10 +10,13 @@ from __future__ import annotations
 import asyncio
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from inproc_harness import configs, start_all
 from test_node_cluster import batch_of
+
+from raftline.node.broker import Broker
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -60,35 +63,43 @@ async def test_an_ack_does_not_wait_for_the_fsync_of_a_later_write(tmp_path: Pat
         await broker.stop()
 
 
-async def test_an_ack_does_not_wait_for_another_partitions_fsync(tmp_path: Path) -> None:
-    (broker,) = await start_all(configs(tmp_path, 1))
-    loop = asyncio.get_running_loop()
-    try:
-        await broker.create_topic("pipelined", 2, 1, {})
-        for partition in (0, 1):
-            await broker.produce("pipelined", partition, batch_of(b"warm"), "all")
-        held = next(
-            broker.runtime.groups[g].storage
-            for g, replica in broker.partitions.items()
-            if replica.partition == 0
-        )
-        in_fsync = asyncio.Event()
-        release = threading.Event()
-        durable = held.fsync
+class HeldFsync:
+    """Makes one log's fsync wait (on its disk thread) until `release` is set."""
 
-        def held_fsync() -> None:
-            loop.call_soon_threadsafe(in_fsync.set)
-            release.wait(BOUND_S * 2)
+    def __init__(self, storage: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.entered = asyncio.Event()
+        self.release = threading.Event()
+        durable = storage.fsync
+
+        def held() -> None:
+            loop.call_soon_threadsafe(self.entered.set)
+            self.release.wait(BOUND_S * 2)
             durable()
 
-        held.fsync = held_fsync  # type: ignore[method-assign]
+        storage.fsync = held
+
+
+async def two_warm_partitions(tmp_path: Path, topic: str) -> tuple[Broker, dict[int, Any]]:
+    (broker,) = await start_all(configs(tmp_path, 1))
+    await broker.create_topic(topic, 2, 1, {})
+    for partition in (0, 1):
+        await broker.produce(topic, partition, batch_of(b"warm"), "all")
+    return broker, {replica.partition: replica for replica in broker.partitions.values()}
+
+
+async def test_an_ack_does_not_wait_for_another_partitions_fsync(tmp_path: Path) -> None:
+    broker, replicas = await two_warm_partitions(tmp_path, "pipelined")
+    try:
+        held = HeldFsync(
+            broker.runtime.groups[replicas[0].group].storage, asyncio.get_running_loop()
+        )
         slow = asyncio.ensure_future(broker.produce("pipelined", 0, batch_of(b"a"), "all"))
         try:
-            await asyncio.wait_for(in_fsync.wait(), BOUND_S)
+            await asyncio.wait_for(held.entered.wait(), BOUND_S)
             await asyncio.wait_for(broker.produce("pipelined", 1, batch_of(b"b"), "all"), BOUND_S)
             assert not slow.done()  # partition 0's fsync is still held
         finally:
-            release.set()
+            held.release.set()
         await asyncio.wait_for(slow, BOUND_S)
     finally:
         await broker.stop()
@@ -97,23 +108,11 @@ async def test_an_ack_does_not_wait_for_another_partitions_fsync(tmp_path: Path)
 async def test_a_small_fetch_reads_on_the_loop_while_another_partition_is_on_disk(
     tmp_path: Path,
 ) -> None:
-    (broker,) = await start_all(configs(tmp_path, 1))
-    loop = asyncio.get_running_loop()
+    broker, replicas = await two_warm_partitions(tmp_path, "reads")
     try:
-        await broker.create_topic("reads", 2, 1, {})
-        for partition in (0, 1):
-            await broker.produce("reads", partition, batch_of(b"warm"), "all")
-        replicas = {replica.partition: replica for replica in broker.partitions.values()}
-        held = broker.runtime.groups[replicas[0].group].storage
-        in_fsync = asyncio.Event()
-        release = threading.Event()
-        durable = held.fsync
-
-        def held_fsync() -> None:
-            loop.call_soon_threadsafe(in_fsync.set)
-            release.wait(BOUND_S * 2)
-            durable()
-
+        held = HeldFsync(
+            broker.runtime.groups[replicas[0].group].storage, asyncio.get_running_loop()
+        )
         read_on: list[threading.Thread] = []
         log = replicas[1].log
         read = log.read
@@ -122,16 +121,15 @@ async def test_a_small_fetch_reads_on_the_loop_while_another_partition_is_on_dis
             read_on.append(threading.current_thread())
             return read(*args)
 
-        held.fsync = held_fsync  # type: ignore[method-assign]
         log.read = recorded_read  # type: ignore[method-assign]
         slow = asyncio.ensure_future(broker.produce("reads", 0, batch_of(b"a"), "all"))
         try:
-            await asyncio.wait_for(in_fsync.wait(), BOUND_S)
+            await asyncio.wait_for(held.entered.wait(), BOUND_S)
             batches, _, _ = await broker.fetch("reads", 1, 0, 1 << 16, 0)
             assert batches
             assert read_on == [threading.main_thread()]
         finally:
-            release.set()
+            held.release.set()
         await asyncio.wait_for(slow, BOUND_S)
     finally:
         await broker.stop()
