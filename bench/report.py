@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,31 +142,37 @@ def _ratio(own: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
+def _pairs(
+    results: dict[str, Any], raftline_for: Callable[[str], str | None]
+) -> Iterator[tuple[dict[str, Any], dict[str, Any], str]]:
+    """(Raftline run, peer run, Raftline system) for each peer run whose Raftline system (as
+    `raftline_for` names it for the peer) ran the same workload at the same factor."""
+    by_key = {(r["system"], r["workload"], r["replicas"]): r for r in results["runs"]}
+    for run in _peer_runs(results):
+        system = raftline_for(run["system"])
+        own = by_key.get((system, run["workload"], run["replicas"])) if system else None
+        if system is not None and own is not None:
+            yield own, run, system
+
+
 def ratios(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Raftline (fsync always) over each peer, per workload and replication factor."""
-    by_key = {(r["system"], r["workload"], r["replicas"]): r for r in results["runs"]}
-    out = []
-    for run in _peer_runs(results):
-        own = by_key.get(("raftline", run["workload"], run["replicas"]))
-        if own is not None:
-            out.append(_ratio(own, run))
-    return out
+    return [_ratio(own, run) for own, run, _ in _pairs(results, lambda _: "raftline")]
 
 
 def like_for_like_ratios(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Each peer over the Raftline system of its durability class (RAFTLINE_OF_CLASS)."""
-    by_key = {(r["system"], r["workload"], r["replicas"]): r for r in results["runs"]}
     out = []
-    for run in _peer_runs(results):
-        durability_class = DURABILITY_CLASS.get(run["system"])
-        raftline = RAFTLINE_OF_CLASS.get(durability_class or "")
-        own = by_key.get((raftline, run["workload"], run["replicas"]))
-        if raftline is None or own is None:
-            continue
+    for own, run, raftline in _pairs(results, _raftline_of_class):
         entry = _ratio(own, run)
-        entry.update(durability_class=durability_class, raftline=raftline)
+        entry.update(durability_class=DURABILITY_CLASS[run["system"]], raftline=raftline)
         out.append(entry)
     return out
+
+
+def _raftline_of_class(peer: str) -> str | None:
+    durability_class = DURABILITY_CLASS.get(peer)
+    return RAFTLINE_OF_CLASS.get(durability_class) if durability_class else None
 
 
 def _ratio_cells(entry: dict[str, Any]) -> tuple[str, str]:
