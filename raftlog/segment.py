@@ -46,8 +46,10 @@ _IOV_MAX = 1024
 WRITE_BUFFER_BYTES = 64 * 1024
 # Under fsync "never", the kernel is asked to start writing each this many bytes written, so
 # that sealing a segment at a roll (an fsync) finds little dirty data: without it a 1 GiB
-# segment sealed in ~0.5 s while every append waited behind the log's lock.
-WRITEBACK_STEP_BYTES = 8 * 1024 * 1024
+# segment sealed in ~0.5 s while every append waited behind the log's lock. Small steps keep
+# writeback smooth: at 8 MiB, logs filled at the same pace reached their step together and the
+# burst stalled appends (RF 3, 16 partitions, 70k msg/s: end-to-end p99 37 ms, 13 ms at 64 KiB).
+WRITEBACK_STEP_BYTES = 64 * 1024
 _SYNC_FILE_RANGE_WRITE = 2  # start writeback of dirty pages, do not wait for it
 
 

@@ -37,9 +37,12 @@ def test_never_starts_writeback_of_each_step_written(
 ) -> None:
     log = PartitionLog(tmp_path, LogConfig(fsync="never"))
     write_mib(log, 20)
-    steps = segment.WRITEBACK_STEP_BYTES
-    assert [start for start, _, _ in writeback_calls] == [0, writeback_calls[0][1]]
-    assert all(length >= steps for _, length, _ in writeback_calls)
+    ends = [start + length for start, length, _ in writeback_calls]
+    # Each written byte is handed to writeback once, in ranges of at least a step, up to the
+    # end of what the file holds (every 1 MiB append is past a step).
+    assert [start for start, _, _ in writeback_calls] == [0, *ends[:-1]]
+    assert all(length >= segment.WRITEBACK_STEP_BYTES for _, length, _ in writeback_calls)
+    assert ends[-1] == sum(p.stat().st_size for p in tmp_path.glob("*.log"))
     assert {flags for _, _, flags in writeback_calls} == {segment._SYNC_FILE_RANGE_WRITE}
 
 

@@ -43,7 +43,7 @@ class RaftlineDriver(Driver):
             f"answers after {who} wrote the batch to the segment file (OS page cache), no "
             f"fsync first: a killed node process keeps acked messages, a power loss or kernel "
             f"crash of {lost_by} loses what was not yet on disk (the node starts writeback of "
-            f"every 8 MiB written, and fsyncs a segment when it rolls at 1 GiB)"
+            f"every 64 KiB written, and fsyncs a segment when it rolls at 1 GiB)"
         )
 
     async def connect(self) -> None:
