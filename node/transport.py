@@ -3,6 +3,10 @@
 Owns dialing, accepting, frame reading/writing, per-peer liveness, request/response calls, and the
 test-only hold on outgoing frames (LinkFaults: delay, reorder, duplicate) at the send point.
 
+Frames are received without copies of their own: the kernel writes small frames into one
+scratch buffer they are decoded from, and a large frame (an APPEND of big batches) straight into
+a buffer of its size. A StreamReader copied every byte three times (buffer, readexactly, bytes).
+
 The node with the lower id dials the higher one; both directions share that connection. A peer
 counts as alive while its link is up and a frame arrived within `dead_after_s` (every node sends a
 PING each tick on a link that carried nothing else). A frame that does not parse closes only the
@@ -19,7 +23,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from raftline.node import wire
 from raftline.node.config import parse_address
@@ -30,9 +34,9 @@ from raftline.raftlog.types import Message
 log = logging.getLogger(__name__)
 
 MAX_WRITE_BUFFER = 32 * 1024 * 1024  # beyond this a peer is not reading: drop, Raft resends
-# Bytes a link's reader buffers before pausing the socket (asyncio pauses at twice this). The
-# default 64 KiB paused and resumed it a dozen times for each 1 MB APPEND frame.
-READ_LIMIT = 4 * 1024 * 1024
+SCRATCH_BYTES = 256 * 1024  # receive buffer of a connection: small frames are decoded in place
+# A frame of at least this many bytes that is not yet wholly received gets a buffer of its own.
+OWN_BUFFER_BYTES = 64 * 1024
 
 
 class RemoteError(Exception):
@@ -51,7 +55,7 @@ LinkHandler = Callable[[int, bool], None]
 
 @dataclass
 class _Link:
-    writer: asyncio.StreamWriter
+    transport: asyncio.Transport
     last_heard: float = field(default_factory=time.monotonic)
     sent_since_tick: bool = False
     alive: bool = True
@@ -79,6 +83,7 @@ class Transport:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._calls: dict[int, asyncio.Future[Any]] = {}
+        self._connections: set[_PeerConnection] = set()  # open ones, named by HELLO or not
         self._call_ids = itertools.count(1)
         self.frames_sent = 0
         self.frames_received = 0
@@ -93,7 +98,8 @@ class Transport:
 
     async def start(self) -> None:
         host, port = parse_address(self.listen)
-        self._server = await asyncio.start_server(self._accept, host, port, limit=READ_LIMIT)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _PeerConnection(self, None), host, port)
         for peer in self.addresses:
             if peer > self.node_id:
                 self._spawn(self._dial_forever(peer))
@@ -106,8 +112,8 @@ class Transport:
         for handle in self._held:
             handle.cancel()
         self._held.clear()
-        for link in list(self._links.values()):
-            link.writer.close()
+        for connection in list(self._connections):
+            connection.close()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for fut in self._calls.values():
             if not fut.done():
@@ -158,11 +164,11 @@ class Transport:
         link = self._links.get(peer)
         if link is None:
             return False
-        transport = link.writer.transport
+        transport = link.transport
         if transport.is_closing() or transport.get_write_buffer_size() > MAX_WRITE_BUFFER:
             self.frames_dropped += 1
             return False
-        link.writer.write(frame)
+        transport.write(frame)
         link.sent_since_tick = True
         self.frames_sent += 1
         return True
@@ -208,67 +214,42 @@ class Transport:
         task.add_done_callback(self._tasks.discard)
 
     async def _dial_forever(self, peer: int) -> None:
+        loop = asyncio.get_running_loop()
         backoff = 0.05
         while True:
-            link = self._links.get(peer)
-            if link is not None and not link.writer.transport.is_closing():
-                await asyncio.sleep(backoff)
-                continue
             try:
                 host, port = parse_address(self.addresses[peer])
-                reader, writer = await asyncio.open_connection(host, port, limit=READ_LIMIT)
+                _, connection = await loop.create_connection(
+                    lambda: _PeerConnection(self, peer), host, port
+                )
             except OSError:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
                 continue
             backoff = 0.05
-            writer.write(wire.encode_frame(FrameKind.HELLO, {"node": self.node_id}))
-            await self._serve_link(peer, reader, writer)
+            await connection.closed
+            await asyncio.sleep(backoff)  # a peer that accepts and drops at once is not spun on
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            kind, body = await self._read_frame(reader)
-            if kind is not FrameKind.HELLO or type(body) is not dict:
-                raise FrameError("first frame is not HELLO")
-            peer = body.get("node")
-            if type(peer) is not int or peer == self.node_id:
-                raise FrameError(f"HELLO names a bad node id {peer!r}")
-        except (FrameError, asyncio.IncompleteReadError, ConnectionError) as exc:
-            log.warning("closing inbound connection before HELLO: %s", exc)
-            self.bad_frames += isinstance(exc, FrameError)
-            writer.close()
-            return
-        await self._serve_link(peer, reader, writer)
-
-    async def _serve_link(
-        self, peer: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    def _attach(self, peer: int, transport: asyncio.Transport) -> None:
+        """A connection to `peer` is up (dialed, or accepted and named by its HELLO)."""
         old = self._links.get(peer)
         if old is not None:
-            old.writer.close()
-        link = self._links[peer] = _Link(writer)
+            old.transport.close()
+        self._links[peer] = _Link(transport)
         self._on_link(peer, True)
-        try:
-            while True:
-                kind, body = await self._read_frame(reader)
-                link.last_heard = time.monotonic()
-                self.frames_received += 1
-                self._dispatch(peer, kind, body)
-        except FrameError as exc:
-            self.bad_frames += 1
-            log.warning("closing connection to node %s: %s", peer, exc)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            pass
-        finally:
-            writer.close()
-            if self._links.get(peer) is link:
-                del self._links[peer]
-                self._on_link(peer, False)
 
-    @staticmethod
-    async def _read_frame(reader: asyncio.StreamReader) -> tuple[FrameKind, Any]:
-        length = wire.frame_length(await reader.readexactly(wire.LENGTH.size))
-        return wire.decode_frame(await reader.readexactly(length))
+    def _detach(self, peer: int, transport: asyncio.Transport) -> None:
+        link = self._links.get(peer)
+        if link is not None and link.transport is transport:
+            del self._links[peer]
+            self._on_link(peer, False)
+
+    def _received(self, peer: int, kind: FrameKind, body: Any) -> None:
+        link = self._links.get(peer)
+        if link is not None:
+            link.last_heard = time.monotonic()
+        self.frames_received += 1
+        self._dispatch(peer, kind, body)
 
     def _dispatch(self, peer: int, kind: FrameKind, body: Any) -> None:
         if kind is FrameKind.RAFT:
@@ -302,3 +283,106 @@ class Transport:
             body = [call_id, False, [code, str(getattr(exc, "message", exc))]]
         with contextlib.suppress(FrameError):
             self.send(peer, wire.encode_frame(FrameKind.RPC_RESPONSE, body))
+
+
+class _PeerConnection(asyncio.BufferedProtocol):
+    """One connection of a node pair: receives frames and hands them to the Transport.
+
+    Bytes land in `scratch`, where whole frames are decoded in place; a large frame that is
+    still arriving moves to a buffer of its own size that the rest is received into. A
+    connection this node accepted is anonymous until its first frame, a HELLO, names the peer.
+    """
+
+    def __init__(self, owner: Transport, peer: int | None) -> None:
+        self.owner = owner
+        self.peer = peer
+        self.transport: asyncio.Transport | None = None
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.scratch = bytearray(SCRATCH_BYTES)
+        self.start = 0  # scratch[start:end] holds received bytes not yet decoded
+        self.end = 0
+        self.frame: bytearray | None = None  # a large frame being received, without its prefix
+        self.filled = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.owner._connections.add(self)
+        if self.peer is not None:  # we dialed: introduce ourselves
+            self.transport.write(wire.encode_frame(FrameKind.HELLO, {"node": self.owner.node_id}))
+            self.owner._attach(self.peer, self.transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.owner._connections.discard(self)
+        if self.peer is not None and self.transport is not None:
+            self.owner._detach(self.peer, self.transport)
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self.frame is not None:
+            return memoryview(self.frame)[self.filled :]
+        return memoryview(self.scratch)[self.end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            if self.frame is not None:
+                self.filled += nbytes
+                if self.filled == len(self.frame):
+                    frame, self.frame = self.frame, None
+                    self._frame(frame)
+                return
+            self.end += nbytes
+            self._decode_scratch()
+        except FrameError as exc:
+            self.owner.bad_frames += 1
+            if self.peer is None:
+                log.warning("closing inbound connection before HELLO: %s", exc)
+            else:
+                log.warning("closing connection to node %s: %s", self.peer, exc)
+            self.close()
+
+    def _decode_scratch(self) -> None:
+        scratch, prefix = self.scratch, wire.LENGTH.size
+        view = memoryview(scratch)
+        try:
+            while self.end - self.start >= prefix:
+                length = wire.frame_length(scratch[self.start : self.start + prefix])
+                if self.peer is None and length > OWN_BUFFER_BYTES:
+                    raise FrameError(f"a {length}-byte frame before HELLO")
+                body_at, have = self.start + prefix, self.end - self.start - prefix
+                if have >= length:
+                    self.start = body_at + length
+                    self._frame(view[body_at : self.start])
+                elif length >= OWN_BUFFER_BYTES:
+                    self.frame = bytearray(length)
+                    self.frame[:have] = view[body_at : self.end]
+                    self.filled = have
+                    self.start = self.end = 0
+                    return
+                else:
+                    break
+        finally:
+            view.release()
+        if self.start == self.end:
+            self.start = self.end = 0
+        elif len(scratch) - self.start < OWN_BUFFER_BYTES + prefix:
+            # Too little room left for the frame begun at `start`: move it to the front.
+            pending = self.end - self.start
+            scratch[:pending] = scratch[self.start : self.end]
+            self.start, self.end = 0, pending
+
+    def _frame(self, data: bytes | bytearray | memoryview) -> None:
+        kind, body = wire.decode_frame(data)  # decoded values are copies: `data` may be reused
+        if self.peer is not None:
+            self.owner._received(self.peer, kind, body)
+            return
+        peer = body.get("node") if kind is FrameKind.HELLO and type(body) is dict else None
+        if type(peer) is not int or peer == self.owner.node_id:
+            raise FrameError(f"first frame is not a HELLO naming another node: {body!r:.80}")
+        assert self.transport is not None
+        self.peer = peer
+        self.owner._attach(peer, self.transport)

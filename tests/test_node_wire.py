@@ -13,7 +13,7 @@ import msgpack
 import pytest
 
 from raftline.node import wire
-from raftline.node.transport import Transport
+from raftline.node.transport import Transport, _PeerConnection
 from raftline.node.wire import FrameError, FrameKind
 from raftline.raftlog.records import Record, build_batch
 from raftline.raftlog.types import Entry, EntryKind, Message, MessageType, SnapshotMeta
@@ -158,3 +158,48 @@ async def test_a_garbage_frame_closes_only_its_connection() -> None:
     finally:
         await one.stop()
         await two.stop()
+
+
+def receiving_connection(received: list[Message]) -> _PeerConnection:
+    """A connection of node 2 that already heard node 1's HELLO, fed by hand below."""
+
+    async def no_rpc(peer: int, method: str, args: Any) -> Any:
+        return None
+
+    owner = Transport(
+        2,
+        "127.0.0.1:1",
+        {},
+        lambda p, msgs, notices: received.extend(msgs),
+        no_rpc,
+        lambda p, up: None,
+        5.0,
+    )
+    return _PeerConnection(owner, peer=1)
+
+
+def feed(connection: _PeerConnection, data: bytes, chunks: list[int]) -> None:
+    """Deliver `data` as the event loop would, in reads of the given sizes (cycled)."""
+    position, turn = 0, 0
+    while position < len(data):
+        buffer = connection.get_buffer(-1)
+        size = min(len(buffer), chunks[turn % len(chunks)], len(data) - position)
+        buffer[:size] = data[position : position + size]
+        connection.buffer_updated(size)
+        position, turn = position + size, turn + 1
+
+
+@pytest.mark.parametrize("chunks", [[1 << 30], [1], [7, 4093, 65536], [300_000, 13]])
+async def test_frames_of_every_size_arrive_whole_however_the_bytes_are_split(
+    chunks: list[int],
+) -> None:
+    sizes = [10, 70_000, 1_000, 300_000, 5, 1_200_000, *[30_000, 50_000, 60_000] * 8, 100]
+    messages = [
+        append_message([Entry(5, 7, EntryKind.DATA, build_batch([Record(os.urandom(n))]), 1)])
+        for n in sizes
+    ]
+    received: list[Message] = []
+    connection = receiving_connection(received)
+    feed(connection, b"".join(wire.encode_raft([m], []) for m in messages), chunks)
+    assert received == messages
+    assert connection.owner.bad_frames == 0
