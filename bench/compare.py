@@ -6,6 +6,7 @@ Owns the run order, the half-of-max rate derivation, time bounds per workload, a
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 from collections.abc import Coroutine
@@ -166,6 +167,9 @@ def _target_rate(workload: Workload, max_rates: dict[str, float]) -> float | Non
 async def _run_workload(
     driver: Any, workload: Workload, run_id: str, rate: float, options: CompareOptions
 ) -> dict[str, Any]:
+    # Dirty pages a previous workload left (systems that do not fsync leave gigabytes) would
+    # be written back during this one's window: flush them first, for every system alike.
+    await asyncio.to_thread(os.sync)
     run = WorkloadRun(driver, workload, run_id, rate)
     budget = workload.warmup_seconds + workload.duration_seconds + 3 * options.drain_seconds + 60
     try:
