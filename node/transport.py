@@ -134,19 +134,19 @@ class Transport:
         if not known and peer > self.node_id and self._server is not None:
             self._spawn(self._dial_forever(peer))
 
-    def send(self, peer: int, frame: bytes) -> bool:
+    def send(self, peer: int, frame: wire.Frame) -> bool:
         faults = self.link_faults
         if faults is not None and faults.applies_to(peer):
             return self._send_late(peer, frame, faults)
         return self._write(peer, frame)
 
-    def _send_late(self, peer: int, frame: bytes, faults: LinkFaults) -> bool:
+    def _send_late(self, peer: int, frame: wire.Frame, faults: LinkFaults) -> bool:
         """Hold `frame` per the injected faults. A held frame goes out on whatever link is up
         when it is due, so it may arrive after later frames: Raft and the call ids tolerate
         that. RPC requests are never duplicated: unlike Raft messages they are not idempotent."""
         if peer not in self._links:
             return False
-        kind = wire.PREFIX.unpack_from(frame)[2]
+        kind = wire.PREFIX.unpack_from(frame if type(frame) is bytes else frame[0])[2]
         may_duplicate = kind in (FrameKind.RAFT, FrameKind.PING)
         loop = asyncio.get_running_loop()
         delays = faults.send_delays_s(self._fault_rng, may_duplicate)
@@ -160,7 +160,7 @@ class Transport:
         self._links[peer].sent_since_tick = True
         return True
 
-    def _write(self, peer: int, frame: bytes) -> bool:
+    def _write(self, peer: int, frame: wire.Frame) -> bool:
         link = self._links.get(peer)
         if link is None:
             return False
@@ -168,7 +168,10 @@ class Transport:
         if transport.is_closing() or transport.get_write_buffer_size() > MAX_WRITE_BUFFER:
             self.frames_dropped += 1
             return False
-        transport.write(frame)
+        if type(frame) is bytes:
+            transport.write(frame)
+        else:
+            transport.writelines(frame)
         link.sent_since_tick = True
         self.frames_sent += 1
         return True

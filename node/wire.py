@@ -26,6 +26,11 @@ LARGE_BIN = 64 * 1024
 _BIN32 = struct.Struct(">BI")
 
 
+# A frame: its bytes, or pieces whose concatenation is the frame, so that large batches reach
+# the socket without being copied into one buffer (a transport's writelines takes the pieces).
+Frame = bytes | list[bytes]
+
+
 class FrameKind(IntEnum):
     HELLO = 1  # {"node": id}: the first frame on a connection names the dialing node
     RAFT = 2  # [messages, notices]: everything for one peer from one driver round
@@ -40,14 +45,14 @@ class FrameError(ValueError):
 
 def encode_frame(kind: FrameKind, body: Any) -> bytes:
     payload = msgpack.packb(body, use_bin_type=True)
-    return _framed(kind, [payload], len(payload))
+    return b"".join(_framed(kind, [payload], len(payload)))
 
 
-def _framed(kind: FrameKind, parts: list[bytes], size: int) -> bytes:
-    """The frame of a body encoded as `parts` (`size` bytes in all), in one copy."""
+def _framed(kind: FrameKind, parts: list[bytes], size: int) -> list[bytes]:
+    """The pieces of the frame of a body encoded as `parts` (`size` bytes in all)."""
     if size + 2 > MAX_FRAME:
         raise FrameError(f"frame of {size} bytes exceeds {MAX_FRAME}")
-    return b"".join([PREFIX.pack(size + 2, VERSION, kind), *parts])
+    return [PREFIX.pack(size + 2, VERSION, kind), *parts]
 
 
 def _encode_parts(body: Any) -> tuple[list[bytes], int]:
@@ -210,7 +215,7 @@ def decode_message(fields: Any) -> Message:
     )
 
 
-def encode_raft(messages: list[Message], notices: list[list[Any]]) -> bytes:
+def encode_raft(messages: list[Message], notices: list[list[Any]]) -> Frame:
     body = [[encode_message(m) for m in messages], notices]
     if not any(len(e.data) >= LARGE_BIN for m in messages for e in m.entries):
         return encode_frame(FrameKind.RAFT, body)
