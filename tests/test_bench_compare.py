@@ -1,15 +1,18 @@
 """The comparison runs a second Raftline system, raftline-nofsync, on nodes started with
-`--fsync never`, through the same driver, and states what its acknowledgement means."""
+`--fsync never`, through the same driver, and states what its acknowledgement means; every
+workload starts with no dirty pages left by the one before."""
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from bench.__main__ import parser
-from bench.compare import PEER_OF
+from bench.compare import PEER_OF, CompareOptions, _run_workload
 from bench.drivers import driver_class
-from bench.drivers.base import Endpoint
+from bench.drivers.base import Driver, Endpoint, OnAcked, OnDelivery
 from bench.peers import PEERS, Peer
+from bench.workload import workload_from_dict
 
 
 def _spawned_argv(system: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
@@ -65,3 +68,58 @@ def test_raftline_states_that_acks_follow_the_fsync() -> None:
     endpoint = Endpoint("127.0.0.1", {"http": 1}, 3, {"fsync": "always"})
     statement = driver_class("raftline")(endpoint).durability
     assert "acks=all answers after a majority fsynced the batch" in statement
+
+
+class TopicLog(Driver):
+    """Records topic creation, the first step of every workload run, next to the syncs."""
+
+    system = "topic-log"
+
+    def __init__(self, events: list[str]) -> None:
+        super().__init__(Endpoint("127.0.0.1", {}))
+        self.events = events
+
+    @property
+    def durability(self) -> str:
+        return "in memory"
+
+    async def connect(self) -> None:
+        return None
+
+    async def create_topic(self, topic: str, partitions: int) -> None:
+        self.events.append("create_topic")
+
+    async def delete_topic(self, topic: str, partitions: int) -> None:
+        return None
+
+    async def publish(
+        self,
+        topic: str,
+        partition: int,
+        payloads: list[bytes],
+        acks: str,
+        on_acked: OnAcked | None = None,
+    ) -> None:
+        return None
+
+    async def consume(
+        self, topic: str, partition: int, on_delivery: OnDelivery, stop: asyncio.Event
+    ) -> None:
+        await stop.wait()
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_dirty_pages_are_written_back_before_each_workload_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events: list[str] = []
+    monkeypatch.setattr("bench.compare.os.sync", lambda: events.append("sync"))
+    workload = workload_from_dict(
+        {"name": "w", "consumers_per_topic": 0, "duration_seconds": 0.1, "warmup_seconds": 0.0}
+    )
+    options = CompareOptions(workloads=[workload])
+    for _ in range(2):
+        await _run_workload(TopicLog(events), workload, "t", 100.0, options)
+    assert events == ["sync", "create_topic"] * 2
