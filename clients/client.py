@@ -29,7 +29,14 @@ import orjson
 
 from raftline.api.codec import BATCH_CONTENT_TYPE, read_whole_body
 from raftline.api.partitioner import partition_for_key
-from raftline.raftlog.records import DecodedRecord, Record, build_batch_buffer, iter_batches
+from raftline.raftlog.batch import iter_headers
+from raftline.raftlog.records import (
+    DecodedRecord,
+    Record,
+    batch_values,
+    build_batch_buffer,
+    decode_batch,
+)
 from raftline.raftlog.speedups import keep_large_buffers
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -289,28 +296,36 @@ def _is_batch_answer(answer: _Answer) -> bool:
 
 
 def _answer_records(
-    answer: _Answer, offset: int | str, max_messages: int
-) -> tuple[list[list[DecodedRecord]], int, int, int]:
-    """A batch answer's data records from `offset` on, at most max_messages, one list per
-    batch; then the next offset to fetch, the log start offset and the high watermark."""
+    answer: _Answer, offset: int | str, max_messages: int, values: bool = False
+) -> tuple[list[list[Any]], int, int, int]:
+    """A batch answer's data records (with `values`, only their values) from `offset` on, at
+    most max_messages, one list per batch; then the next offset to fetch, the log start offset
+    and the high watermark."""
     headers = answer.headers
     next_offset = int(headers["raftline-next-offset"])
     log_start = int(headers["raftline-log-start-offset"])
     high_watermark = int(headers["raftline-high-watermark"])
     # The node resolved earliest/latest; batches it returned for "latest" start after it anyway.
     start = offset if isinstance(offset, int) else log_start
-    chunks: list[list[DecodedRecord]] = []
+    chunks: list[list[Any]] = []
     room = max_messages
-    for decoded in iter_batches(answer.raw):
-        if decoded.header.is_control:
+    view = memoryview(answer.raw)
+    for position, header in iter_headers(view):
+        if header.is_control:
             continue
-        records = decoded.records
-        if decoded.header.base_offset < start:  # only the first batch may begin before it
+        whole = view[position : position + header.size]
+        if values and header.base_offset >= start and header.records_count <= room:
+            chunks.append(batch_values(whole, header))  # all of it: no record objects needed
+            room -= header.records_count
+            continue
+        records = decode_batch(whole).records
+        if header.base_offset < start:  # only the first batch may begin before it
             records = [r for r in records if r.offset >= start]
         if len(records) > room:  # whole batches came; keep the asked number
-            chunks.append(records[:room])
+            kept = records[:room]
+            chunks.append(list(map(_value_of, kept)) if values else kept)
             return chunks, records[room].offset, log_start, high_watermark
-        chunks.append(records)
+        chunks.append(list(map(_value_of, records)) if values else records)
         room -= len(records)
     return chunks, next_offset, log_start, high_watermark
 
@@ -342,10 +357,12 @@ def _fetched_values(answer: _Answer, offset: int | str, max_messages: int) -> Fe
         return FetchedValues(
             values, result.next_offset, result.log_start_offset, result.high_watermark
         )
-    chunks, next_offset, log_start, high_watermark = _answer_records(answer, offset, max_messages)
+    chunks, next_offset, log_start, high_watermark = _answer_records(
+        answer, offset, max_messages, values=True
+    )
     values: list[bytes | None] = []
-    for records in chunks:
-        values += map(_value_of, records)
+    for chunk in chunks:
+        values += chunk
     return FetchedValues(values, next_offset, log_start, high_watermark)
 
 

@@ -663,15 +663,16 @@ fail:
 }
 
 PyDoc_STRVAR(decode_records_doc,
-             "decode_records(data, header, keep=True) -> (records, largest)\n\n"
+             "decode_records(data, header, keep=1) -> (records, largest)\n\n"
              "Every record of a records section, checked field by field, and the largest "
-             "record's encoded size; with keep false only the checks run (records is []).");
+             "record's encoded size. keep 1: DecodedRecords; 2: only each record's value; "
+             "0: only the checks run (records is []).");
 
 static PyObject *decode_records(PyObject *self, PyObject *args) {
     PyObject *data_obj, *header, *records = NULL, *append_time = NULL, *result = NULL;
-    int keep = 1;
+    int keep = 1; /* 0: check only, 1: DecodedRecords, 2: values */
     Py_buffer view;
-    if (!PyArg_ParseTuple(args, "OO|p:decode_records", &data_obj, &header, &keep))
+    if (!PyArg_ParseTuple(args, "OO|i:decode_records", &data_obj, &header, &keep))
         return NULL;
     if (decoded_record_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_speedups.bind() was not called");
@@ -727,12 +728,20 @@ static PyObject *decode_records(PyObject *self, PyObject *args) {
             read_field(&r, record_end, &value_start, &value_size) < 0)
             goto fail;
         PyObject *headers = NULL;
-        if (read_headers(&r, record_end, keep, &headers) < 0)
+        if (read_headers(&r, record_end, keep == 1, &headers) < 0)
             goto fail;
         if (r.pos != record_end) {
             Py_XDECREF(headers);
             corrupt("record declares %lld bytes but holds a different size", (long long)length);
             goto fail;
+        }
+        if (keep == 2) {
+            PyObject *value = field_object(&r, value_start, value_size);
+            int appended = value == NULL ? -1 : PyList_Append(records, value);
+            Py_XDECREF(value);
+            if (appended < 0)
+                goto fail;
+            continue;
         }
         if (!keep)
             continue;

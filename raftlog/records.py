@@ -95,6 +95,14 @@ class DecodedRecord(NamedTuple):
     headers: list[Header]
 
 
+class Keep(IntEnum):
+    """What a walk over a records section builds besides checking every field."""
+
+    CHECK = 0  # nothing: the produce path checks batches it then stores untouched
+    RECORDS = 1  # a DecodedRecord per record
+    VALUES = 2  # each record's value only: a consumer that wants payloads skips the rest
+
+
 @dataclass(slots=True, frozen=True)
 class DecodedBatch:
     """A whole batch: its header and its records in offset order."""
@@ -396,8 +404,21 @@ def check_batch(
     """Check exactly one batch as strictly as decode_batch does (CRC, every record field)
     without building records. Returns its header and its largest record's encoded size."""
     header = _whole_batch_header(buf)
-    _, largest = _walk(memoryview(buf), header, True, max_decompressed, keep=False)
+    _, largest = _walk(memoryview(buf), header, True, max_decompressed, Keep.CHECK)
     return header, largest
+
+
+def batch_values(
+    buf: BytesLike,
+    header: BatchHeader,
+    *,
+    verify_crc: bool = True,
+    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
+) -> list[bytes | None]:
+    """The values of the records of one batch (`header` parsed from `buf`), in offset order,
+    checked as strictly as decode_batch checks them but without building record objects."""
+    values, _ = _walk(memoryview(buf), header, verify_crc, max_decompressed, Keep.VALUES)
+    return values
 
 
 def iter_batches(
@@ -415,13 +436,13 @@ def iter_batches(
 def _decode(
     view: memoryview, header: BatchHeader, verify_crc: bool, max_decompressed: int
 ) -> DecodedBatch:
-    records, _ = _walk(view, header, verify_crc, max_decompressed, keep=True)
+    records, _ = _walk(view, header, verify_crc, max_decompressed, Keep.RECORDS)
     return DecodedBatch(header, records)
 
 
 def _walk(
-    view: memoryview, header: BatchHeader, verify_crc: bool, max_decompressed: int, keep: bool
-) -> tuple[list[DecodedRecord], int]:
+    view: memoryview, header: BatchHeader, verify_crc: bool, max_decompressed: int, keep: Keep
+) -> tuple[list[Any], int]:
     if verify_crc:
         batch.check_crc(view, header)
     codec = header.codec
@@ -434,25 +455,24 @@ def _walk(
 
 
 def _py_decode_records(
-    section: BytesLike, header: BatchHeader, keep: bool = True
-) -> tuple[list[DecodedRecord], int]:
-    """Every record of a records section, checked field by field, and the largest record's
-    encoded size. With `keep` false only the checks run (no record objects): the produce path
-    validates batches it then stores untouched."""
+    section: BytesLike, header: BatchHeader, keep: Keep = Keep.RECORDS
+) -> tuple[list[Any], int]:
+    """Every record of a records section (or what `keep` asks of each), checked field by
+    field, and the largest record's encoded size."""
     try:
         return _walk_records(bytes(section), header, keep)
     except IndexError as err:  # a varint ran off the end of the section
         raise CorruptBatchError("record runs past the end of the records section") from err
 
 
-def _walk_records(data: bytes, header: BatchHeader, keep: bool) -> tuple[list[DecodedRecord], int]:
+def _walk_records(data: bytes, header: BatchHeader, keep: Keep) -> tuple[list[Any], int]:
     end = len(data)
     base_offset = header.base_offset
     base_timestamp = header.base_timestamp
     append_time = header.max_timestamp if header.log_append_time else None
     last_offset_delta = header.last_offset_delta
     previous_delta = -1
-    records: list[DecodedRecord] = []
+    records: list[Any] = []
     largest = 0
     pos = 0
     read_zigzag = _read_zigzag  # a local: this loop is the hot path
@@ -499,7 +519,9 @@ def _walk_records(data: bytes, header: BatchHeader, keep: bool) -> tuple[list[De
                     raise CorruptBatchError("header key is not UTF-8") from err
         if pos != record_end:
             raise CorruptBatchError(f"record declares {length} bytes but holds a different size")
-        if keep:
+        if keep is Keep.VALUES:
+            records.append(fields[1])
+        elif keep:
             timestamp = base_timestamp + timestamp_delta if append_time is None else append_time
             records.append(
                 new_record(

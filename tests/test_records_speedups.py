@@ -12,12 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raftline.raftlog import batch, records
-from raftline.raftlog.batch import BatchHeader, CorruptBatchError
+from raftline.raftlog.batch import BatchHeader, CorruptBatchError, parse_header
 from raftline.raftlog.compression import compress, decompress
 from raftline.raftlog.records import (
     Codec,
     DecodedRecord,
     Record,
+    batch_values,
     build_batch,
     check_batch,
     decode_batch,
@@ -170,6 +171,7 @@ def _decodes(raw: bytes) -> tuple[object, ...]:
     return (
         _outcome(lambda: decode_batch(raw, verify_crc=False)),
         _outcome(lambda: check_batch(raw)),
+        _outcome(lambda: batch_values(raw, parse_header(raw), verify_crc=False)),
     )
 
 
@@ -190,6 +192,18 @@ def test_built_batches_decode_to_equal_records(
     with python_loops():
         assert (decode_batch(raw), check_batch(raw)) == (decoded, checked)
     assert list(iter_batches(raw + raw)) == [decoded, decoded]
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch_items=items(), codec=st.sampled_from(Codec))
+def test_batch_values_are_the_values_of_the_decoded_records(
+    batch_items: list[Record | bytes], codec: int
+) -> None:
+    raw = build_batch(batch_items, codec=codec)
+    values = batch_values(raw, parse_header(raw))
+    assert values == [record.value for record in decode_batch(raw).records]
+    with python_loops():
+        assert batch_values(raw, parse_header(raw)) == values
 
 
 def test_offsets_and_timestamps_past_int64_read_back_as_python_ints() -> None:
