@@ -2,15 +2,15 @@
 `--fsync never`, through the same driver, and states what its acknowledgement means; every
 workload starts with no dirty pages left by the one before."""
 
-import asyncio
 from pathlib import Path
 
 import pytest
+from test_bench_runner import StallingDriver
 
 from bench.__main__ import parser
 from bench.compare import PEER_OF, CompareOptions, _run_workload
 from bench.drivers import driver_class
-from bench.drivers.base import Driver, Endpoint, OnAcked, OnDelivery
+from bench.drivers.base import Endpoint
 from bench.peers import PEERS, Peer
 from bench.workload import workload_from_dict
 
@@ -70,45 +70,16 @@ def test_raftline_states_that_acks_follow_the_fsync() -> None:
     assert "acks=all answers after a majority fsynced the batch" in statement
 
 
-class TopicLog(Driver):
+class TopicLog(StallingDriver):
     """Records topic creation, the first step of every workload run, next to the syncs."""
-
-    system = "topic-log"
 
     def __init__(self, events: list[str]) -> None:
         super().__init__(Endpoint("127.0.0.1", {}))
         self.events = events
 
-    @property
-    def durability(self) -> str:
-        return "in memory"
-
-    async def connect(self) -> None:
-        return None
-
     async def create_topic(self, topic: str, partitions: int) -> None:
         self.events.append("create_topic")
-
-    async def delete_topic(self, topic: str, partitions: int) -> None:
-        return None
-
-    async def publish(
-        self,
-        topic: str,
-        partition: int,
-        payloads: list[bytes],
-        acks: str,
-        on_acked: OnAcked | None = None,
-    ) -> None:
-        return None
-
-    async def consume(
-        self, topic: str, partition: int, on_delivery: OnDelivery, stop: asyncio.Event
-    ) -> None:
-        await stop.wait()
-
-    async def close(self) -> None:
-        return None
+        await super().create_topic(topic, partitions)
 
 
 async def test_dirty_pages_are_written_back_before_each_workload_starts(
