@@ -33,6 +33,7 @@ __all__ = [
     "DecodedRecord",
     "Header",
     "Record",
+    "batch_values",
     "build_batch",
     "build_batch_buffer",
     "build_control_batch",
@@ -521,7 +522,7 @@ def _walk_records(data: bytes, header: BatchHeader, keep: Keep) -> tuple[list[An
             raise CorruptBatchError(f"record declares {length} bytes but holds a different size")
         if keep is Keep.VALUES:
             records.append(fields[1])
-        elif keep:
+        elif keep is Keep.RECORDS:
             timestamp = base_timestamp + timestamp_delta if append_time is None else append_time
             records.append(
                 new_record(

@@ -211,3 +211,20 @@ async def test_frames_of_every_size_arrive_whole_however_the_bytes_are_split(
     feed(connection, b"".join(frame_bytes(wire.encode_raft([m], [])) for m in messages), chunks)
     assert received == messages
     assert connection.owner.bad_frames == 0
+
+
+class ClosingTransport:
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def test_a_large_frame_before_hello_closes_the_connection_unread() -> None:
+    connection = receiving_connection([])
+    connection.peer = None  # accepted, not yet named by a HELLO
+    transport = ClosingTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    feed(connection, struct.pack(">IBB", 10_000_000, wire.VERSION, FrameKind.HELLO), [1 << 30])
+    assert transport.closed and connection.owner.bad_frames == 1
+    assert connection.frame is None  # no buffer was set aside for it
