@@ -10,8 +10,11 @@ term first, and only one change may be uncommitted. A removed leader keeps repli
 counting itself until the change commits, then steps down and sends TIMEOUT_NOW to an up-to-date
 voter. A voter whose removal is appended but not yet committed may still campaign.
 
-Durability: every message in a Ready may depend on that Ready's entries and hard state, which
-the driver persists first; the leader counts its own entries toward commit only after advance().
+Durability: every message in a Ready may depend on that Ready's entries and hard state (and
+those of earlier Readys), which the driver persists first; the leader counts its own entries
+toward commit only after advance(). The driver may take further Readys before advancing earlier
+ones (asynchronous storage writes) as long as it persists and advances them in order: each
+entry, snapshot and hard state is handed out once.
 """
 
 from __future__ import annotations
@@ -118,7 +121,8 @@ class RaftNode:
                 f"commit/applied offset {self.commit_index} is beyond the log end "
                 f"{self._log.last_index()}: storage lost committed entries"
             )
-        self._persisted_hs = HardState(hard_state.term, hard_state.vote, hard_state.commit)
+        # The hard state last handed out (or loaded): persisted, or being persisted.
+        self._handed_hs = HardState(hard_state.term, hard_state.vote, hard_state.commit)
         self.role = LEARNER if node_id in self.learners else FOLLOWER
         self.leader_id: int | None = None
         self._election_elapsed = 0
@@ -271,8 +275,8 @@ class RaftNode:
     def has_ready(self) -> bool:
         return bool(
             self._msgs
-            or self._log.unstable
-            or self._log.pending_snapshot is not None
+            or self._log.has_unhanded()
+            or (self._log.pending_snapshot is not None and not self._log.snapshot_handed_out)
             or self._read_states
             or self.commit_index > self._handed_out
             or (self._needs_flush and self.role == LEADER)
@@ -285,11 +289,11 @@ class RaftNode:
             if self.role == LEADER:
                 self._flush()
         hard_state = None
-        persisted = self._persisted_hs
+        handed = self._handed_hs
         if self._hard_state_changed():
-            hard_state = HardState(self.term, self.vote, self.commit_index)
-        entries = list(self._log.unstable)
-        snapshot = self._log.pending_snapshot
+            hard_state = self._handed_hs = HardState(self.term, self.vote, self.commit_index)
+        entries = self._log.hand_out()
+        snapshot = self._log.hand_out_snapshot()
         rd = Ready(
             hard_state=hard_state,
             entries=entries,
@@ -301,7 +305,7 @@ class RaftNode:
             # entries may not.
             must_sync=bool(entries)
             or snapshot is not None
-            or (self.term, self.vote) != (persisted.term, persisted.vote),
+            or (self.term, self.vote) != (handed.term, handed.vote),
             leader=self.leader_id,
             role=self.role,
         )
@@ -312,8 +316,6 @@ class RaftNode:
     def advance(self, ready: Ready) -> None:
         last = ready.entries[-1] if ready.entries else None
         self._log.persisted(last, ready.snapshot)
-        if ready.hard_state is not None:
-            self._persisted_hs = ready.hard_state
         if ready.committed:
             self.applied = max(self.applied, ready.committed[-1].last_index)
         if self.role == LEADER and last is not None:
@@ -868,7 +870,7 @@ class RaftNode:
         )
 
     def _hard_state_changed(self) -> bool:
-        hs = self._persisted_hs
+        hs = self._handed_hs
         return hs.term != self.term or hs.vote != self.vote or hs.commit != self.commit_index
 
     def _committed_entries(self) -> list[Entry]:

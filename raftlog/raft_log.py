@@ -1,7 +1,8 @@
 """The Raft core's view of its log: durable entries through LogView plus the unstable tail.
 
 Owns offset/term lookups across both, truncation of conflicting suffixes and the hand-over
-of unstable entries (and a received snapshot point) to the driver for persistence.
+of unstable entries (and a received snapshot point) to the driver for persistence, each once:
+the driver may still be writing earlier hand-overs when it asks for the next.
 """
 
 from __future__ import annotations
@@ -13,14 +14,17 @@ from .types import Entry, LogView, SnapshotMeta
 
 class RaftLog:
     """Entries at offsets >= the first unstable entry live only here until persisted;
-    durable entries at those offsets are logically replaced."""
+    durable entries at those offsets are logically replaced. Unstable entries through
+    `handed_out` are being written by the driver; later ones are not yet handed out."""
 
-    __slots__ = ("pending_snapshot", "stable", "unstable")
+    __slots__ = ("handed_out", "pending_snapshot", "snapshot_handed_out", "stable", "unstable")
 
     def __init__(self, stable: LogView) -> None:
         self.stable = stable
         self.unstable: list[Entry] = []
+        self.handed_out = stable.last_index()
         self.pending_snapshot: SnapshotMeta | None = None  # received, not yet installed
+        self.snapshot_handed_out = False
 
     # -- lookups -----------------------------------------------------------------------
     def snapshot_index(self) -> int:
@@ -109,12 +113,36 @@ class RaftLog:
             found, _ = self.find_conflict_by_term(hint, found_term - 1)
         return found
 
+    # -- hand-over ---------------------------------------------------------------------
+    def has_unhanded(self) -> bool:
+        unstable = self.unstable
+        return bool(unstable) and unstable[-1].last_index > self.handed_out
+
+    def hand_out(self) -> list[Entry]:
+        """Unstable entries not handed out yet, in order; from now on they are being written."""
+        unstable = self.unstable
+        if not unstable or unstable[-1].last_index <= self.handed_out:
+            return []
+        start = 0
+        if unstable[0].index <= self.handed_out:
+            start = bisect_right(unstable, self.handed_out, key=_index_of)
+        self.handed_out = unstable[-1].last_index
+        return unstable[start:]
+
+    def hand_out_snapshot(self) -> SnapshotMeta | None:
+        if self.pending_snapshot is None or self.snapshot_handed_out:
+            return None
+        self.snapshot_handed_out = True
+        return self.pending_snapshot
+
     # -- mutation ----------------------------------------------------------------------
     def append(self, entries: list[Entry]) -> None:
-        """Append entries; the first one replaces every offset >= its index."""
+        """Append entries; the first one replaces every offset >= its index (a replaced entry
+        still being written is overwritten by the next hand-over, which starts at `first`)."""
         first = entries[0].index
         if first > self.last_index() + 1:
             raise ValueError(f"append at offset {first} leaves a gap after {self.last_index()}")
+        self.handed_out = min(self.handed_out, first - 1)
         unstable = self.unstable
         if unstable and first > unstable[0].index:
             if first <= unstable[-1].last_index:
@@ -133,7 +161,9 @@ class RaftLog:
     def restore(self, snapshot: SnapshotMeta) -> None:
         """A snapshot replaces the whole log; it is pending until the driver installs it."""
         self.pending_snapshot = snapshot
+        self.snapshot_handed_out = False
         self.unstable = []
+        self.handed_out = snapshot.index
 
     def persisted(self, last: Entry | None, snapshot: SnapshotMeta | None) -> None:
         """The driver made durable what a Ready handed out (entries through `last`)."""

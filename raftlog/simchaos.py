@@ -33,6 +33,8 @@ class Plan:
     max_down: int = 1
     max_append_bytes: int = 1 << 20  # tiny values send one entry per APPEND
     max_inflight: int = 64
+    async_storage: bool = False  # Readys written after a delay while the core goes on
+    disk_delay_max: int = 2 * TICK
 
 
 def make_plan(seed: int, nodes: int | None = None, steps: int | None = None) -> Plan:
@@ -79,6 +81,9 @@ def make_plan(seed: int, nodes: int | None = None, steps: int | None = None) -> 
         max_down=rng.choice((size - 1, (size - 1) // 2)) if size > 1 else 1,
         max_append_bytes=rng.choice((1, 64, 1 << 20)),
         max_inflight=rng.choice((1, 4, 64)),
+        # Drawn last, so that earlier draws keep the plans seeds had before these existed.
+        async_storage=rng.random() < 0.5,
+        disk_delay_max=rng.choice((TICK // 2, 2 * TICK, 4 * TICK)),
     )
 
 
@@ -266,6 +271,8 @@ def build(
         raft=raft,
         tick_intervals=plan.tick_intervals,
         crash_keeps_prefix=plan.crash_keeps_prefix,
+        async_storage=plan.async_storage,
+        disk_delay_max=plan.disk_delay_max,
         trace=trace,
     )
     return sim, plan

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from raftline.raftlog.invariants import Checker, InvariantViolation
 from raftline.raftlog.memlog import MemLog
 from raftline.raftlog.raft import ConfigChangeError, NotLeaderError, RaftConfig, RaftNode
-from raftline.raftlog.types import EntryKind, Message, MessageType, SnapshotMeta
+from raftline.raftlog.types import EntryKind, Message, MessageType, Ready, SnapshotMeta
 
 TICK = 10  # virtual time units in a nominal tick; node clocks run faster or slower than this
 
@@ -58,6 +58,7 @@ class SimNode:
         "paused_until",
         "pending",
         "tick_interval",
+        "writes",
     )
 
     def __init__(self, node_id: int, tick_interval: int) -> None:
@@ -73,6 +74,7 @@ class SimNode:
         self.last_commit = -1
         self.pending: dict[int, bytes] = {}  # proposed base offset -> payload, until applied
         self.paused_until = 0  # a stopped process (GC, SIGSTOP): no ticks, inputs wait
+        self.writes: deque[Ready] = deque()  # asynchronous storage: Readys still being written
 
     @property
     def alive(self) -> bool:
@@ -84,7 +86,11 @@ class Simulation:
 
     Each Ready is handled in order: install the snapshot, append entries, save the hard
     state, fsync if must_sync, send messages, apply committed entries, deliver read states,
-    advance. Every random choice comes from random.Random(seed), split into independent streams.
+    advance. With `async_storage`, a node hands each Ready to a simulated disk that writes
+    them in order after a random delay while the core goes on taking inputs and handing out
+    more, and a leader sends its APPENDs and HEARTBEATs before its own write, as the node
+    runtime does. Every random choice comes from random.Random(seed), split into independent
+    streams.
     The checker runs on every persisted write, sent vote and applied entry, and on each
     touched node after every step; a broken rule raises InvariantViolation at once.
     """
@@ -99,6 +105,8 @@ class Simulation:
         raft: RaftConfig | None = None,
         tick_intervals: dict[int, int] | None = None,
         crash_keeps_prefix: bool = False,
+        async_storage: bool = False,
+        disk_delay_max: int = 2 * TICK,
         trace: int = 0,
     ) -> None:
         if nodes < 1:
@@ -112,6 +120,8 @@ class Simulation:
         self._core_rng = random.Random(master.getrandbits(64))
         self.raft = raft or RaftConfig()
         self.crash_keeps_prefix = crash_keeps_prefix
+        self.async_storage = async_storage
+        self.disk_delay_max = disk_delay_max  # asynchronous storage: the longest write
         self.bootstrap = tuple(range(1, nodes + 1))
         self.checker = Checker()
         self.time = 0
@@ -246,6 +256,7 @@ class Simulation:
         )
         node.core = None
         node.pending.clear()
+        node.writes.clear()  # never written: their messages are never sent
 
     def pause(self, node_id: int, duration: int) -> None:
         """Freeze a live replica for `duration`: it neither ticks nor handles messages."""
@@ -265,7 +276,10 @@ class Simulation:
             if feed is not None:
                 feed()
             while core.has_ready():
-                self._handle_ready(node, core)
+                if self.async_storage:
+                    self._hand_to_disk(node, core, core.ready())
+                else:
+                    self._handle_ready(node, core, core.ready())
         except (InvariantViolation, NotLeaderError, ConfigChangeError):
             raise  # a broken rule, or the core refusing a request as its API documents
         except Exception as exc:
@@ -274,8 +288,51 @@ class Simulation:
             ) from exc
         self._check_node(node, core)
 
-    def _handle_ready(self, node: SimNode, core: RaftNode) -> None:
-        rd = core.ready()
+    def _hand_to_disk(self, node: SimNode, core: RaftNode, rd: Ready) -> None:
+        """Queue the Ready's writes; a leader's replication goes out now if its term is
+        already durable (the runtime's rule: followers write while the leader does)."""
+        if rd.role == "leader" and node.log.hard_state.term == core.term:
+            later = []
+            for msg in rd.messages:
+                if msg.type in (MessageType.APPEND, MessageType.HEARTBEAT):
+                    self._send(node, msg)
+                else:
+                    later.append(msg)
+            rd.messages = later
+        node.writes.append(rd)
+        if len(node.writes) == 1:
+            self._schedule_write(node)
+
+    def _schedule_write(self, node: SimNode) -> None:
+        incarnation = node.incarnation
+
+        def written() -> None:
+            if node.core is None or node.incarnation != incarnation:
+                return  # crashed meanwhile: the queued Readys were lost with it
+            if node.paused_until > self.time:
+                self.call_at(node.paused_until, written)
+                return
+            core = node.core
+            # Everything queued so far is written at once: one write, one fsync.
+            batch = list(node.writes)
+            node.writes.clear()
+            self._note("written", (node.node_id, len(batch)))
+            try:
+                for rd in batch:
+                    self._handle_ready(node, core, rd)
+            except InvariantViolation:
+                raise
+            except Exception as exc:  # the disk refused what the core handed out
+                raise InvariantViolation(
+                    "storage refused a write", f"node {node.node_id}: {exc!r}"
+                ) from exc
+            self._drive(node, None)
+            if node.writes:
+                self._schedule_write(node)
+
+        self.call_at(self.time + 1 + int(self.disk_rng.random() * self.disk_delay_max), written)
+
+    def _handle_ready(self, node: SimNode, core: RaftNode, rd: Ready) -> None:
         log = node.log
         checker = self.checker
         node_id = node.node_id
@@ -314,17 +371,19 @@ class Simulation:
         checker.on_role(node_id, role, core.term)
         if role == "leader":
             checker.check_leader_complete(node_id, core.term, node.log)
+        # With asynchronous storage, a leader may commit entries its own disk does not hold
+        # yet (a quorum of followers does), so commits are checked against the core's log.
+        log = core if self.async_storage else node.log
         commit = core.commit_index
         if role == "leader" and commit > node.last_commit:
-            checker.on_leader_commit(node_id, core.term, commit, node.log.term_at(commit))
+            checker.on_leader_commit(node_id, core.term, commit, log.term_at(commit))
         if commit < node.last_commit:
             raise InvariantViolation(
                 "commit index regressed", f"node {node_id}: {node.last_commit} -> {commit}"
             )
-        if commit > node.log.last_index():
-            raise InvariantViolation(
-                "commit beyond the log", f"node {node_id}: {commit} > {node.log.last_index()}"
-            )
+        last = core.last_index if self.async_storage else node.log.last_index()
+        if commit > last:
+            raise InvariantViolation("commit beyond the log", f"node {node_id}: {commit} > {last}")
         node.last_commit = commit
 
     # ----------------------------------------------------------------- network
