@@ -140,10 +140,14 @@ class PartitionReplica:
         if acks == "none":
             appended.add_done_callback(_consume_error)
             return -1
+        if acks == "all":
+            # Commit means a quorum holds the batch durably, the leader's own write possibly
+            # still under way; a proposal the core refused fails `committed` instead.
+            appended.add_done_callback(lambda done: _fail_with(committed, done))
         try:
             async with asyncio.timeout(self._timeout):
-                index, _ = await appended
                 if acks == "leader":
+                    index, _ = await appended
                     return index
                 return await committed
         except TimeoutError:
@@ -215,3 +219,11 @@ class PartitionReplica:
 def _consume_error(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled():
         fut.exception()
+
+
+def _fail_with(waiter: asyncio.Future[int], done: asyncio.Future[Any]) -> None:
+    """Pass a failed proposal's error on to the waiter for its commit."""
+    if done.cancelled() or (error := done.exception()) is None:
+        return
+    if not waiter.done():
+        waiter.set_exception(error)

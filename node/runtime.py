@@ -3,17 +3,21 @@
 Owns group lifecycle, driver rounds with group commit, proposals, read barriers, leader views and
 quiescence of idle groups.
 
-A driver round takes the touched groups that have no write in flight: (1) on the loop, feed each
-its ticks, messages, proposals and read requests and collect the Readys; send leaders' APPENDs
-and HEARTBEATs at once (followers write while the leader does) and apply leaders' committed
-entries (acks need no later fsync); (2) on a disk thread, write every Ready's entries and hard
+A driver round takes the touched groups: (1) on the loop, feed each its ticks, messages,
+proposals and read requests and collect the Readys; send leaders' APPENDs and HEARTBEATs at once
+(followers write while the leader does) and apply leaders' committed entries that are already
+written (acks need no later fsync); (2) on a disk thread, write every Ready's entries and hard
 state, then fsync each touched log once; (3) back on the loop, send the other messages (one
-frame per peer), apply followers' committed entries, answer read barriers and advance.
+frame per peer), apply the other committed entries, answer read barriers and advance.
 Rounds are pipelined: while one round is on disk, the loop runs further rounds for the other
-groups (an ack of partition A never waits for partition B's fsync), but a group has at most one
-round in flight. Inputs for a group whose round is on disk wait for it to finish, which is what
-batches a partition's concurrent proposals into one append and one fsync. The loop never
-touches a group's storage or core while that group's round is on disk.
+groups (an ack of partition A never waits for partition B's fsync). A group has at most one
+write in flight. A follower's inputs wait for it to finish, which is what batches a partition's
+concurrent writes into one append and one fsync. A leader goes on being fed (asynchronous
+storage writes, see raftlog.raft): its new entries go to followers at once and it commits on
+their acknowledgements, so a slow write or fsync of its own holds back only what needs that
+write; its further rounds queue behind the write in flight and then go to disk together. The
+loop reads a leader's storage during its write only below the offsets being written (the core
+keeps those in memory); followers' storage is not touched while a write is in flight.
 
 Quiescence. A leader whose group had no proposals and no replication traffic (anything but
 heartbeats) for `quiet_after_ticks` ticks stops ticking it and tells each follower node
@@ -137,7 +141,8 @@ class _Round:
     ready: Ready | None
     accepted: list[tuple[asyncio.Future[tuple[int, int]], int, int]]
     trim: SnapshotMeta | None = None
-    applied_early: bool = False  # committed entries went to the replica before the disk write
+    applied_early: bool = False  # committed entries went to the replica before its write ended
+    written: bool = False  # its entries are in the log file (maybe not yet fsynced)
 
     @property
     def writes(self) -> bool:
@@ -168,8 +173,10 @@ class Runtime:
         self._notices: dict[int, list[list[Any]]] = defaultdict(list)
         self._orphans: dict[str, list[Message]] = {}  # messages for groups not created yet
         self._wakeup = asyncio.Event()
-        # group -> its round's disk write in flight; such a group is not fed until it ends.
+        # group -> its disk write in flight, and the rounds in it and queued behind it.
         self._writing: dict[str, asyncio.Future[int]] = {}
+        self._on_disk: dict[str, list[_Round]] = {}
+        self._queued: dict[str, list[_Round]] = {}  # a leader's rounds fed during its write
         self._disk_idle = asyncio.Event()  # set while no round is on disk
         self._disk_idle.set()
         self._stopping = False
@@ -423,35 +430,78 @@ class Runtime:
             rounds = [self._feed(g) for n in self._take_dirty() if (g := self.groups.get(n))]
             self._send_replication(rounds)
             self._apply_early(rounds)
-            on_disk = [r for r in rounds if r.touches_disk]
-            if on_disk:
-                self._write(on_disk)
-            at_once = [r for r in rounds if not r.touches_disk]
-            if writes := [r for r in at_once if r.writes]:
-                self._persist(writes)  # commit-index changes only: kept in memory, no I/O
-            self._finish(at_once)
+            for item in rounds:
+                if (queue := self._queued.get(item.group.name)) is not None:
+                    queue.append(item)  # behind its group's write in flight
+            self._start(r for r in rounds if r.group.name not in self._queued)
+
+    def _start(self, rounds: Iterable[_Round]) -> None:
+        """Write the rounds of groups that touch the disk; finish the others at once. A
+        group's rounds stay together, so that they are advanced in order."""
+        by_group: dict[str, list[_Round]] = defaultdict(list)
+        for item in rounds:
+            by_group[item.group.name].append(item)
+        on_disk: list[_Round] = []
+        at_once: list[_Round] = []
+        for group_rounds in by_group.values():
+            touches = any(r.touches_disk for r in group_rounds)
+            (on_disk if touches else at_once).extend(group_rounds)
+        if on_disk:
+            self._write(on_disk)
+        if writes := [r for r in at_once if r.writes]:
+            self._persist(writes)  # commit-index changes only: kept in memory, no I/O
+        self._finish(at_once)
+
+    def _takeable(self, name: str) -> bool:
+        """A group may be fed unless its write is in flight and it is not a leader whose
+        in-flight and queued rounds only append (a trim or snapshot changes what the core
+        may read from storage)."""
+        if name not in self._writing:
+            return True
+        group = self.groups.get(name)
+        return (
+            group is not None
+            and group.core.role == "leader"
+            and group.trim_to is None
+            and not any(
+                r.trim is not None or (r.ready is not None and r.ready.snapshot is not None)
+                for r in self._on_disk.get(name, ())
+            )
+        )
 
     def _take_dirty(self) -> list[str]:
-        """The touched groups without a round on disk; the others stay touched until it ends."""
+        """The touched groups that may be fed; the others stay touched until their write ends."""
         if not self._writing:
             dirty = list(self._dirty)
             self._dirty.clear()
             return dirty
-        dirty = [name for name in self._dirty if name not in self._writing]
+        dirty = [name for name in self._dirty if self._takeable(name)]
         self._dirty.difference_update(dirty)
         return dirty
 
     def _write(self, rounds: list[_Round]) -> None:
         """Start the rounds' disk writes on the pool; `_written` finishes them on the loop."""
-        write = asyncio.get_running_loop().run_in_executor(self._disk, self._persist, rounds)
+        # Only leaders apply entries before their fsync: only they need the written signal.
+        leads = any(r.ready is not None and r.ready.role == "leader" for r in rounds)
+        loop = asyncio.get_running_loop()
+        write = loop.run_in_executor(self._disk, self._persist, rounds, loop if leads else None)
         for item in rounds:
-            self._writing[item.group.name] = write
+            name = item.group.name
+            self._writing[name] = write
+            self._on_disk.setdefault(name, []).append(item)
+            self._queued.setdefault(name, [])
         self._disk_idle.clear()
         write.add_done_callback(lambda done: self._written(rounds, done))
 
     def _written(self, rounds: list[_Round], write: asyncio.Future[int]) -> None:
+        queued: list[_Round] = []
         for item in rounds:
-            self._writing.pop(item.group.name, None)
+            name = item.group.name
+            if self._writing.pop(name, None) is not None:
+                del self._on_disk[name]
+                queue = self._queued.pop(name)
+                if name in self.groups:
+                    queued.extend(queue)
         if not self._writing:
             self._disk_idle.set()
         if write.cancelled() or self._stopping:
@@ -463,6 +513,8 @@ class Runtime:
             return
         self.stats["fsyncs"] += write.result()
         self._finish(rounds)
+        # Rounds a leader was fed meanwhile: their writes (all of a group's at once) start now.
+        self._start(queued)
 
     def _feed(self, group: Group) -> _Round:
         core = group.core
@@ -508,7 +560,7 @@ class Runtime:
         group.reads.clear()
         group.idle_ticks = 0 if busy else group.idle_ticks + ticks
         trim = None
-        if group.trim_to is not None:
+        if group.trim_to is not None and group.name not in self._writing:
             index, group.trim_to = group.trim_to, None
             if group.storage.first_index() <= index <= core.applied:
                 trim = core.snapshot_meta_at(index)
@@ -523,10 +575,11 @@ class Runtime:
         except Exception as exc:
             log.warning("Raft group %s rejected an input: %r", group.name, exc)
 
-    def _persist(self, rounds: list[_Round]) -> int:
+    def _persist(self, rounds: list[_Round], loop: asyncio.AbstractEventLoop | None = None) -> int:
         """Disk thread: write every Ready, then fsync each touched log once (each log's fsync
-        policy decides whether that fsync reaches the disk); apply requested trims. Returns
-        the number of logs synced."""
+        policy decides whether that fsync reaches the disk); apply requested trims. Tells
+        `loop` (if given) when the entries are written, before the fsyncs. Returns the
+        number of logs synced."""
         to_sync: dict[int, GroupStorage] = {}
         for item in rounds:
             rd, storage = item.ready, item.group.storage
@@ -542,6 +595,8 @@ class Runtime:
                 storage.save(rd.hard_state)
             if rd.must_sync or rd.entries:
                 to_sync[id(storage)] = storage
+        if loop is not None:
+            loop.call_soon_threadsafe(self._entries_written, rounds)
         fsync_all(self._fsyncs, list(to_sync.values()))
         return len(to_sync)
 
@@ -557,9 +612,8 @@ class Runtime:
             if rd is None or not rd.messages or rd.role != "leader":
                 continue
             durable = item.group.storage.hard_state
-            if rd.hard_state is not None and (rd.hard_state.term, rd.hard_state.vote) != (
-                durable.term,
-                durable.vote,
+            if item.group.core.term != durable.term or (
+                rd.hard_state is not None and rd.hard_state.vote != durable.vote
             ):
                 continue
             later = []
@@ -575,19 +629,47 @@ class Runtime:
             self.stats["messages_sent"] += len(messages)
 
     def _apply_early(self, rounds: list[_Round]) -> None:
-        """Apply leaders' committed entries before this round's disk writes, so that acks and
-        long-polls do not wait for the fsync of writes that arrived later. Safe: a leader's
-        entry commits only once a quorum holds it durably, its own copy counted only after
-        an earlier round wrote it (so it is in the log file, readable); an entry written in
-        this round cannot have committed yet, which the check below makes certain."""
+        """Apply what fresh rounds committed, if it is written (see _apply_written)."""
+        for item in rounds:
+            name = item.group.name
+            self._apply_written(
+                item.group, [*self._on_disk.get(name, ()), *self._queued.get(name, ()), item]
+            )
+
+    def _entries_written(self, rounds: list[_Round]) -> None:
+        """Loop: the disk thread wrote these rounds' entries and is about to fsync them."""
+        for item in rounds:
+            item.written = True
+        for name in {item.group.name for item in rounds}:
+            on_disk = self._on_disk.get(name)
+            if on_disk and on_disk[0].written and name in self.groups:  # else it already ended
+                self._apply_written(on_disk[0].group, [*on_disk, *self._queued[name]])
+
+    def _apply_written(self, group: Group, rounds: list[_Round]) -> None:
+        """Apply a leader's committed entries before the fsync of the rounds (of this group, in
+        order) that carry them, so that acks and long-polls do not wait for it. Safe: an entry
+        commits only once a quorum holds it durably, and it is applied here only once the
+        leader's own copy is in its log file too (readable by fetches), that is, if no round
+        still to be written holds it; otherwise it is applied later, when its round's write
+        is done or ends. Entries are applied in order: never past an earlier round's."""
+        unwritten = min(
+            (
+                r.ready.entries[0].index
+                for r in rounds
+                if r.ready and r.ready.entries and not r.written
+            ),
+            default=None,
+        )
         for item in rounds:
             rd = item.ready
-            if rd is None or not rd.committed or rd.role != "leader" or rd.snapshot is not None:
+            if rd is None or not rd.committed or item.applied_early:
                 continue
-            if rd.entries and rd.committed[-1].last_index >= rd.entries[0].index:
-                continue
+            if rd.role != "leader" or rd.snapshot is not None:
+                return
+            if unwritten is not None and rd.committed[-1].last_index >= unwritten:
+                return
             item.applied_early = True
-            self._apply(item.group, rd.committed)
+            self._apply(group, rd.committed)
 
     def _apply(self, group: Group, committed: list[Entry]) -> None:
         try:
@@ -616,7 +698,7 @@ class Runtime:
         for item in rounds:
             self._settle(item)
         self._flush_notices()
-        if self._dirty and (not self._writing or not self._dirty.issubset(self._writing)):
+        if self._dirty and (not self._writing or any(map(self._takeable, self._dirty))):
             self._wakeup.set()
 
     def _settle(self, item: _Round) -> None:

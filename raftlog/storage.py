@@ -10,6 +10,7 @@ import bisect
 import json
 import logging
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -32,52 +33,57 @@ class StorageError(ValueError):
 
 
 class _TailCache:
-    """The most recent entries as the core handed them over, contiguous up to the last index."""
+    """The most recent entries as the core handed them over, contiguous up to the last index.
+
+    Thread-safe: the driver's disk thread extends it while the loop reads a leader's older
+    entries (asynchronous storage writes), so every operation holds one short lock."""
 
     def __init__(self, limit_bytes: int) -> None:
         self.limit_bytes = limit_bytes
         self.entries: list[Entry] = []
         self.bases: list[int] = []
         self.size = 0
-
-    @property
-    def first_index(self) -> int | None:
-        return self.bases[0] if self.bases else None
+        self._lock = threading.Lock()
 
     def covering(self, index: int) -> Entry | None:
-        i = bisect.bisect_right(self.bases, index) - 1
-        if i < 0 or index > self.entries[i].last_index:
-            return None
-        return self.entries[i]
+        with self._lock:
+            i = bisect.bisect_right(self.bases, index) - 1
+            if i < 0 or index > self.entries[i].last_index:
+                return None
+            return self.entries[i]
 
     def since(self, index: int) -> list[Entry]:
         """Cached entries starting exactly at `index` (empty if not cached)."""
-        i = bisect.bisect_left(self.bases, index)
-        if i == len(self.bases) or self.bases[i] != index:
-            return []
-        return self.entries[i:]
+        with self._lock:
+            i = bisect.bisect_left(self.bases, index)
+            if i == len(self.bases) or self.bases[i] != index:
+                return []
+            return self.entries[i:]
 
     def truncate_from(self, index: int) -> None:
-        i = bisect.bisect_left(self.bases, index)
-        self.size -= sum(len(e.data) for e in self.entries[i:])
-        del self.entries[i:], self.bases[i:]
+        with self._lock:
+            i = bisect.bisect_left(self.bases, index)
+            self.size -= sum(len(e.data) for e in self.entries[i:])
+            del self.entries[i:], self.bases[i:]
 
     def drop_below(self, index: int) -> None:
-        i = bisect.bisect_left(self.bases, index)
-        self.size -= sum(len(e.data) for e in self.entries[:i])
-        del self.entries[:i], self.bases[:i]
+        with self._lock:
+            i = bisect.bisect_left(self.bases, index)
+            self.size -= sum(len(e.data) for e in self.entries[:i])
+            del self.entries[:i], self.bases[:i]
 
     def extend(self, entries: Sequence[Entry]) -> None:
-        if self.entries and self.entries[-1].last_index + 1 != entries[0].index:
-            self.entries, self.bases, self.size = [], [], 0
-        self.entries.extend(entries)
-        self.bases.extend(e.index for e in entries)
-        self.size += sum(len(e.data) for e in entries)
-        evict = 0
-        while self.size > self.limit_bytes and evict < len(self.entries) - 1:
-            self.size -= len(self.entries[evict].data)
-            evict += 1
-        del self.entries[:evict], self.bases[:evict]
+        with self._lock:
+            if self.entries and self.entries[-1].last_index + 1 != entries[0].index:
+                self.entries, self.bases, self.size = [], [], 0
+            self.entries.extend(entries)
+            self.bases.extend(e.index for e in entries)
+            self.size += sum(len(e.data) for e in entries)
+            evict = 0
+            while self.size > self.limit_bytes and evict < len(self.entries) - 1:
+                self.size -= len(self.entries[evict].data)
+                evict += 1
+            del self.entries[:evict], self.bases[:evict]
 
 
 def _encode_state(hard: HardState, snapshot: SnapshotMeta) -> bytes:
