@@ -537,7 +537,10 @@ class Runtime:
             to, group.transfer_to = group.transfer_to, None
             self._guard(group, core.transfer_leadership, to)
         accepted = []
-        for proposal in group.proposals:
+        # Proposals wait out a write in flight: they then go to disk and to the followers as
+        # one batch (sending each as it came cost a third of the max rate with fsync).
+        proposals = [] if group.name in self._writing else group.proposals
+        for proposal in proposals:
             try:
                 index = core.propose(proposal.data, proposal.count, proposal.kind)
             except Exception as exc:  # NotLeaderError, or a proposal the core refuses
@@ -547,7 +550,8 @@ class Runtime:
             accepted.append((proposal.future, index, core.term))
             if proposal.on_accept is not None:
                 proposal.on_accept(index, core.term)
-        group.proposals.clear()
+        if proposals:
+            group.proposals = []
         for context, read in group.reads:
             if read.done():
                 continue
@@ -730,7 +734,7 @@ class Runtime:
                 fut.set_result((index, term))
         if (core.role, core.leader_id, core.term) != (group.role, group.leader, group.term):
             self._role_changed(group)
-        if core.has_ready() and group.name in self.groups:
+        if (core.has_ready() or group.proposals) and group.name in self.groups:
             self._dirty.add(group.name)
         elif (
             group.role == "leader"
