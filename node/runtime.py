@@ -10,14 +10,16 @@ written (acks need no later fsync); (2) on a disk thread, write every Ready's en
 state, then fsync each touched log once; (3) back on the loop, send the other messages (one
 frame per peer), apply the other committed entries, answer read barriers and advance.
 Rounds are pipelined: while one round is on disk, the loop runs further rounds for the other
-groups (an ack of partition A never waits for partition B's fsync). A group has at most one
-write in flight. A follower's inputs wait for it to finish, which is what batches a partition's
-concurrent writes into one append and one fsync. A leader goes on being fed (asynchronous
-storage writes, see raftlog.raft): its new entries go to followers at once and it commits on
-their acknowledgements, so a slow write or fsync of its own holds back only what needs that
-write; its further rounds queue behind the write in flight and then go to disk together. The
-loop reads a leader's storage during its write only below the offsets being written (the core
-keeps those in memory); followers' storage is not touched while a write is in flight.
+groups (an ack of partition A never waits for partition B's fsync). A follower's inputs wait for
+its write in flight to finish, which is what batches a partition's concurrent writes into one
+append and one fsync. A leader goes on being fed (asynchronous storage writes, see
+raftlog.raft): it commits on its followers' acknowledgements and applies what they made durable
+as soon as its own copy is written, before its own fsync returns. Its proposals wait only while
+its write in flight is writing entries; once that write is fsyncing, they form the next write
+(the log orders the fsyncs), so a slow fsync of the leader's holds back neither replication
+nor commit. Writes of one group finish (advance the core) in order. The loop reads a leader's
+storage during its writes only below the offsets being written (the core keeps those in
+memory); followers' storage is not touched while a write is in flight.
 
 Quiescence. A leader whose group had no proposals and no replication traffic (anything but
 heartbeats) for `quiet_after_ticks` ticks stops ticking it and tells each follower node
@@ -65,7 +67,10 @@ log = logging.getLogger(__name__)
 _HEARTBEATS = (MessageType.HEARTBEAT, MessageType.HEARTBEAT_RESP)
 _REPLICATION = (MessageType.APPEND, MessageType.HEARTBEAT)  # a leader's, sent before its fsync
 ORPHANS_PER_GROUP = 16
-DISK_THREADS = 4  # rounds (of disjoint groups) that may be on disk at once
+DISK_THREADS = 8  # writes that may be on disk at once
+# A leader's next write may start while its last one fsyncs; a write whose fsync waits for an
+# earlier one holds a disk thread, so a group with a stalled fsync holds at most this many.
+WRITES_PER_GROUP = 2
 FSYNC_THREADS = 8  # fsyncs that may be in flight at once
 LOOP_READ_BYTES = 1 << 20  # fetch reads up to this size may run on the loop (see read_log)
 ORPHAN_GROUPS = 1024
@@ -135,6 +140,23 @@ class Group:
         return set(self.core.voters | self.core.learners) - {me}
 
 
+@dataclass(eq=False)
+class _Write:
+    """One disk write of rounds (of one or more groups) on the disk pool."""
+
+    rounds: list[_Round]
+    future: asyncio.Future[int] | None = None
+    written: bool = False  # its entries are in the log files; its fsyncs may still run
+    done: bool = False
+
+    @property
+    def groups(self) -> dict[str, None]:
+        return dict.fromkeys(r.group.name for r in self.rounds)
+
+    def rounds_of(self, name: str) -> list[_Round]:
+        return [r for r in self.rounds if r.group.name == name]
+
+
 @dataclass
 class _Round:
     group: Group
@@ -173,10 +195,11 @@ class Runtime:
         self._notices: dict[int, list[list[Any]]] = defaultdict(list)
         self._orphans: dict[str, list[Message]] = {}  # messages for groups not created yet
         self._wakeup = asyncio.Event()
-        # group -> its disk write in flight, and the rounds in it and queued behind it.
-        self._writing: dict[str, asyncio.Future[int]] = {}
-        self._on_disk: dict[str, list[_Round]] = {}
-        self._queued: dict[str, list[_Round]] = {}  # a leader's rounds fed during its write
+        # group -> its disk writes not yet finished, oldest first, and the rounds queued
+        # behind them (a leader's, fed meanwhile); a group is in both or in neither.
+        self._writes: dict[str, list[_Write]] = {}
+        self._queued: dict[str, list[_Round]] = {}
+        self._in_flight = 0  # disk writes not yet returned
         self._disk_idle = asyncio.Event()  # set while no round is on disk
         self._disk_idle.set()
         self._stopping = False
@@ -261,8 +284,8 @@ class Runtime:
         self._active.discard(name)
         self._dirty.discard(name)
         self._fail_waiters(group, f"group {name} removed")
-        if (write := self._writing.get(name)) is not None:
-            await asyncio.wait([write])
+        if writes := self._writes.get(name):
+            await asyncio.wait([w.future for w in writes])
         await asyncio.get_running_loop().run_in_executor(self._disk, group.storage.close)
         return group.storage
 
@@ -275,7 +298,7 @@ class Runtime:
         small read while the group has no round on disk (so nothing holds the log's lock for
         long) runs right here: from the page cache it costs less than a thread hop. Others
         run on the reader thread, beside (not after) the disk pool's writes and fsyncs."""
-        if max_bytes <= LOOP_READ_BYTES and name not in self._writing:
+        if max_bytes <= LOOP_READ_BYTES and name not in self._writes:
             data: bytes = log.read(offset, max_bytes, upto)
             return data
         loop = asyncio.get_running_loop()
@@ -432,10 +455,11 @@ class Runtime:
             self._apply_early(rounds)
             for item in rounds:
                 if (queue := self._queued.get(item.group.name)) is not None:
-                    queue.append(item)  # behind its group's write in flight
-            self._start(r for r in rounds if r.group.name not in self._queued)
+                    queue.append(item)  # behind its group's writes in flight
+            self._start([r for r in rounds if r.group.name not in self._queued])
+            self._start_queued({r.group.name for r in rounds if r.group.name in self._queued})
 
-    def _start(self, rounds: Iterable[_Round]) -> None:
+    def _start(self, rounds: list[_Round]) -> None:
         """Write the rounds of groups that touch the disk; finish the others at once. A
         group's rounds stay together, so that they are advanced in order."""
         by_group: dict[str, list[_Round]] = defaultdict(list)
@@ -452,11 +476,38 @@ class Runtime:
             self._persist(writes)  # commit-index changes only: kept in memory, no I/O
         self._finish(at_once)
 
+    def _start_queued(self, names: Iterable[str]) -> None:
+        """Start the queued rounds of these groups as one more write once every earlier write
+        of theirs has written its entries (its fsync may still run; the log orders fsyncs),
+        if the queue has something to write; else they wait for the earlier writes to end."""
+        start = []
+        for name in names:
+            queue = self._queued.get(name)
+            if (
+                queue
+                and any(r.touches_disk for r in queue)
+                and len(self._writes[name]) < WRITES_PER_GROUP
+                and not self._unwritten(name)
+            ):
+                start.extend(queue)
+                queue.clear()
+        if start:
+            self._write(start)
+
+    def _holds_proposals(self, name: str) -> bool:
+        """Proposals wait until the group's next write can start (see _start_queued)."""
+        writes = self._writes.get(name, ())
+        return len(writes) >= WRITES_PER_GROUP or self._unwritten(name)
+
+    def _unwritten(self, name: str) -> bool:
+        """The group has a write whose entries are not yet in its log file."""
+        return any(not w.written for w in self._writes.get(name, ()))
+
     def _takeable(self, name: str) -> bool:
-        """A group may be fed unless its write is in flight and it is not a leader whose
-        in-flight and queued rounds only append (a trim or snapshot changes what the core
-        may read from storage)."""
-        if name not in self._writing:
+        """A group may be fed unless it has writes in flight and is not a leader whose
+        writes only append (a trim or snapshot changes what the core may read from storage)."""
+        writes = self._writes.get(name)
+        if not writes:
             return True
         group = self.groups.get(name)
         return (
@@ -465,13 +516,14 @@ class Runtime:
             and group.trim_to is None
             and not any(
                 r.trim is not None or (r.ready is not None and r.ready.snapshot is not None)
-                for r in self._on_disk.get(name, ())
+                for w in writes
+                for r in w.rounds_of(name)
             )
         )
 
     def _take_dirty(self) -> list[str]:
-        """The touched groups that may be fed; the others stay touched until their write ends."""
-        if not self._writing:
+        """The touched groups that may be fed; the others stay touched until their writes end."""
+        if not self._writes:
             dirty = list(self._dirty)
             self._dirty.clear()
             return dirty
@@ -481,40 +533,52 @@ class Runtime:
 
     def _write(self, rounds: list[_Round]) -> None:
         """Start the rounds' disk writes on the pool; `_written` finishes them on the loop."""
+        write = _Write(rounds)
         # Only leaders apply entries before their fsync: only they need the written signal.
         leads = any(r.ready is not None and r.ready.role == "leader" for r in rounds)
         loop = asyncio.get_running_loop()
-        write = loop.run_in_executor(self._disk, self._persist, rounds, loop if leads else None)
-        for item in rounds:
-            name = item.group.name
-            self._writing[name] = write
-            self._on_disk.setdefault(name, []).append(item)
+        signal = loop if leads else None
+        write.future = loop.run_in_executor(self._disk, self._persist, rounds, signal, write)
+        for name in write.groups:
+            self._writes.setdefault(name, []).append(write)
             self._queued.setdefault(name, [])
+        self._in_flight += 1
         self._disk_idle.clear()
-        write.add_done_callback(lambda done: self._written(rounds, done))
+        write.future.add_done_callback(lambda _: self._written(write))
 
-    def _written(self, rounds: list[_Round], write: asyncio.Future[int]) -> None:
-        queued: list[_Round] = []
-        for item in rounds:
-            name = item.group.name
-            if self._writing.pop(name, None) is not None:
-                del self._on_disk[name]
-                queue = self._queued.pop(name)
-                if name in self.groups:
-                    queued.extend(queue)
-        if not self._writing:
+    def _written(self, write: _Write) -> None:
+        """A write returned: finish, per group and in order, every write that returned and
+        has no earlier one still running; then start what was queued behind them."""
+        write.done = True
+        self._in_flight -= 1
+        if not self._in_flight:
             self._disk_idle.set()
-        if write.cancelled() or self._stopping:
+        future = write.future
+        assert future is not None
+        if future.cancelled() or self._stopping:
             return
-        if (error := write.exception()) is not None:
+        if (error := future.exception()) is not None:
             log.critical("persisting Raft state failed; stopping the driver", exc_info=error)
             self._failure = error
             self._wakeup.set()
             return
-        self.stats["fsyncs"] += write.result()
-        self._finish(rounds)
+        self.stats["fsyncs"] += future.result()
+        finished: list[_Round] = []
+        idle: list[_Round] = []
+        for name in write.groups:
+            writes = self._writes.get(name)
+            while writes and writes[0].done:
+                finished.extend(writes.pop(0).rounds_of(name))
+            if writes:
+                continue
+            self._writes.pop(name, None)
+            queue = self._queued.pop(name, [])
+            if name in self.groups:
+                idle.extend(queue)
+        self._finish(finished)
         # Rounds a leader was fed meanwhile: their writes (all of a group's at once) start now.
-        self._start(queued)
+        self._start(idle)
+        self._start_queued(write.groups)
 
     def _feed(self, group: Group) -> _Round:
         core = group.core
@@ -537,9 +601,10 @@ class Runtime:
             to, group.transfer_to = group.transfer_to, None
             self._guard(group, core.transfer_leadership, to)
         accepted = []
-        # Proposals wait out a write in flight: they then go to disk and to the followers as
-        # one batch (sending each as it came cost a third of the max rate with fsync).
-        proposals = [] if group.name in self._writing else group.proposals
+        # Proposals wait while a write of the group is writing its entries (not while it
+        # fsyncs): they then go to disk and to the followers as one batch (sending each as it
+        # came cost a third of the max rate with fsync).
+        proposals = [] if self._holds_proposals(group.name) else group.proposals
         for proposal in proposals:
             try:
                 index = core.propose(proposal.data, proposal.count, proposal.kind)
@@ -564,7 +629,7 @@ class Runtime:
         group.reads.clear()
         group.idle_ticks = 0 if busy else group.idle_ticks + ticks
         trim = None
-        if group.trim_to is not None and group.name not in self._writing:
+        if group.trim_to is not None and group.name not in self._writes:
             index, group.trim_to = group.trim_to, None
             if group.storage.first_index() <= index <= core.applied:
                 trim = core.snapshot_meta_at(index)
@@ -579,11 +644,16 @@ class Runtime:
         except Exception as exc:
             log.warning("Raft group %s rejected an input: %r", group.name, exc)
 
-    def _persist(self, rounds: list[_Round], loop: asyncio.AbstractEventLoop | None = None) -> int:
+    def _persist(
+        self,
+        rounds: list[_Round],
+        loop: asyncio.AbstractEventLoop | None = None,
+        write: _Write | None = None,
+    ) -> int:
         """Disk thread: write every Ready, then fsync each touched log once (each log's fsync
         policy decides whether that fsync reaches the disk); apply requested trims. Tells
-        `loop` (if given) when the entries are written, before the fsyncs. Returns the
-        number of logs synced."""
+        `loop` (if given) when the entries of `write` are written, before the fsyncs.
+        Returns the number of logs synced."""
         to_sync: dict[int, GroupStorage] = {}
         for item in rounds:
             rd, storage = item.ready, item.group.storage
@@ -599,8 +669,8 @@ class Runtime:
                 storage.save(rd.hard_state)
             if rd.must_sync or rd.entries:
                 to_sync[id(storage)] = storage
-        if loop is not None:
-            loop.call_soon_threadsafe(self._entries_written, rounds)
+        if loop is not None and write is not None:
+            loop.call_soon_threadsafe(self._entries_written, write)
         fsync_all(self._fsyncs, list(to_sync.values()))
         return len(to_sync)
 
@@ -635,19 +705,28 @@ class Runtime:
     def _apply_early(self, rounds: list[_Round]) -> None:
         """Apply what fresh rounds committed, if it is written (see _apply_written)."""
         for item in rounds:
-            name = item.group.name
-            self._apply_written(
-                item.group, [*self._on_disk.get(name, ()), *self._queued.get(name, ()), item]
-            )
+            self._apply_written(item.group, [*self._pending(item.group.name), item])
 
-    def _entries_written(self, rounds: list[_Round]) -> None:
-        """Loop: the disk thread wrote these rounds' entries and is about to fsync them."""
-        for item in rounds:
+    def _pending(self, name: str) -> list[_Round]:
+        """The group's rounds not finished yet, in order: in writes, then queued."""
+        rounds = [r for w in self._writes.get(name, ()) for r in w.rounds_of(name)]
+        return rounds + self._queued.get(name, [])
+
+    def _entries_written(self, write: _Write) -> None:
+        """Loop: the disk thread wrote these entries and is about to fsync them. Apply what
+        they let through, and let the groups' waiting proposals form the next write."""
+        write.written = True
+        for item in write.rounds:
             item.written = True
-        for name in {item.group.name for item in rounds}:
-            on_disk = self._on_disk.get(name)
-            if on_disk and on_disk[0].written and name in self.groups:  # else it already ended
-                self._apply_written(on_disk[0].group, [*on_disk, *self._queued[name]])
+        for name in write.groups:
+            group = self.groups.get(name)
+            if group is None or name not in self._writes:
+                continue  # removed, or every write of the group already ended
+            self._apply_written(group, self._pending(name))
+            if group.proposals and not self._holds_proposals(name):
+                self._dirty.add(name)
+                self._wakeup.set()
+        self._start_queued(write.groups)
 
     def _apply_written(self, group: Group, rounds: list[_Round]) -> None:
         """Apply a leader's committed entries before the fsync of the rounds (of this group, in
@@ -702,7 +781,7 @@ class Runtime:
         for item in rounds:
             self._settle(item)
         self._flush_notices()
-        if self._dirty and (not self._writing or any(map(self._takeable, self._dirty))):
+        if self._dirty and (not self._writes or any(map(self._takeable, self._dirty))):
             self._wakeup.set()
 
     def _settle(self, item: _Round) -> None:

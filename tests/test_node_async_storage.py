@@ -1,9 +1,10 @@
 """Asynchronous storage writes on a leader: its own fsync does not hold back what a quorum of
 followers already made durable.
 
-A leader whose write is on disk goes on taking acknowledgements and replicating; a batch that
-two followers fsynced commits, is acknowledged and is readable once the leader's copy is in its
-log file, whether or not the leader's fsync has returned.
+A leader whose write is on disk goes on taking acknowledgements and, once the write's entries
+are in its log file, writing and replicating the next batches beside its fsync; a batch that two
+followers fsynced commits, is acknowledged and is readable once the leader's copy is in its log
+file, whether or not the leader's fsync has returned.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ async def test_an_acks_all_write_commits_while_the_leaders_own_fsync_is_held(
         held.release.set()
 
 
-async def test_writes_after_a_held_leader_fsync_are_acknowledged_in_order(
+async def test_the_next_write_is_replicated_and_acknowledged_beside_a_held_leader_fsync(
     cluster: list[Broker],
 ) -> None:
     await cluster[0].create_topic("ordered", 1, 3, {})
@@ -48,16 +49,22 @@ async def test_writes_after_a_held_leader_fsync_are_acknowledged_in_order(
     leader = leader_of(cluster, "ordered")
     group = leader.meta.state.topics["ordered"].group(0)
     held = HeldFsync(leader.runtime.groups[group].storage, asyncio.get_running_loop())
-    writes = [asyncio.ensure_future(leader.produce("ordered", 0, batch_of(b"x0"), "all"))]
-    await asyncio.wait_for(held.entered.wait(), BOUND_S)
-    writes += [
-        asyncio.ensure_future(leader.produce("ordered", 0, batch_of(b"x%d" % i), "all"))
-        for i in range(1, 6)
-    ]
-    await asyncio.sleep(0.05)  # these queue behind the held write and replicate meanwhile
-    held.release.set()
-    offsets = await asyncio.wait_for(asyncio.gather(*writes), BOUND_S)
-    assert offsets == sorted(offsets) and len(set(offsets)) == 6
+    try:
+        first = asyncio.ensure_future(leader.produce("ordered", 0, batch_of(b"x0"), "all"))
+        await asyncio.wait_for(held.entered.wait(), BOUND_S)
+        offsets = [await asyncio.wait_for(first, BOUND_S)]
+        # Written beside the held fsync and made durable by the followers.
+        second = leader.produce("ordered", 0, batch_of(b"x1"), "all")
+        offsets.append(await asyncio.wait_for(second, BOUND_S))
+        assert not held.release.is_set()
+        later = [
+            asyncio.ensure_future(leader.produce("ordered", 0, batch_of(b"x%d" % i), "all"))
+            for i in range(2, 6)
+        ]
+    finally:
+        held.release.set()
+    offsets += await asyncio.wait_for(asyncio.gather(*later), BOUND_S)
+    assert offsets == list(range(offsets[0], offsets[0] + 6))
     batches, _, _ = await leader.fetch("ordered", 0, offsets[0], 1 << 20, 0)
     assert values(batches) == [b"x%d" % i for i in range(6)]
     for follower in cluster:
