@@ -485,6 +485,7 @@ class Runtime:
             queue = self._queued.get(name)
             if (
                 queue
+                and name in self.groups
                 and any(r.touches_disk for r in queue)
                 and len(self._writes[name]) < WRITES_PER_GROUP
                 and not self._unwritten(name)

@@ -37,13 +37,15 @@ def batch_of(*payloads: bytes) -> bytes:
     return build_batch([Record(p) for p in payloads])
 
 
-async def produce_anywhere(brokers: list[Broker], topic: str, batch: bytes) -> int:
-    """Produce on whichever broker leads partition 0, retrying through elections."""
+async def produce_anywhere(
+    brokers: list[Broker], topic: str, batch: bytes, partition: int = 0
+) -> int:
+    """Produce on whichever broker leads the partition, retrying through elections."""
     deadline = time.monotonic() + 15
     while True:
         for broker in brokers:
             try:
-                return await broker.produce(topic, 0, batch, "all")
+                return await broker.produce(topic, partition, batch, "all")
             except BrokerError as exc:
                 if not exc.retryable and not isinstance(exc, NotLeader):
                     raise
