@@ -115,6 +115,7 @@ class RaftNode:
         self._configs = self._load_configs(snap, Membership.of(voters, learners))
         self.applied = max(applied, snap.index)
         self._handed_out = self.applied  # last committed offset given to the driver to apply
+        self._readys_handed = self._readys_advanced = 0
         self.commit_index = max(hard_state.commit, self.applied)
         if self.commit_index > self._log.last_index():
             raise ValueError(
@@ -308,12 +309,19 @@ class RaftNode:
             or (self.term, self.vote) != (handed.term, handed.vote),
             leader=self.leader_id,
             role=self.role,
+            number=self._readys_handed,
         )
+        self._readys_handed += 1
         self._msgs = []
         self._read_states = []
         return rd
 
     def advance(self, ready: Ready) -> None:
+        if ready.number != self._readys_advanced:
+            raise ValueError(
+                f"Ready #{ready.number} advanced out of order: #{self._readys_advanced} is next"
+            )
+        self._readys_advanced += 1
         last = ready.entries[-1] if ready.entries else None
         self._log.persisted(last, ready.snapshot)
         if ready.committed:

@@ -142,6 +142,7 @@ class Ready:
     # Volatile facts for the runtime (leader known, role); never persisted.
     leader: int | None = None
     role: str = "follower"
+    number: int = 0  # its place in the order the core handed Readys out (and takes advances)
 
     def is_empty(self) -> bool:
         return not (

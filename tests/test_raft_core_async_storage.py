@@ -6,6 +6,7 @@ acknowledgements while its own write is still under way, but never counts that w
 
 from __future__ import annotations
 
+import pytest
 from raft_core_harness import Group
 
 from raftline.raftlog.raft import RaftConfig
@@ -65,10 +66,12 @@ def test_leader_commits_on_followers_acks_while_its_own_write_is_under_way() -> 
     leader = group.elect(1)
     index = leader.propose(b"a")
     unwritten = leader.ready()  # the leader's own write of `a` has not finished
-    group.deliver([m for m in unwritten.messages if m.type == APPEND])
-    group.deliver(group.take(MessageType.APPEND_RESP))
+    group.deliver([m for m in unwritten.messages if m.type == APPEND])  # followers write it
+    for ack in group.take(MessageType.APPEND_RESP):
+        leader.step(ack)
     assert leader.commit_index == index  # followers 2 and 3 hold it durably
-    assert group.data(1) == [b"a"]  # handed out to apply, though the leader's write is not done
+    # Handed out to apply in the next Ready, though the leader's own write is not done.
+    assert [e.data for e in leader.ready().committed if e.data] == [b"a"]
 
 
 def test_leader_does_not_count_its_own_unwritten_entries_toward_commit() -> None:
@@ -82,6 +85,19 @@ def test_leader_does_not_count_its_own_unwritten_entries_toward_commit() -> None
     _write(group, 1, unwritten)
     leader.advance(unwritten)
     assert leader.commit_index < index  # only the leader holds it: one of three
+
+
+def test_readys_must_be_advanced_in_the_order_they_were_handed_out() -> None:
+    group = Group((1,))
+    leader = group.elect(1)
+    leader.propose(b"a")
+    first = leader.ready()
+    leader.propose(b"b")
+    second = leader.ready()
+    with pytest.raises(ValueError, match="out of order"):
+        leader.advance(second)
+    leader.advance(first)
+    leader.advance(second)
 
 
 def test_a_truncated_entry_still_being_written_is_replaced_by_the_next_hand_out() -> None:
