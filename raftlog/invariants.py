@@ -38,7 +38,7 @@ class Checker:
         self._positions: dict[tuple[int, int], tuple[int, EntryKind, bytes, int, int]] = {}
         self.leaders: dict[int, int] = {}  # term -> the node that led it
         self._votes: dict[tuple[int, int], int] = {}  # (voter, term) -> candidate
-        self._read_floor: dict[bytes, int] = {}  # read context -> commit acknowledged before it
+        self._read_floor: dict[tuple[int, bytes], int] = {}  # (node, context) -> commit before
 
     # Global facts
     def committed_offset(self) -> int:
@@ -204,11 +204,11 @@ class Checker:
             )
 
     # Reads
-    def on_read_request(self, context: bytes) -> None:
-        self._read_floor[context] = self.committed_offset()
+    def on_read_request(self, node: int, context: bytes) -> None:
+        self._read_floor[(node, context)] = self.committed_offset()
 
     def on_read_state(self, node: int, index: int, context: bytes) -> None:
-        floor = self._read_floor.get(context)
+        floor = self._read_floor.get((node, context))
         if floor is None:
             raise InvariantViolation("unknown read", f"node {node} answered {context!r}")
         if index < floor:

@@ -230,10 +230,11 @@ class RaftNode:
     def read_index(self, context: bytes) -> None:
         """Ask for a read barrier; it comes back as a ReadState once leadership is confirmed.
 
-        `context` identifies the read and must be unique among pending reads of the group.
+        `context` identifies the read and must be unique among this node's pending reads of
+        the group (other nodes may use the same context).
         """
         if self.role == LEADER:
-            if context in self._reads:
+            if self._reads.pending(self.node_id, context):
                 raise ValueError(f"a read with context {context!r} is already pending")
             self._leader_read(self.node_id, context)
         elif self.leader_id is not None:
@@ -498,7 +499,7 @@ class RaftNode:
         if self._heartbeat_elapsed >= self.config.heartbeat_ticks:
             self._heartbeat_elapsed = 0
             self._expire_snapshots()
-            self._broadcast_heartbeat(self._reads.newest_context())
+            self._broadcast_heartbeat(self._reads.newest_token())
 
     def _quorum_recently_active(self) -> bool:
         active = {self.node_id}
@@ -825,15 +826,15 @@ class RaftNode:
             # A fresh leader's commit index may lag the cluster's: wait for our own entry.
             self._reads.park(requester, context)
             return
-        if context in self._reads:
+        if self._reads.pending(requester, context):
             return  # a retried request: the pending one answers it
-        self._reads.add(self.commit_index, requester, context)
-        self._on_read_ack(self.node_id, context)
-        if context in self._reads:
-            self._broadcast_heartbeat(context)
+        token = self._reads.add(self.commit_index, requester, context)
+        self._on_read_ack(self.node_id, token)
+        if self._reads.pending(requester, context):
+            self._broadcast_heartbeat(token)
 
-    def _on_read_ack(self, peer: int, context: bytes) -> None:
-        for done in self._reads.ack(peer, context, self._is_quorum):
+    def _on_read_ack(self, peer: int, token: bytes) -> None:
+        for done in self._reads.ack(peer, token, self._is_quorum):
             if done.requester == self.node_id:
                 self._read_states.append(ReadState(done.index, done.context))
             else:

@@ -134,7 +134,7 @@ class Simulation:
         self._queue: list[tuple[int, int, int, object]] = []
         self._seq = 0
         self._proposals = 0
-        self._reads = 0
+        self._reads: Counter[int] = Counter()  # read requests made per node
         self._trace: deque[str] | None = deque(maxlen=trace) if trace else None
         intervals = tick_intervals or {}
         self.nodes: dict[int, SimNode] = {}
@@ -552,12 +552,13 @@ class Simulation:
     def read(self, node_id: int) -> bytes | None:
         """Ask `node_id` for a read barrier (None if it is down, paused or knows no leader);
         the answer is checked when it comes back."""
-        self._reads += 1
-        context = b"r%d" % self._reads  # unique: the core refuses a context already pending
+        # Each node numbers its own reads, as runtimes do: contexts repeat across nodes.
+        self._reads[node_id] += 1
+        context = b"r%d" % self._reads[node_id]
         core = self.running(node_id)
         if core is None:
             return None
-        self.checker.on_read_request(context)
+        self.checker.on_read_request(node_id, context)
         self._note("read", (node_id, context))
         try:
             self._drive(self.nodes[node_id], lambda: core.read_index(context))

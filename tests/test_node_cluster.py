@@ -101,6 +101,17 @@ async def test_created_topic_is_replicated_to_three_nodes_and_visible_everywhere
         ]
 
 
+async def test_concurrent_topic_reads_on_every_node_are_all_answered(
+    cluster: list[Broker],
+) -> None:
+    # Each describe is a read barrier on the metadata group; every node numbers its own, so
+    # the metadata leader holds reads of the same number from several nodes at once.
+    await cluster[0].create_topic("orders", 1, 3, {})
+    reads = [broker.describe_topic("orders") for broker in cluster for _ in range(4)]
+    descriptions = await asyncio.wait_for(asyncio.gather(*reads), 10)
+    assert {d["name"] for d in descriptions} == {"orders"}
+
+
 async def test_acks_all_produce_is_fetched_from_the_committed_log(cluster: list[Broker]) -> None:
     await cluster[0].create_topic("events", 1, 3, {})
     first = await produce_anywhere(cluster, "events", batch_of(b"a", b"b", b"c"))

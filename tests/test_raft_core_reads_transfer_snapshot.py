@@ -75,6 +75,18 @@ def test_follower_read_index_is_confirmed_by_the_leader() -> None:
     assert [(r.index, r.context) for r in group.reads[2]] == [(leader.commit_index, b"f1")]
 
 
+def test_reads_with_the_same_context_from_different_nodes_are_each_answered() -> None:
+    group = Group()
+    leader = group.elect(1)
+    group[2].read_index(b"r1")
+    group[3].read_index(b"r1")
+    group.process_all()  # both READ_INDEXes reach the leader and wait there together
+    leader.read_index(b"r1")  # the leader's own read, named like theirs
+    group.stabilize()
+    for node in (1, 2, 3):
+        assert [(r.index, r.context) for r in group.reads[node]] == [(leader.commit_index, b"r1")]
+
+
 def test_read_index_without_known_leader_raises() -> None:
     group = Group()
     with pytest.raises(NotLeaderError):

@@ -151,7 +151,8 @@ def test_a_snapshot_beyond_the_committed_prefix_is_flagged() -> None:
 def test_a_read_index_below_an_acknowledged_commit_is_flagged() -> None:
     checker = Checker()
     applied(checker, 1, (0, 1, b"a"), (1, 1, b"b"))
-    checker.on_read_request(b"r1")
+    checker.on_read_request(1, b"r1")
+    checker.on_read_request(2, b"r1")  # each node names its own reads
     checker.on_read_state(1, 1, b"r1")
     with pytest.raises(InvariantViolation, match="stale read"):
         checker.on_read_state(2, 0, b"r1")
