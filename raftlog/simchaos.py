@@ -314,6 +314,42 @@ def settle(sim: Simulation, election_ticks: int) -> float:
     )
 
 
+def check_reads_answered(sim: Simulation, election_ticks: int) -> None:
+    """Liveness of read barriers once healed: every voter that follows the leader in its term
+    asks for one at the same moment (each numbers its own reads, so the leader holds equal
+    contexts from several nodes), and every read is answered in bounded time. A leader change
+    meanwhile may drop reads (their requesters retry), so the round is asked again then."""
+    slowest = max(sim.nodes[n].tick_interval for n in sim.live())
+    budget = 10 * election_ticks * slowest
+    for _ in range(5):
+        leader = sim.leader()
+        if leader is None:
+            sim.run_until(lambda: sim.leader() is not None, budget)
+            continue
+        term = sim.nodes[leader].core.term
+        voters = sim.nodes[leader].config[0]
+        asked = [
+            (n, context)
+            for n in voters
+            if (core := sim.running(n)) is not None
+            and (core.leader_id, core.term) == (leader, term)  # a stale term's read is dropped
+            and (context := sim.read(n)) is not None
+        ]
+        if sim.run_until(_all_answered(sim, asked), budget):
+            return
+        if sim.leader() == leader and sim.nodes[leader].core.term == term:
+            missing = [a for a in asked if a not in sim.answered]
+            raise InvariantViolation(
+                "read not answered",
+                f"leader {leader} (term {term}) left reads {missing} unanswered for {budget}",
+            )
+    raise InvariantViolation("read not answered", "leadership kept moving after healing")
+
+
+def _all_answered(sim: Simulation, asked: list[tuple[int, bytes]]) -> Callable[[], bool]:
+    return lambda: all(read in sim.answered for read in asked)
+
+
 def _committed_or_deposed(sim: Simulation, payload: bytes, leader: int) -> Callable[[], bool]:
     return lambda: payload in sim.acked or sim.leader() != leader
 
@@ -349,6 +385,7 @@ def run_seed(
         sim.run_steps(plan.steps)
         chaos.running = False
         recovery = settle(sim, plan.election_ticks)
+        check_reads_answered(sim, plan.election_ticks)
         check_final(sim)
     except Exception as exc:  # a violation, or a harness bug: either way report the seed
         detail = str(exc) if isinstance(exc, InvariantViolation) else traceback.format_exc()

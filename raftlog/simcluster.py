@@ -129,6 +129,7 @@ class Simulation:
         self.sent: Counter[MessageType] = Counter()
         self.rejected_appends: Counter[tuple[int, int]] = Counter()  # (leader, follower)
         self.acked: dict[bytes, int] = {}  # payload -> offset, acknowledged as committed
+        self.answered: set[tuple[int, bytes]] = set()  # (node, context) of reads answered
         self.groups: dict[int, int] = {}  # node -> partition group; absent means group 0
         self.cut: set[tuple[int, int]] = set()  # directed links that lose everything
         self._queue: list[tuple[int, int, int, object]] = []
@@ -362,6 +363,7 @@ class Simulation:
                 self.acked[proposed] = entry.index
         for read in rd.read_states:
             checker.on_read_state(node_id, read.index, read.context)
+            self.answered.add((node_id, read.context))
         core.advance(rd)
 
     def _check_node(self, node: SimNode, core: RaftNode) -> None:

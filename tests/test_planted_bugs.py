@@ -120,6 +120,15 @@ class ReadsLocalCommit(RaftNode):
         self._read_states.append(ReadState(self.commit_index, context))
 
 
+class MergesReadsByContext(RaftNode):
+    """A leader takes a read whose context it already holds (from any node) for a retry of
+    that read, and leaves it unanswered."""
+
+    def _leader_read(self, requester: int, context: bytes) -> None:
+        if not any(held == context for _, held in self._reads._tokens):
+            super()._leader_read(requester, context)
+
+
 class NeverCampaigns(RaftNode):
     """Election timeouts never fire (a stuck timer)."""
 
@@ -148,6 +157,7 @@ def first_failure(monkeypatch: pytest.MonkeyPatch, core: type[RaftNode], seeds: 
         (VotesForStaleLogs, 150, "leader completeness"),
         (AcksBeforeSync, 20, "append acknowledged before it was durable"),
         (ReadsLocalCommit, 100, "stale read index"),
+        (MergesReadsByContext, 20, "read not answered"),
         (NeverCampaigns, 5, "no progress after healing"),
         (KeepsHandOutAcrossTruncation, 100, "log matching|storage refused a write"),
         (CountsOwnWriteAtHandOut, 1400, "leader completeness"),
