@@ -28,14 +28,19 @@ from raftline.raftlog.types import Entry
 pytestmark = pytest.mark.timeout(60)
 
 
+async def hold_leaders_fsync(cluster: list[Broker], topic: str) -> tuple[Broker, HeldFsync]:
+    """A topic of one partition on three replicas whose leader's next fsync is held."""
+    await cluster[0].create_topic(topic, 1, 3, {})
+    await produce_anywhere(cluster, topic, batch_of(b"warm"))
+    leader = leader_of(cluster, topic)
+    group = leader.meta.state.topics[topic].group(0)
+    return leader, HeldFsync(leader.runtime.groups[group].storage, asyncio.get_running_loop())
+
+
 async def test_an_acks_all_write_commits_while_the_leaders_own_fsync_is_held(
     cluster: list[Broker],
 ) -> None:
-    await cluster[0].create_topic("async", 1, 3, {})
-    await produce_anywhere(cluster, "async", batch_of(b"warm"))
-    leader = leader_of(cluster, "async")
-    group = leader.meta.state.topics["async"].group(0)
-    held = HeldFsync(leader.runtime.groups[group].storage, asyncio.get_running_loop())
+    leader, held = await hold_leaders_fsync(cluster, "async")
     try:
         write = asyncio.ensure_future(leader.produce("async", 0, batch_of(b"a"), "all"))
         await asyncio.wait_for(held.entered.wait(), BOUND_S)
@@ -51,11 +56,7 @@ async def test_an_acks_all_write_commits_while_the_leaders_own_fsync_is_held(
 async def test_the_next_write_is_replicated_and_acknowledged_beside_a_held_leader_fsync(
     cluster: list[Broker],
 ) -> None:
-    await cluster[0].create_topic("ordered", 1, 3, {})
-    await produce_anywhere(cluster, "ordered", batch_of(b"warm"))
-    leader = leader_of(cluster, "ordered")
-    group = leader.meta.state.topics["ordered"].group(0)
-    held = HeldFsync(leader.runtime.groups[group].storage, asyncio.get_running_loop())
+    leader, held = await hold_leaders_fsync(cluster, "ordered")
     try:
         first = asyncio.ensure_future(leader.produce("ordered", 0, batch_of(b"x0"), "all"))
         await asyncio.wait_for(held.entered.wait(), BOUND_S)
@@ -74,6 +75,7 @@ async def test_the_next_write_is_replicated_and_acknowledged_beside_a_held_leade
     assert offsets == list(range(offsets[0], offsets[0] + 6))
     batches, _, _ = await leader.fetch("ordered", 0, offsets[0], 1 << 20, 0)
     assert values(batches) == [b"x%d" % i for i in range(6)]
+    group = leader.meta.state.topics["ordered"].group(0)
     for follower in cluster:
         if follower is not leader:
             replica = next(r for r in follower.partitions.values() if r.group == group)
