@@ -33,7 +33,7 @@ class ReadIndexQueue:
         self._tokens: dict[tuple[int, bytes], bytes] = {}  # (requester, context) -> token
         self._order: deque[bytes] = deque()
         self._parked: list[tuple[int, bytes]] = []
-        self._made = 0  # tokens made so far: never reused while the process lives
+        self._made = 0  # tokens made by this core; answers of earlier terms never reach it
 
     def pending(self, requester: int, context: bytes) -> bool:
         return (requester, context) in self._tokens
