@@ -83,6 +83,7 @@ class Transport:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._calls: dict[int, asyncio.Future[Any]] = {}
+        self._calls_to: dict[int, int] = {}  # call id -> the peer it went to
         self._connections: set[_PeerConnection] = set()  # open ones, named by HELLO or not
         self._call_ids = itertools.count(1)
         self.frames_sent = 0
@@ -190,7 +191,7 @@ class Transport:
             silent = now - link.last_heard > self._dead_after
             if link.alive and silent:
                 link.alive = False
-                self._on_link(peer, False)
+                self._link_down(peer)
             elif not link.alive and not silent:
                 link.alive = True
                 self._on_link(peer, True)
@@ -199,6 +200,7 @@ class Transport:
         call_id = next(self._call_ids)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._calls[call_id] = fut
+        self._calls_to[call_id] = peer
         try:
             frame = wire.encode_frame(FrameKind.RPC_REQUEST, [call_id, method, args])
             if not self.send(peer, frame):
@@ -208,6 +210,16 @@ class Transport:
             raise RemoteError("timeout", f"node {peer} did not answer {method}") from exc
         finally:
             self._calls.pop(call_id, None)
+            self._calls_to.pop(call_id, None)
+
+    def _link_down(self, peer: int) -> None:
+        """`peer` went silent or its connection closed: its calls in flight fail now (the
+        caller may retry elsewhere) rather than at their timeout."""
+        for call_id in [c for c, p in self._calls_to.items() if p == peer]:
+            fut = self._calls[call_id]
+            if not fut.done():
+                fut.set_exception(RemoteError("leader_unavailable", f"node {peer} is unreachable"))
+        self._on_link(peer, False)
 
     # connections
 
@@ -245,7 +257,7 @@ class Transport:
         link = self._links.get(peer)
         if link is not None and link.transport is transport:
             del self._links[peer]
-            self._on_link(peer, False)
+            self._link_down(peer)
 
     def _received(self, peer: int, kind: FrameKind, body: Any) -> None:
         link = self._links.get(peer)
