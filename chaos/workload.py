@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ DEFINITE_FAILURES = frozenset(
     {"invalid_request", "unknown_topic", "unknown_partition", "topic_exists", "message_too_large"}
 )
 REQUEST_TIMEOUT_S = 5.0
+LEADER_REFRESH_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -88,15 +89,18 @@ class Endpoint:
     name: str
     url: str
     down: asyncio.Event = field(default_factory=asyncio.Event)  # set while health checks fail
-    avoid_until: float = 0.0  # after a failed request: other nodes are tried first
 
 
 class Nodes:
-    """The cluster's nodes as a well-behaved client sees them. A health check every
-    PROBE_S marks a node down when it goes unanswered (a paused or cut-off node), and the
-    requests in flight to it are given up, as NATS clients do on missed PONGs. A node whose
-    request failed (a 503 from a node cut off from the majority, a timeout) is avoided for
-    AVOID_S; every node is picked at random among the others."""
+    """The cluster's nodes as a well-behaved client sees them (`urls` in node id order).
+
+    - A health check every PROBE_S marks a node down when it goes unanswered (a paused or
+      cut-off node); requests in flight to it are given up, as NATS clients do on missed PONGs.
+    - A request for a partition goes to its leader where the client knows it (from topic
+      descriptions, as Kafka clients do), else to a random node, which forwards it.
+    - A node whose request for a partition failed (a 503 from a node that cannot reach that
+      partition's leader, a timeout) is avoided for that partition for AVOID_S.
+    """
 
     PROBE_S = 0.25
     PROBE_TIMEOUT_S = 1.0
@@ -105,15 +109,29 @@ class Nodes:
     def __init__(self, urls: Sequence[str], rng: random.Random) -> None:
         self.endpoints = [Endpoint(f"n{i + 1}", url) for i, url in enumerate(urls)]
         self.rng = rng
+        self.leaders: dict[Hashable, int] = {}  # scope (a partition) -> leader's node id
+        self._avoid: dict[tuple[str, Hashable], float] = {}
 
-    def pick(self) -> Endpoint:
+    def usable(self, scope: Hashable = None) -> list[Endpoint]:
         now = time.monotonic()
-        good = [e for e in self.endpoints if not e.down.is_set() and e.avoid_until <= now]
+        return [
+            e
+            for e in self.endpoints
+            if not e.down.is_set() and self._avoid.get((e.name, scope), 0.0) <= now
+        ]
+
+    def pick(self, scope: Hashable = None) -> Endpoint:
+        good = self.usable(scope)
+        leader = self.leaders.get(scope)
+        if leader is not None and 0 < leader <= len(self.endpoints):
+            endpoint = self.endpoints[leader - 1]
+            if endpoint in good:
+                return endpoint
         return self.rng.choice(good or self.endpoints)
 
-    def observe(self, endpoint: Endpoint, outcome: Outcome) -> None:
+    def observe(self, endpoint: Endpoint, outcome: Outcome, scope: Hashable = None) -> None:
         if outcome.status is None or outcome.status >= 500:
-            endpoint.avoid_until = time.monotonic() + self.AVOID_S
+            self._avoid[(endpoint.name, scope)] = time.monotonic() + self.AVOID_S
 
     async def probe(self, session: aiohttp.ClientSession, until: float) -> None:
         timeout = aiohttp.ClientTimeout(total=self.PROBE_TIMEOUT_S)
@@ -140,14 +158,12 @@ class Workload:
     """Shared state of one run: the cluster's HTTP endpoints, the topic and the recorder."""
 
     recorder: Recorder
-    urls: Sequence[str]
+    urls: Sequence[str]  # in node id order: urls[i] serves node i + 1
     topic: str
     partitions: int
     rng: random.Random
     replication_factor: int = 3
     max_acked: dict[int, int] = field(default_factory=dict)
-    # partition -> until when producers prefer other partitions (its last send failed)
-    troubled: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.nodes = Nodes(self.urls, self.rng)
@@ -163,18 +179,37 @@ class Workload:
         path: str,
         body: Any = None,
         expect: tuple[str, ...] = (),
+        scope: Hashable = None,
     ) -> Outcome:
-        """`call` on `endpoint` (picked by `self.nodes`), telling the picker how it went."""
+        """`call` on `endpoint` (picked by `self.nodes` for `scope`), telling it how it went."""
         outcome = await call(session, method, endpoint.url + path, body, expect, endpoint.down)
-        self.nodes.observe(endpoint, outcome)
+        self.nodes.observe(endpoint, outcome, scope)
         return outcome
 
     def pick_partition(self) -> int:
-        """A random partition, one whose last send succeeded where there is one: a partition
-        without a leader is skipped for a while, as Kafka's producers do (KIP-794)."""
-        now = time.monotonic()
-        healthy = [p for p in range(self.partitions) if self.troubled.get(p, 0.0) <= now]
-        return self.rng.choice(healthy or range(self.partitions))
+        """A random partition, one that some node can serve where there is one: a partition
+        without a reachable leader is skipped for a while, as Kafka's producers do (KIP-794)."""
+        servable = [p for p in range(self.partitions) if self.nodes.usable(p)]
+        return self.rng.choice(servable or range(self.partitions))
+
+    async def watch_leaders(self, session: aiohttp.ClientSession, until: float) -> None:
+        """Learns each partition's leader from topic descriptions, as clients refresh metadata."""
+        while time.monotonic() < until:
+            outcome = await self.request(
+                session,
+                self.nodes.pick(),
+                "GET",
+                f"/v1/topics/{self.topic}",
+                expect=("partitions",),
+            )
+            if outcome.type == "ok":
+                for part in outcome.body["partitions"]:
+                    leader = part.get("leader")
+                    if isinstance(leader, int):
+                        self.nodes.leaders[int(part["partition"])] = leader
+                    else:
+                        self.nodes.leaders.pop(int(part["partition"]), None)
+            await asyncio.sleep(LEADER_REFRESH_S)
 
     async def create_topic(self, session: aiohttp.ClientSession, deadline: float) -> bool:
         """Creates the workload topic, retrying until it exists or the deadline passes."""
@@ -197,7 +232,7 @@ class Workload:
             value = f"{process}-{seq}"
             seq += 1
             request = {"key": self.key(partition), "value": value}
-            endpoint = self.nodes.pick()
+            endpoint = self.nodes.pick(partition)
             invoke = self.recorder.invoke(process, "send", request, endpoint.name)
             message = {"partition": partition, "value": value}
             outcome = await self.request(
@@ -207,6 +242,7 @@ class Workload:
                 f"/v1/topics/{self.topic}/messages",
                 {"acks": "all", "messages": [message]},
                 expect=("offsets",),
+                scope=partition,
             )
             if outcome.type == "ok":
                 offset = outcome.body["offsets"][0]["offset"]
@@ -214,7 +250,6 @@ class Workload:
                 self.recorder.complete(invoke, "ok", {**request, "offset": offset})
             else:
                 self.recorder.complete(invoke, outcome.type, request, outcome.error)
-                self.troubled[partition] = time.monotonic() + Nodes.AVOID_S
                 await asyncio.sleep(0.1)  # back off a little while the cluster is unavailable
 
     async def poll(
@@ -227,7 +262,7 @@ class Workload:
         wait_ms: int = 500,
         max_messages: int = 200,
     ) -> Op:
-        endpoint = self.nodes.pick()
+        endpoint = self.nodes.pick(partition)
         request = {"key": self.key(partition), "offset": offset, "final": final}
         invoke = self.recorder.invoke(process, "poll", request, endpoint.name)
         outcome = await self.request(
@@ -237,6 +272,7 @@ class Workload:
             f"/v1/topics/{self.topic}/partitions/{partition}/messages"
             f"?offset={offset}&max_messages={max_messages}&wait_ms={wait_ms}",
             expect=("messages", "next_offset"),
+            scope=partition,
         )
         if outcome.type != "ok":
             # A read changes nothing, so a failed or unanswered poll is simply a failure.

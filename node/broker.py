@@ -28,7 +28,7 @@ from raftline.node.metadata import (
 )
 from raftline.node.partition import PartitionReplica
 from raftline.node.runtime import Runtime
-from raftline.node.transport import RemoteError
+from raftline.node.transport import OUTCOME_UNKNOWN, RemoteError
 from raftline.raftlog.log import LogConfig
 from raftline.raftlog.raft import NotLeaderError
 from raftline.raftlog.storage import RaftStorage
@@ -266,8 +266,14 @@ class Broker:
                     )
                     return result
             except RemoteError as exc:
-                if exc.code not in ("leader_unavailable", "timeout"):
+                # Only a call that had no effect is tried again: a command whose outcome is
+                # unknown may have been applied, and a second try would answer as if it had not.
+                if exc.code == OUTCOME_UNKNOWN:
+                    raise OutcomeUnknown(exc.message) from None
+                if exc.code != "leader_unavailable":
                     raise BrokerError(exc.code, exc.message) from None
+            except OutcomeUnknown:
+                raise
             except BrokerError as exc:
                 if exc.code != "leader_unavailable":
                     raise

@@ -69,5 +69,7 @@ class OutcomeUnknown(BrokerError):
     may still commit under the next leader, so no layer of the node retries it by itself; the
     client gets a retryable 503 and decides."""
 
+    rpc_code = "outcome_unknown"  # node.transport.OUTCOME_UNKNOWN: how node-to-node calls say it
+
     def __init__(self, message: str) -> None:
         super().__init__("leader_unavailable", message)

@@ -225,7 +225,7 @@ class PartitionReplica:
         self._closed = True
         for _, fut in self._waiters.values():
             if not fut.done():
-                fut.set_exception(BrokerError("leader_unavailable", "the partition was closed"))
+                fut.set_exception(OutcomeUnknown("the partition was closed"))
         self._waiters.clear()
         self._new_data.set()
 

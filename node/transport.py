@@ -39,8 +39,14 @@ SCRATCH_BYTES = 256 * 1024  # receive buffer of a connection: small frames are d
 OWN_BUFFER_BYTES = 64 * 1024
 
 
+# RPC error code of a call whose outcome is unknown: it was sent, and the link failed before
+# the answer came (or the remote's own answer was that it cannot know). Never retried blindly.
+OUTCOME_UNKNOWN = "outcome_unknown"
+
+
 class RemoteError(Exception):
-    """An RPC failed on the remote node (or never reached it); `code` follows API.md's codes."""
+    """An RPC failed on the remote node (or never reached it); `code` follows API.md's codes,
+    or is OUTCOME_UNKNOWN. `leader_unavailable` means the call had no effect."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -118,7 +124,7 @@ class Transport:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for fut in self._calls.values():
             if not fut.done():
-                fut.set_exception(RemoteError("leader_unavailable", "node stopping"))
+                fut.set_exception(RemoteError(OUTCOME_UNKNOWN, "node stopping"))
 
     def alive(self, peer: int) -> bool:
         if peer == self.node_id:
@@ -218,7 +224,7 @@ class Transport:
         for call_id in [c for c, p in self._calls_to.items() if p == peer]:
             fut = self._calls[call_id]
             if not fut.done():
-                fut.set_exception(RemoteError("leader_unavailable", f"node {peer} is unreachable"))
+                fut.set_exception(RemoteError(OUTCOME_UNKNOWN, f"node {peer} became unreachable"))
         self._on_link(peer, False)
 
     # connections
@@ -292,7 +298,7 @@ class Transport:
         try:
             body = [call_id, True, await self._on_rpc(peer, method, args)]
         except Exception as exc:  # the caller gets the error; this node keeps running
-            code = getattr(exc, "code", "internal")
+            code = getattr(exc, "rpc_code", None) or getattr(exc, "code", "internal")
             if code == "internal":
                 log.exception("RPC %s from node %s failed", method, peer)
             body = [call_id, False, [code, str(getattr(exc, "message", exc))]]

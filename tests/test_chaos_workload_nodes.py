@@ -48,11 +48,20 @@ async def test_a_request_to_a_node_that_stops_answering_health_checks_is_given_u
         await server.close()
 
 
-def test_a_node_whose_request_failed_is_avoided_while_others_answer() -> None:
+def test_a_node_whose_request_for_a_partition_failed_is_avoided_for_that_partition() -> None:
     nodes = Nodes(["http://a", "http://b"], random.Random(7))
     first, second = nodes.endpoints
-    nodes.observe(first, Outcome("info", 503, {}, "leader_unavailable"))
-    assert {nodes.pick().name for _ in range(50)} == {second.name}
-    nodes.observe(second, Outcome("info", None, None, "TimeoutError"))
+    nodes.observe(first, Outcome("info", 503, {}, "leader_unavailable"), scope=0)
+    assert {nodes.pick(0).name for _ in range(50)} == {second.name}
+    assert {nodes.pick(1).name for _ in range(50)} == {first.name, second.name}
+    nodes.observe(second, Outcome("info", None, None, "TimeoutError"), scope=0)
     # Every node failed lately: any of them rather than none.
-    assert {nodes.pick().name for _ in range(50)} == {first.name, second.name}
+    assert {nodes.pick(0).name for _ in range(50)} == {first.name, second.name}
+
+
+def test_a_partition_goes_to_its_known_leader_while_the_leader_answers() -> None:
+    nodes = Nodes(["http://a", "http://b", "http://c"], random.Random(3))
+    nodes.leaders[0] = 2
+    assert {nodes.pick(0).name for _ in range(20)} == {"n2"}
+    nodes.observe(nodes.endpoints[1], Outcome("info", 503, {}, "leader_unavailable"), scope=0)
+    assert "n2" not in {nodes.pick(0).name for _ in range(50)}
