@@ -155,6 +155,36 @@ def _put_text(message: dict[str, Any], name: str, data: bytes | None) -> None:
         message[f"{name}_b64"] = base64.b64encode(data).decode("ascii")
 
 
+def _put_headers(message: dict[str, Any], headers: Sequence[tuple[str, bytes | None]]) -> None:
+    """`headers`: the UTF-8 (and null) values as text; `headers_b64` beside it, only when some
+    values are not UTF-8, holds those in base64 (the way `value` and `value_b64` work)."""
+    plain: dict[str, str | None] = {}
+    binary: dict[str, str] = {}
+    for name, value in headers:
+        if value is None:
+            plain[name] = None
+            continue
+        try:
+            plain[name] = value.decode("utf-8")
+        except UnicodeDecodeError:
+            binary[name] = base64.b64encode(value).decode("ascii")
+    message["headers"] = plain
+    if binary:
+        message["headers_b64"] = binary
+
+
+def binary_headers_inline(body: dict[str, Any]) -> dict[str, Any]:
+    """A fetch answer for msgpack: each message's `headers_b64` values as bytes in `headers`
+    (msgpack carries bytes as they are). Changes `body` in place and returns it."""
+    for message in body.get("messages", ()):
+        binary = message.pop("headers_b64", None)
+        if binary:
+            headers = message.setdefault("headers", {})
+            for name, encoded in binary.items():
+                headers[name] = base64.b64decode(encoded)
+    return body
+
+
 def decode_batches(
     batches: Sequence[Buffer], partition: int, offset: int, max_messages: int, max_bytes: int
 ) -> DecodedFetch:
@@ -188,10 +218,7 @@ def decode_batches(
                 }
                 _put_text(message, "key", record.key)
                 _put_text(message, "value", record.value)
-                message["headers"] = {
-                    name: value.decode("utf-8", "replace") if value is not None else None
-                    for name, value in record.headers
-                }
+                _put_headers(message, record.headers)
                 messages.append(message)
                 next_offset = record.offset + 1
             next_offset = max(next_offset, header.last_offset + 1)
