@@ -72,7 +72,7 @@ class AsyncClient(ClientApi):
         while (call := step.call) is not None:
             try:
                 result = await self.exchange(call.method, call.path, call.request, call.url)
-            except wire.RaftlineError as error:
+            except Exception as error:  # the Op decides: a producer fails its batch's futures
                 step.throw(error)
             else:
                 step.send(result)

@@ -117,7 +117,7 @@ class Client(ClientApi):
         while (call := step.call) is not None:
             try:
                 result = self.exchange(call.method, call.path, call.request, call.url)
-            except wire.RaftlineError as error:
+            except Exception as error:  # the Op decides: a producer fails its batch's futures
                 step.throw(error)
             else:
                 step.send(result)
@@ -147,7 +147,9 @@ class Producer(ProducerApi):
         self._wake = threading.Condition()
         self._closed = False
         self._flush_requested = False
-        self._thread = threading.Thread(target=self._run, name="raftline-producer", daemon=True)
+        self._thread = threading.Thread(
+            target=self._send_all, name="raftline-producer", daemon=True
+        )
         self._thread.start()
 
     def _queued(self, add: Callable[[int, Any], bool]) -> concurrent.futures.Future[Any]:
@@ -196,7 +198,8 @@ class Producer(ProducerApi):
                 deadline = self._core.next_deadline()
                 self._wake.wait(None if deadline is None else deadline - time.monotonic())
 
-    def _run(self) -> None:
+    def _send_all(self) -> None:
+        """The sender thread: every batch as it becomes due, one after the other."""
         while batches := self._next_batches():
             for batch in batches:
                 self.client._run(self._core.sending(batch))

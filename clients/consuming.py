@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from raftline.clients.core import ClientApi, Op, Returns
+from raftline.clients.core import ClientApi, ClientCore, Op, Returns
 from raftline.clients.wire import FetchedValues, FetchResult, Message
 
 
@@ -33,7 +33,7 @@ class ConsumerCore:
 
     def __init__(
         self,
-        client: ClientApi,
+        client: ClientCore,
         topic: str,
         *,
         partitions: list[int] | None = None,
@@ -92,6 +92,8 @@ class ConsumerCore:
 
 class ConsumerApi(ConsumerCore):
     """The polls of Consumer and AsyncConsumer, written once (see ClientApi)."""
+
+    client: ClientApi
 
     def poll(self) -> Returns[list[Message]]:
         """Whatever is available on every partition; long-polls one partition when none has

@@ -70,7 +70,8 @@ Returns = _T | Awaitable[_T]
 
 class Step(Generic[_T]):
     """An Op driven one request at a time: `call` is the request to make now, None once the
-    Op has ended with `result`. An error thrown in and not handled by the Op leaves `throw`."""
+    Op has ended with `result`. The shell sends it the Answer to each call, or throws it the
+    error; an error the Op does not handle leaves `throw`."""
 
     def __init__(self, op: Op[_T]) -> None:
         self._op = op

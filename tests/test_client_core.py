@@ -68,7 +68,7 @@ def _run(op: Op[Any], answers: list[Answer | BaseException]) -> tuple[list[Call]
 def test_a_stale_topic_is_looked_up_then_the_fetch_goes_to_its_leader() -> None:
     core = ClientCore("http://a:1", retry=None, wire="json")
     fetched = {"messages": [], "next_offset": 7, "log_start_offset": 0, "high_watermark": 7}
-    consumer = ConsumerCore(core, TOPIC, partitions=[1], offset=7, wait_ms=0)  # type: ignore[arg-type]
+    consumer = ConsumerCore(core, TOPIC, partitions=[1], offset=7, wait_ms=0)
     calls, result = _run(
         consumer.polled(values=True),
         [_json(_description(2)), _json(NODES), _json(fetched)],
@@ -85,7 +85,7 @@ def test_a_stale_topic_is_looked_up_then_the_fetch_goes_to_its_leader() -> None:
 
 def test_a_retryable_fetch_failure_drops_the_metadata_and_raises() -> None:
     core = _core(wire="json")
-    consumer = ConsumerCore(core, TOPIC, partitions=[0], wait_ms=0)  # type: ignore[arg-type]
+    consumer = ConsumerCore(core, TOPIC, partitions=[0], wait_ms=0)
     with pytest.raises(RaftlineError):
         _run(consumer.polled(values=False), [_unavailable()])
     assert not core.metadata.fresh(TOPIC)
@@ -93,7 +93,7 @@ def test_a_retryable_fetch_failure_drops_the_metadata_and_raises() -> None:
 
 def test_a_consumer_asks_every_partition_then_long_polls_one() -> None:
     core = _core(wire="json")
-    consumer = ConsumerCore(core, TOPIC, offset=0, wait_ms=500)  # type: ignore[arg-type]
+    consumer = ConsumerCore(core, TOPIC, offset=0, wait_ms=500)
     empty = {"messages": [], "next_offset": 0, "log_start_offset": 0, "high_watermark": 0}
     calls, result = _run(consumer.polled(values=False), [_json(empty), _json(empty), _json(empty)])
     assert [c.request.params["wait_ms"] for c in calls if c.request.params] == ["0", "0", "500"]
