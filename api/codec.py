@@ -144,15 +144,21 @@ def select_batches(batches: Sequence[Buffer], offset: int, max_messages: int) ->
     return DecodedFetch(chosen, next_offset)
 
 
+def _text_or_b64(data: bytes) -> tuple[str, bool]:
+    """`data` as UTF-8 text, else in base64 (then True)."""
+    try:
+        return data.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return base64.b64encode(data).decode("ascii"), True
+
+
 def _put_text(message: dict[str, Any], name: str, data: bytes | None) -> None:
     """`name`: the UTF-8 text (or null); `name_b64` instead when the bytes are not UTF-8."""
     if data is None:
         message[name] = None
         return
-    try:
-        message[name] = data.decode("utf-8")
-    except UnicodeDecodeError:
-        message[f"{name}_b64"] = base64.b64encode(data).decode("ascii")
+    text, is_b64 = _text_or_b64(data)
+    message[f"{name}_b64" if is_b64 else name] = text
 
 
 def _put_headers(message: dict[str, Any], headers: Sequence[tuple[str, bytes | None]]) -> None:
@@ -164,10 +170,8 @@ def _put_headers(message: dict[str, Any], headers: Sequence[tuple[str, bytes | N
         if value is None:
             plain[name] = None
             continue
-        try:
-            plain[name] = value.decode("utf-8")
-        except UnicodeDecodeError:
-            binary[name] = base64.b64encode(value).decode("ascii")
+        text, is_b64 = _text_or_b64(value)
+        (binary if is_b64 else plain)[name] = text
     message["headers"] = plain
     if binary:
         message["headers_b64"] = binary
