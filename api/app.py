@@ -557,6 +557,8 @@ async def fetch(request: web.Request) -> web.Response:
         raise
     if raw and "batches" in body:
         return _batches_response(body)
+    if wants_msgpack(request):
+        body = codec.binary_headers_inline(body)
     return reply(request, body)  # JSON, also when a forwarded request came back as JSON
 
 
