@@ -6,11 +6,13 @@ Owns the shared aiohttp session between nodes and the translation of remote answ
 from __future__ import annotations
 
 import json
+import socket
 from typing import Any
 
 import aiohttp
 
 from raftline.api.errors import ApiError
+from raftline.node.transport import tune_peer_socket
 
 FORWARDED_HEADER = "X-Raftline-Forwarded"
 REQUEST_TIMEOUT_S = 30.0
@@ -24,6 +26,14 @@ class LeaderUnreachable(Exception):
     """Connecting to the leader failed before the request was sent: safe to retry."""
 
 
+def _peer_socket(addr_info: Any) -> socket.socket:
+    """Sockets to other nodes retransmit after the floor node-to-node links use."""
+    family, kind, proto, _, _ = addr_info
+    sock = socket.socket(family, kind, proto)
+    tune_peer_socket(sock)
+    return sock
+
+
 class Forwarder:
     """One keep-alive session to the other nodes; opened on first use, closed with the app."""
 
@@ -34,7 +44,9 @@ class Forwarder:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S, connect=2.0),
-                connector=aiohttp.TCPConnector(limit=64, keepalive_timeout=30),
+                connector=aiohttp.TCPConnector(
+                    limit=64, keepalive_timeout=30, socket_factory=_peer_socket
+                ),
             )
         return self._session
 
