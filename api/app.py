@@ -76,7 +76,10 @@ class ApiState:
                     raise
                 # Metadata is electing a leader: go on with the widest limit until it answers.
                 cached = TopicMeta(
-                    partitions, validation.LIMIT_MAX_MESSAGE_BYTES, "none", fetched_at=0.0
+                    partitions,
+                    validation.LIMIT_MAX_MESSAGE_BYTES,
+                    codec.DEFAULT_COMPRESSION,
+                    fetched_at=0.0,
                 )
                 self.topics[topic] = cached
         if time.monotonic() - cached.fetched_at >= TOPIC_CACHE_S and topic not in self.refreshing:
@@ -93,7 +96,7 @@ class ApiState:
             partitions=len(description.get("partitions") or [])
             or await self.broker.topic_partition_count(topic),
             max_message_bytes=validation.max_message_bytes(config),
-            compression=str(config.get("compression.type", "none")),
+            compression=str(config.get("compression.type", codec.DEFAULT_COMPRESSION)),
             fetched_at=time.monotonic(),
         )
         self.topics[topic] = meta

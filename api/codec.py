@@ -25,6 +25,10 @@ BATCH_CONTENT_TYPE = "application/vnd.raftline.batch"
 
 Buffer = bytes | memoryview  # a stored batch: fetches hand out slices of one read
 
+# A topic's compression.type when its config names none: Kafka's default, a batch is stored as
+# its producer compressed it (and the HTTP API, producing for JSON bodies, sends it plain).
+DEFAULT_COMPRESSION = "producer"
+
 # Topic compression.type -> batch codec ("producer": the API is the producer; it sends plain).
 CODECS: dict[str, Codec] = {
     "none": Codec.NONE,

@@ -105,6 +105,7 @@ _SCHEMAS: dict[str, Any] = {
             "compression.type": {
                 "type": "string",
                 "enum": ["producer", "none", "gzip", "snappy", "lz4", "zstd"],
+                "default": "producer",
             },
         },
         "additionalProperties": {"type": ["string", "integer"]},

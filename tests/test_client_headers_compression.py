@@ -63,6 +63,15 @@ def test_a_producer_compressed_batch_is_stored_as_sent(
     assert _stored_codecs(client, topic_name, first) == [Codec[compression.upper()]]
 
 
+def test_a_topic_without_compression_config_stores_the_producers_batch_as_sent(
+    client: Client, topic_name: str
+) -> None:
+    client.create_topic(topic_name, 1)  # compression.type defaults to producer, as in Kafka
+    with client.producer(topic_name, compression="gzip") as producer:
+        offset = producer.send(b"y" * 300).result().offset
+    assert _stored_codecs(client, topic_name, offset) == [Codec.GZIP]
+
+
 async def test_an_async_compressed_batch_is_stored_as_sent(node: Cluster, topic_name: str) -> None:
     async with AsyncClient(node.urls) as client:
         await client.create_topic(topic_name, 1, config={"compression.type": "producer"})
