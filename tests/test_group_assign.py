@@ -57,7 +57,7 @@ def test_sticky_moves_least_with_identical_subscriptions(members_list, count, da
     members = {m: ["a"] for m in members_list}
     partitions = {"a": count}
     # A previous assignment by members that may have left, with some partitions unowned.
-    former = members_list + ["gone1", "gone2"]
+    former = [*members_list, "gone1", "gone2"]
     previous: dict = {}
     for p in range(count):
         owner = data.draw(st.sampled_from([*former, None]))

@@ -306,7 +306,7 @@ class CoordinatorState:
 
     @staticmethod
     def _rebalance(group: Group, at_ms: int) -> None:
-        """A new generation with the group's assignor; ownership ages restart where owners change."""
+        """A new generation by the group's assignor; ownership ages restart where owners change."""
         subscriptions = {m: member.topics for m, member in group.members.items()}
         subscribed = {t for topics in subscriptions.values() for t in topics}
         group.partitions = {t: n for t, n in group.partitions.items() if t in subscribed}
