@@ -109,7 +109,7 @@ async def join(request: web.Request) -> web.Response:
 
 async def heartbeat(request: web.Request) -> web.Response:
     group = _group(request)
-    member = _member_id(request.match_info["member"])
+    member = _member_id(request.match_info["member_id"])
     answer = await _state(request).broker.group_call(
         group, "group_heartbeat", {"member_id": member}
     )
@@ -125,7 +125,7 @@ async def heartbeat(request: web.Request) -> web.Response:
 
 async def leave(request: web.Request) -> web.Response:
     group = _group(request)
-    member = _member_id(request.match_info["member"])
+    member = _member_id(request.match_info["member_id"])
     await _state(request).broker.group_call(group, "group_leave", {"member_id": member})
     return web.Response(status=204)
 
@@ -188,7 +188,7 @@ async def _resolve_starts(state: ApiState, plan: list[list[Any]]) -> list[list[A
 async def member_messages(request: web.Request) -> web.Response:
     state = _state(request)
     group = _group(request)
-    member = _member_id(request.match_info["member"])
+    member = _member_id(request.match_info["member_id"])
     query = dict(request.query)
     spec = validation.fetch_request({k: v for k, v in query.items() if k != "isolation"})
     isolation = query.get("isolation", "read_uncommitted")
@@ -343,9 +343,9 @@ def add_routes(app: web.Application) -> None:
     router.add_get("/v1/groups", list_groups)
     router.add_get("/v1/groups/{group}", describe)
     router.add_post("/v1/groups/{group}/members", join)
-    router.add_post("/v1/groups/{group}/members/{member}/heartbeat", heartbeat)
-    router.add_get("/v1/groups/{group}/members/{member}/messages", member_messages)
-    router.add_delete("/v1/groups/{group}/members/{member}", leave)
+    router.add_post("/v1/groups/{group}/members/{member_id}/heartbeat", heartbeat)
+    router.add_get("/v1/groups/{group}/members/{member_id}/messages", member_messages)
+    router.add_delete("/v1/groups/{group}/members/{member_id}", leave)
     router.add_post("/v1/groups/{group}/offsets", commit)
     router.add_get("/v1/groups/{group}/offsets", offsets)
     router.add_post("/v1/groups/{group}/offsets/reset", reset)
