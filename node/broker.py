@@ -93,8 +93,7 @@ class Broker:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for replica in self.partitions.values():
             replica.close()
-        for shard in list(self.coordinator.replicas):
-            self.coordinator.drop_replica(shard)
+        self.coordinator.close()
         await self.runtime.stop()
 
     def _open_storage(self, path: Any, topic_config: dict[str, str]) -> RaftStorage:

@@ -54,7 +54,10 @@ class _Leading:
     term: int
     seen: dict[tuple[str, str], float] = field(default_factory=dict)  # (group, member) -> time
     told: dict[tuple[str, str], int] = field(default_factory=dict)  # generation last answered
-    positions: dict[tuple[str, str], dict[tuple[str, int], int]] = field(default_factory=dict)
+    # (group, member) -> partition -> (next offset, generation of the fetch that read it)
+    positions: dict[tuple[str, str], dict[tuple[str, int], tuple[int, int]]] = field(
+        default_factory=dict
+    )
     expiring: set[tuple[str, str]] = field(default_factory=set)
 
 
@@ -83,6 +86,12 @@ class Coordinator:
         replica = CoordinatorReplica(self.broker.runtime, shard, self._applied)
         self.replicas[shard] = replica
         return replica
+
+    def close(self) -> None:
+        for task in list(self._background):
+            task.cancel()
+        for shard in list(self.replicas):
+            self.drop_replica(shard)
 
     def drop_replica(self, shard: str) -> None:
         replica = self.replicas.pop(shard, None)
@@ -168,6 +177,9 @@ class Coordinator:
         _, leading = self._lead(shard)
         leading.seen[(name, member_id)] = time.monotonic()
         leading.expiring.discard((name, member_id))
+        # A join (re)starts a consumer: it reads from the committed offsets, not from where an
+        # earlier incarnation with the same id got to (it may have died before processing).
+        leading.positions.pop((name, member_id), None)
         return self._tell(shard, name, member_id, result)
 
     def _tell(
@@ -209,7 +221,11 @@ class Coordinator:
         info = group.members[member]
         plan = []
         for tp in group.assignment.get(member, []):
-            start: int | str = positions.get(tp, group.offsets.get(tp, info.auto_offset_reset))
+            start: int | str = group.offsets.get(tp, info.auto_offset_reset)
+            position = positions.get(tp)
+            # A position counts only if the member held the partition since it was read.
+            if position is not None and group.owned_since.get(tp, position[1] + 1) <= position[1]:
+                start = position[0]
             plan.append([tp[0], tp[1], start])
         answer = self._tell(
             shard,
@@ -236,10 +252,11 @@ class Coordinator:
         leading.seen[key] = time.monotonic()
         held = set(group.assignment.get(member, []))
         positions = leading.positions.setdefault(key, {})
+        generation = int(args.get("generation", -1))
         for topic, partition, offset in args.get("positions", []):
             tp = (str(topic), int(partition))
             if tp in held:
-                positions[tp] = int(offset)
+                positions[tp] = (int(offset), generation)
         for tp in [tp for tp in positions if tp not in held]:
             del positions[tp]
 
