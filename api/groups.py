@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 GROUP_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 MEMBER_ID = re.compile(r"^[A-Za-z0-9._~:@-]{1,249}$")
 MAX_GROUP_WAIT_MS = 30_000  # below common load-balancer idle timeouts
+NO_ASSIGNMENT_WAIT_MS = 1_000  # a member without partitions long-polls at most this long
 JOIN_FIELDS = frozenset(
     {"topics", "member_id", "session_timeout_ms", "auto_offset_reset", "assignor", "client"}
 )
@@ -218,6 +219,8 @@ async def member_messages(request: web.Request) -> web.Response:
             log.debug("group fetch of %s/%d: %s", topic, partition, exc)
             return None
 
+    if not starts and wait_ms > 0:  # nothing assigned: come back a little later, not at once
+        await asyncio.sleep(min(wait_ms, NO_ASSIGNMENT_WAIT_MS) / 1000)
     tasks = [asyncio.ensure_future(one(t, p, s)) for t, p, s in starts]
     pending = set(tasks)
     try:

@@ -529,6 +529,10 @@ class Broker:
                 if exc.code != "topic_exists":
                     raise
             topic = await self._topic(GROUPS_TOPIC, current=True)
+            deadline = time.monotonic() + CREATE_WAIT_S
+            shards = [topic.group(p) for p in range(len(topic.replicas))]
+            while time.monotonic() < deadline and any(self._live_leader(g) is None for g in shards):
+                await asyncio.sleep(0.05)
         return topic
 
     async def group_call(self, group: str, method: str, args: dict[str, Any]) -> Any:

@@ -92,6 +92,9 @@ class CoordinatorReplica:
             return BrokerError(exc.code, exc.message)
         except (KeyError, TypeError, ValueError) as exc:
             return BrokerError("invalid_request", f"bad group command: {exc!r}")
+        except Exception as exc:  # a broken invariant: loud, and alike on every replica
+            log.critical("%s: applying %d failed", self.shard, entry.index, exc_info=exc)
+            return BrokerError("internal_error", f"applying a group command failed: {exc!r}")
 
     def on_role(self, role: str, leader: int | None, term: int) -> None:
         if term != self.term:

@@ -465,7 +465,7 @@ class Coordinator:
                         self._spawn(self._expire(shard, group.name, member_id))
                 if refresh:
                     self._spawn(self._refresh(shard, group))
-            await replica.maybe_checkpoint(self._timeout)
+            self._spawn(replica.maybe_checkpoint(self._timeout))
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.ensure_future(work)
