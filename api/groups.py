@@ -336,6 +336,12 @@ async def list_groups(request: web.Request) -> web.Response:
     return reply(request, {"groups": await _state(request).broker.list_groups()})
 
 
+async def delete(request: web.Request) -> web.Response:
+    group = _group(request)
+    await _state(request).broker.group_call(group, "group_delete", {})
+    return web.Response(status=204)
+
+
 async def describe(request: web.Request) -> web.Response:
     group = _group(request)
     return reply(request, await _state(request).broker.group_call(group, "group_describe", {}))
@@ -345,6 +351,7 @@ def add_routes(app: web.Application) -> None:
     router = app.router
     router.add_get("/v1/groups", list_groups)
     router.add_get("/v1/groups/{group}", describe)
+    router.add_delete("/v1/groups/{group}", delete)
     router.add_post("/v1/groups/{group}/members", join)
     router.add_post("/v1/groups/{group}/members/{member_id}/heartbeat", heartbeat)
     router.add_get("/v1/groups/{group}/members/{member_id}/messages", member_messages)

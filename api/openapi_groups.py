@@ -279,7 +279,19 @@ def group_paths() -> dict[str, Any]:
                     "404": _error("unknown_group"),
                     **_UNAVAILABLE,
                 },
-            }
+            },
+            "delete": {
+                "summary": "Delete a group without members, committed offsets included",
+                "operationId": "deleteGroup",
+                "parameters": [_GROUP],
+                "responses": {
+                    "204": {"description": "deleted"},
+                    **_BAD,
+                    "404": _error("unknown_group"),
+                    "409": _error("group_not_empty"),
+                    **_UNAVAILABLE,
+                },
+            },
         },
         "/v1/groups/{group}/members": {
             "post": {

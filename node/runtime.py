@@ -820,6 +820,10 @@ class Runtime:
             group.role == "leader"
             and not group.quiet
             and group.idle_ticks >= self.config.quiet_after_ticks
+            # Entries or reads waiting for a quorum keep the leader ticking, so that check-quorum
+            # steps it down (failing them at once) when it cannot reach one.
+            and core.commit_index >= core.last_index
+            and not group.pending_reads
         ):
             self._quiesce(group)
 

@@ -110,3 +110,37 @@ async def test_checkpoints_trim_every_replica_and_a_lagging_one_catches_up(
     finally:
         for broker in brokers:
             await broker.stop()
+
+
+async def test_calls_on_a_leader_that_loses_its_quorum_fail_fast_and_retryable(
+    tmp_path: Path,
+) -> None:
+    brokers = await start_all(configs(tmp_path, 3))
+    stopped: list[Broker] = []
+    try:
+        await brokers[0].create_topic("t", 1, 3, {})
+        join = {"member_id": "m", "topics": ["t"], "session_timeout_ms": 60_000}
+        joined = await group_call(brokers, "group_join", join)
+        await wait_for(lambda: len(shard_replicas(brokers)) == 3)
+        shard = shard_replicas(brokers)[0].shard
+        leader = next(b for b in brokers if b.coordinator.replicas[shard].role == "leader")
+        stopped = [b for b in brokers if b is not leader]
+        for broker in stopped:
+            await broker.stop()
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(BrokerError) as failure:
+            await leader.group_call(
+                "g",
+                "group_commit",
+                {"member_id": "m", "generation": joined["generation"], "offsets": [["t", 0, 0]]},
+            )
+        elapsed = asyncio.get_running_loop().time() - started
+        assert failure.value.code == "leader_unavailable" and failure.value.retryable
+        # Check-quorum steps the leader down within an election timeout or two; the pending
+        # commit fails then, long before the 10 s request timeout.
+        print(f"\npending commit failed {elapsed:.2f} s after the quorum was lost")
+        assert elapsed < 3.0, elapsed
+    finally:
+        for broker in brokers:
+            if broker not in stopped:
+                await broker.stop()

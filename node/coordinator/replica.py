@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from raftline.node.controller import decode_command, encode_command
@@ -36,7 +35,7 @@ def not_leader(shard: str) -> BrokerError:
 
 
 class CoordinatorReplica:
-    def __init__(self, runtime: Runtime, shard: str, on_applied: Callable[[str], None]) -> None:
+    def __init__(self, runtime: Runtime, shard: str) -> None:
         self.runtime = runtime
         self.shard = shard  # the Raft group name
         self.state = CoordinatorState()
@@ -45,7 +44,6 @@ class CoordinatorReplica:
         self.applied_index = -1
         self.term_committed = False  # a leader answers once an entry of its term is applied
         self.checkpoint_index: int | None = None
-        self._on_applied = on_applied
         self._waiters: dict[int, tuple[int, asyncio.Future[dict[str, Any]]]] = {}
         self._checkpointing = False
         self._closed = False
@@ -74,7 +72,6 @@ class CoordinatorReplica:
             _, fut = self._waiters.pop(index)
             if not fut.done():
                 fut.set_exception(_lost(self.shard))
-        self._on_applied(self.shard)
 
     def _apply(self, entry: Entry) -> dict[str, Any] | BrokerError:
         try:
@@ -105,7 +102,6 @@ class CoordinatorReplica:
             # A proposal may still commit under the next leader, but nobody here will learn of
             # it in time: its caller hears at once that the outcome is unknown (retryable).
             self._fail_waiters("leadership moved before the group command committed")
-        self._on_applied(self.shard)
 
     # proposals
 

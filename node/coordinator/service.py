@@ -66,7 +66,6 @@ class Coordinator:
         self.broker = broker
         self.replicas: dict[str, CoordinatorReplica] = {}  # Raft group name -> local replica
         self._leading: dict[str, _Leading] = {}
-        self._changed: dict[str, asyncio.Event] = {}
         self.watermarks: dict[tuple[str, int], int] = {}  # high watermarks (gauges)
         self._refreshed = 0.0
         self._background: set[asyncio.Future[None]] = set()
@@ -83,7 +82,7 @@ class Coordinator:
     # replicas come and go with the metadata
 
     def new_replica(self, shard: str) -> CoordinatorReplica:
-        replica = CoordinatorReplica(self.broker.runtime, shard, self._applied)
+        replica = CoordinatorReplica(self.broker.runtime, shard)
         self.replicas[shard] = replica
         return replica
 
@@ -98,11 +97,6 @@ class Coordinator:
         if replica is not None:
             replica.close()
         self._leading.pop(shard, None)
-
-    def _applied(self, shard: str) -> None:
-        event = self._changed.pop(shard, None)
-        if event is not None:
-            event.set()
 
     def _lead(self, shard: str) -> tuple[CoordinatorReplica, _Leading]:
         replica = self.replicas.get(shard)
@@ -428,12 +422,10 @@ class Coordinator:
         await self._propose(shard, {"op": "reset", "group": name, "offsets": offsets})
         return {"offsets": [{"topic": t, "partition": p, "offset": o} for t, p, o in offsets]}
 
-    async def wait_changed(self, shard: str, timeout: float) -> None:
-        """Until the shard applies something or its role changes (or the time passes)."""
-        event = self._changed.setdefault(shard, asyncio.Event())
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await event.wait()
+    async def _call_delete(self, shard: str, args: dict[str, Any]) -> None:
+        replica, _ = await self._current(shard)
+        group = self._group(replica, args)
+        await self._propose(shard, {"op": "delete", "group": group.name})
 
     # the leader's background duties
 
