@@ -128,6 +128,10 @@ async def test_two_members_split_commit_leave_and_the_other_continues(api: TestC
         api, "POST", "/v1/groups/billing/offsets/reset", {"topic": "orders", "to": {"offset": 1}}
     )
     assert status == 200 and [o["offset"] for o in body["offsets"]] == [1, 1, 1, 1]
+    status, _ = await call(api, "DELETE", "/v1/groups/billing")
+    assert status == 204
+    status, body = await call(api, "GET", "/v1/groups/billing/offsets")
+    assert status == 404 and body["error"]["code"] == "unknown_group"
 
 
 async def test_bad_input_gets_documented_errors_and_commits_nothing(api: TestClient) -> None:

@@ -134,6 +134,23 @@ def test_rebalance_times_after_a_leave_and_after_a_crash(tmp_path: Path) -> None
     with running_cluster(tmp_path) as cluster:
         n1, n2, n3 = cluster.nodes
         cluster.create_topic("events", partitions=6)
+        # Seek by time, through every node (two of them forward to the partition's leader).
+        cluster.create_topic("stamps", partitions=1)
+        stamped = [{"value": f"s{i}", "timestamp": 1_000 * (i + 1)} for i in range(8)]
+        ok(n1, "POST", "/v1/topics/stamps/messages", {"messages": stamped[:4]})
+        ok(n2, "POST", "/v1/topics/stamps/messages", {"messages": stamped[4:]})
+        firsts = set()
+        for node in cluster.nodes:
+            got = ok(node, "GET", "/v1/topics/stamps/partitions/0/messages?timestamp=3500")
+            assert [m["value"] for m in got["messages"]] == [f"s{i}" for i in range(3, 8)]
+            firsts.add(got["messages"][0]["offset"])
+        reset = ok(
+            n3,
+            "POST",
+            "/v1/groups/stamped/offsets/reset",
+            {"topic": "stamps", "to": {"timestamp": 3500}},
+        )
+        assert [o["offset"] for o in reset["offsets"]] == sorted(firsts)
         join = {"topics": ["events"], "session_timeout_ms": 3000}
         leaves, crashes = [], []
         for round_ in range(3):
