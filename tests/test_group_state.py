@@ -36,6 +36,7 @@ class GroupMachine(RuleBasedStateMachine):
         self.history: dict[int, dict[str, set]] = {}  # generation -> assignment (reference)
         self.offsets: dict = {}  # reference committed offsets
         self.last_generation = 0
+        self.joined_at: dict[str, int] = {}  # generation each member's membership began
 
     @property
     def group(self):
@@ -66,8 +67,11 @@ class GroupMachine(RuleBasedStateMachine):
             and member in group.members
             and group.members[member].topics == tuple(sorted(topics))
         )
+        fresh = group is None or member not in group.members
         result = self.run(join(member, topics, self.counts))
         assert result is not None
+        if fresh:
+            self.joined_at[member] = self.group.generation
         if same:  # I7: a retry changes nothing
             assert (self.group.generation, len(self.group.members)) == before
         assert result["generation"] == self.group.generation
@@ -110,13 +114,7 @@ class GroupMachine(RuleBasedStateMachine):
         accepted = (
             member in group.members
             and 0 <= generation <= group.generation
-            and all(
-                all(
-                    (t, p) in self.history.get(g, {}).get(member, set())
-                    for g in range(generation, group.generation + 1)
-                )
-                for t, p, _ in picks
-            )
+            and all(self.may_commit(member, generation, (t, p)) for t, p, _ in picks)
         )
         result = self.run(
             {
@@ -146,6 +144,24 @@ class GroupMachine(RuleBasedStateMachine):
         if empty:
             for t, p, o in picks:
                 self.offsets[(t, p)] = o
+
+    def owner_at(self, generation: int, tp: tuple) -> str | None:
+        held = self.history.get(generation, {})
+        return next((m for m, parts in held.items() if tp in parts), None)
+
+    def may_commit(self, member: str, generation: int, tp: tuple) -> bool:
+        """Reference of I5: the member held tp in `generation` and either holds it still, or
+        tp changed owners once since (and the member has not left and joined again)."""
+        now = self.group.generation
+        if self.owner_at(generation, tp) != member:
+            return False
+        end = generation
+        while end <= now and self.owner_at(end, tp) == member:
+            end += 1
+        if end > now:
+            return True
+        later = {self.owner_at(g, tp) for g in range(end, now + 1)}
+        return len(later) == 1 and generation >= self.joined_at[member]
 
     @rule()
     def checkpoint(self) -> None:
@@ -194,65 +210,44 @@ def test_join_retry_is_idempotent_and_a_change_rebalances() -> None:
     assert state.apply(join("y", ["a"], {"a": 4}))["generation"] == 2
 
 
+def commit(member: str, generation: int, *offsets: list) -> dict:
+    return {
+        "op": "commit",
+        "group": "g",
+        "member_id": member,
+        "generation": generation,
+        "offsets": list(offsets),
+    }
+
+
 def test_commit_is_fenced_and_all_or_nothing() -> None:
     state = CoordinatorState()
     state.apply(join("x", ["a"], {"a": 2}))
-    state.apply(
-        {
-            "op": "commit",
-            "group": "g",
-            "member_id": "x",
-            "generation": 1,
-            "offsets": [["a", 0, 5], ["a", 1, 7]],
-        }
-    )
+    state.apply(commit("x", 1, ["a", 0, 5], ["a", 1, 7]))
     state.apply(join("y", ["a"], {"a": 2}))  # generation 2: x keeps one, y takes the other
-    held_x = state.groups["g"].assignment["x"]
-    held_y = state.groups["g"].assignment["y"]
+    [kept] = state.groups["g"].assignment["x"]
+    [moved] = state.groups["g"].assignment["y"]
+    # x held both in generation 1, but in generation 2 only `kept`: all or nothing.
     with pytest.raises(GroupError) as err:
-        state.apply(
-            {
-                "op": "commit",
-                "group": "g",
-                "member_id": "x",
-                "generation": 1,
-                "offsets": [[*held_x[0], 9], [*held_y[0], 9]],
-            }
-        )
+        state.apply(commit("x", 2, [*kept, 9], [*moved, 9]))
     assert err.value.code == "stale_generation"
     assert state.groups["g"].offsets == {("a", 0): 5, ("a", 1): 7}
-    # x held its partition since generation 1: a commit of generation 1 for it is still good.
-    state.apply(
-        {
-            "op": "commit",
-            "group": "g",
-            "member_id": "x",
-            "generation": 1,
-            "offsets": [[*held_x[0], 9]],
-        }
-    )
+    # What x processed in generation 1, before `moved` went to y, it may still commit.
+    state.apply(commit("x", 1, [*kept, 9], [*moved, 8]))
+    assert state.groups["g"].offsets == {kept: 9, moved: 8}
     # y got its partition in generation 2: generation 1 is stale for it.
     with pytest.raises(GroupError):
-        state.apply(
-            {
-                "op": "commit",
-                "group": "g",
-                "member_id": "y",
-                "generation": 1,
-                "offsets": [[*held_y[0], 9]],
-            }
-        )
+        state.apply(commit("y", 1, [*moved, 9]))
+    state.apply(commit("y", 2, [*moved, 10]))
     # Commits never go backwards.
-    state.apply(
-        {
-            "op": "commit",
-            "group": "g",
-            "member_id": "x",
-            "generation": 2,
-            "offsets": [[*held_x[0], 3]],
-        }
-    )
-    assert state.groups["g"].offsets[held_x[0]] == 9
+    state.apply(commit("x", 2, [*kept, 3]))
+    assert state.groups["g"].offsets == {kept: 9, moved: 10}
+    # Once `moved` changes owners again, x's generation 1 is stale for it.
+    state.apply({"op": "leave", "group": "g", "member_id": "y"})  # generation 3: x has both
+    state.apply(join("z", ["a"], {"a": 2}))  # generation 4
+    if moved in state.groups["g"].assignment["z"]:
+        with pytest.raises(GroupError):
+            state.apply(commit("x", 1, [*moved, 11]))
 
 
 def test_reset_needs_an_empty_group_and_may_go_backwards() -> None:
