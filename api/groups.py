@@ -27,6 +27,7 @@ GROUP_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 MEMBER_ID = re.compile(r"^[A-Za-z0-9._~:@-]{1,249}$")
 MAX_GROUP_WAIT_MS = 30_000  # below common load-balancer idle timeouts
 NO_ASSIGNMENT_WAIT_MS = 1_000  # a member without partitions long-polls at most this long
+WATCH_S = 1.0  # a long-polling group fetch heartbeats (and looks for a new generation) this often
 JOIN_FIELDS = frozenset(
     {"topics", "member_id", "session_timeout_ms", "auto_offset_reset", "assignor", "client"}
 )
@@ -197,9 +198,7 @@ async def member_messages(request: web.Request) -> web.Response:
         raise invalid("isolation must be read_uncommitted or read_committed")
     broker = state.broker
     plan = await broker.group_call(group, "group_poll", {"member_id": member})
-    # The fetch counts as a heartbeat when it starts and when it ends: waiting longer than half
-    # a session would let the member expire meanwhile.
-    wait_ms = min(spec.wait_ms, MAX_GROUP_WAIT_MS, int(plan["session_timeout_ms"]) // 2)
+    wait_ms = min(spec.wait_ms, MAX_GROUP_WAIT_MS)
     starts = await _resolve_starts(state, plan["plan"])
     reset = plan["auto_offset_reset"]
 
@@ -221,18 +220,40 @@ async def member_messages(request: web.Request) -> web.Response:
 
     if not starts and wait_ms > 0:  # nothing assigned: come back a little later, not at once
         await asyncio.sleep(min(wait_ms, NO_ASSIGNMENT_WAIT_MS) / 1000)
+
+    async def watch() -> None:
+        """While the long-poll waits: keep the member's session alive, and end the wait when
+        a new generation starts (the member should learn its new assignment)."""
+        every = min(WATCH_S, int(plan["session_timeout_ms"]) / 3000)
+        while True:
+            await asyncio.sleep(every)
+            view = await broker.group_call(
+                group, "group_heartbeat", {"member_id": member, "watch": True}
+            )
+            if view["generation"] != plan["generation"]:
+                return
+
     tasks = [asyncio.ensure_future(one(t, p, s)) for t, p, s in starts]
-    pending = set(tasks)
+    pending: set[asyncio.Future[Any]] = set(tasks)
+    watcher = asyncio.ensure_future(watch()) if wait_ms > 0 and tasks else None
+    rebalanced = False
     try:
         while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            if any((r := t.result()) is not None and r["messages"] for t in done):
+            waiting = pending | ({watcher} if watcher is not None else set())
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            pending -= done
+            if watcher is not None and watcher in done:
+                rebalanced = watcher.exception() is None  # an error just ends the watching
+                watcher = None
+                if rebalanced:
+                    break
+            if any((r := t.result()) is not None and r["messages"] for t in done if t in tasks):
                 break  # data is there: answer now, the others' long-polls end unread
     finally:
-        for task in pending:
+        for task in [*pending, *([watcher] if watcher is not None else [])]:
             task.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        if pending or watcher is not None:
+            await asyncio.gather(*pending, *([watcher] if watcher else []), return_exceptions=True)
     messages: list[dict[str, Any]] = []
     positions = []
     budget = spec.max_messages
@@ -264,7 +285,7 @@ async def member_messages(request: web.Request) -> web.Response:
         {
             "generation": plan["generation"],
             "assignment": _assignment(plan["assignment"]),
-            "rebalancing": plan["rebalancing"],
+            "rebalancing": plan["rebalancing"] or rebalanced,
             "messages": messages,
             "positions": positions,
         },

@@ -339,9 +339,11 @@ def group_paths() -> dict[str, Any]:
             "get": {
                 "summary": "Fetch from the member's assigned partitions",
                 "description": "Starts at the member's last position, else the group's "
-                "committed offset, else auto_offset_reset; counts as a heartbeat. A long-poll "
-                "returns as soon as any assigned partition has data; wait_ms is capped at "
-                "30000 and at half the member's session timeout.",
+                "committed offset, else auto_offset_reset; counts as a heartbeat, also while it "
+                "waits. A long-poll returns as soon as any assigned partition has data or a new "
+                "generation starts (then rebalancing is true); wait_ms is capped at 30000. A "
+                "client that lost an answer should join again (idempotent): it then reads from "
+                "the committed offsets instead of after the lost messages.",
                 "operationId": "groupFetch",
                 "parameters": [
                     _GROUP,
@@ -374,8 +376,9 @@ def group_paths() -> dict[str, Any]:
         "/v1/groups/{group}/offsets": {
             "post": {
                 "summary": "Commit offsets (all or nothing), fenced by generation",
-                "description": "Each partition must be assigned to the member, and held by it "
-                "since a generation no later than the one given.",
+                "description": "Each partition must be held by the member since a generation "
+                "no later than the one given, or the member must have been its last owner in "
+                "that generation (commit of what it processed before the partition moved).",
                 "operationId": "commitOffsets",
                 "parameters": [_GROUP],
                 "requestBody": {"required": True, **_body("CommitOffsets", "offsets")},

@@ -264,3 +264,28 @@ async def test_metrics_show_committed_offsets_and_lag(api: TestClient) -> None:
     text = await (await api.get("/metrics")).text()
     assert 'raftline_group_committed_offset{node="1",group="mg",topic="mt",partition="0"} 1' in text
     assert 'raftline_group_lag{node="1",group="mg",topic="mt",partition="0"} 4' in text
+
+
+async def test_long_poll_keeps_the_session_and_ends_on_a_new_generation(api: TestClient) -> None:
+    await topic_with(api, "quiet", 2, 0)
+    join = {"topics": ["quiet"], "session_timeout_ms": 1500}
+    await call(api, "POST", "/v1/groups/k/members", {**join, "member_id": "m"})
+    started = time.monotonic()
+    status, got = await call(api, "GET", "/v1/groups/k/members/m/messages?wait_ms=3000")
+    assert status == 200 and got["messages"] == []
+    assert time.monotonic() - started > 2.5  # waited although the session is 1.5 s
+    status, _ = await call(api, "POST", "/v1/groups/k/members/m/heartbeat")
+    assert status == 200  # the wait kept it alive
+
+    async def join_later() -> None:
+        await asyncio.sleep(0.3)
+        await call(api, "POST", "/v1/groups/k/members", {**join, "member_id": "n"})
+
+    task = asyncio.ensure_future(join_later())
+    started = time.monotonic()
+    status, got = await call(api, "GET", "/v1/groups/k/members/m/messages?wait_ms=20000")
+    await task
+    assert status == 200 and got["rebalancing"] is True
+    assert time.monotonic() - started < 2.0
+    status, hb = await call(api, "POST", "/v1/groups/k/members/m/heartbeat")
+    assert len(hb["assignment"]) == 1 and hb["generation"] == got["generation"] + 1

@@ -202,6 +202,8 @@ class Coordinator:
             "generation": group.generation,
             "assignment": [list(tp) for tp in group.assignment.get(member, [])],
         }
+        if args.get("watch"):  # a group fetch's keep-alive: the member is not told anything
+            return view
         return self._tell(shard, group.name, member, view)
 
     async def _call_poll(self, shard: str, args: dict[str, Any]) -> dict[str, Any]:
