@@ -175,3 +175,69 @@ def test_rebalance_times_after_a_leave_and_after_a_crash(tmp_path: Path) -> None
         assert max(leaves) < 2.0
         assert max(crashes) < 3.0 + 2.0
         assert min(crashes) >= 3.0 - 0.2  # never before its session ran out
+
+
+def test_commits_and_generations_survive_repeated_coordinator_kills(tmp_path: Path) -> None:
+    """A member commits ever larger offsets and heartbeats through every live node while the
+    coordinator shard's leader is killed twice (and restarted): no acknowledged commit is lost,
+    and neither the generations nor the committed offsets it reads ever go back."""
+    with running_cluster(tmp_path) as cluster:
+        cluster.create_topic("ledger", partitions=2)
+        produce(cluster.nodes[0], "ledger", 2, 300, "l")
+        ok(
+            cluster.nodes[0],
+            "POST",
+            "/v1/groups/ledger-g/members",
+            {"topics": ["ledger"], "member_id": "c"},
+        )
+        generations: list[int] = []
+        read_offsets: list[int] = []
+        acked = 0
+        turn = 0
+
+        def step(value: int) -> None:
+            nonlocal acked, turn
+            live = cluster.live()
+            node = live[turn % len(live)]
+            turn += 1
+            status, hb = call(node, "POST", "/v1/groups/ledger-g/members/c/heartbeat", retry_s=5)
+            if status != 200:
+                return
+            generations.append(hb["generation"])
+            offsets = [{"topic": "ledger", "partition": p, "offset": value} for p in (0, 1)]
+            body = {"member_id": "c", "generation": hb["generation"], "offsets": offsets}
+            status, _ = call(node, "POST", "/v1/groups/ledger-g/offsets", body, retry_s=0)
+            if status == 204:
+                acked = value
+            status, got = call(node, "GET", "/v1/groups/ledger-g/offsets", retry_s=0)
+            if status == 200:
+                read_offsets.append(min(o["offset"] for o in got["offsets"]))
+
+        value = 0
+        for _kill in range(2):
+            for _ in range(20):
+                value += 1
+                step(value)
+            leader = ok(
+                cluster.nodes[0] if cluster.nodes[0].running else cluster.live()[0],
+                "GET",
+                "/v1/groups/ledger-g",
+            )["coordinator"]["leader"]
+            cluster.node(leader).kill()
+            for _ in range(20):
+                value += 1
+                step(value)
+            cluster.node(leader).start()
+            cluster.wait_ready([cluster.node(leader)])
+        for _ in range(5):
+            value += 1
+            step(value)
+        final = ok(cluster.nodes[2], "GET", "/v1/groups/ledger-g/offsets")["offsets"]
+        print(
+            f"\n{value} commits tried, last acknowledged {acked}, {len(generations)} heartbeats, "
+            f"generations {sorted(set(generations))}, final {[o['offset'] for o in final]}"
+        )
+        assert acked > 40
+        assert all(o["offset"] >= acked for o in final), (acked, final)
+        assert generations == sorted(generations), generations
+        assert read_offsets == sorted(read_offsets), read_offsets
