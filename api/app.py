@@ -23,7 +23,7 @@ from raftline.api.errors import ApiError, from_broker_error, invalid
 from raftline.api.forward import FORWARDED_HEADER, Forwarder, LeaderMoved, LeaderUnreachable
 from raftline.api.openapi import openapi_document
 from raftline.api.partitioner import partition_for_key
-from raftline.node.errors import BrokerError, NotLeader
+from raftline.node.errors import BrokerError, NotLeader, OutcomeUnknown
 from raftline.node.netfaults import LinkFaults
 from raftline.raftlog.batch import CorruptBatchError, check_crc, parse_header
 
@@ -35,7 +35,6 @@ log = logging.getLogger(__name__)
 MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack")
 # Largest body: a 10 MB message as base64 inside JSON, plus room for its siblings.
 MAX_BODY_BYTES = 32 * 1024 * 1024
-LEADER_WAIT_S = 5.0  # how long a request waits through a leader election before a 503
 PRODUCE_TIMEOUT_S = 15.0
 TOPIC_CACHE_S = 1.0
 DESCRIBE_WAIT_S = 0.5  # a first describe longer than this runs on in the background
@@ -120,38 +119,46 @@ class ApiState:
         local: Callable[[], Awaitable[Any]],
         remote: Callable[[str], Awaitable[Any]],
         forwarded: bool,
+        repeatable: bool = False,
     ) -> Any:
-        """Run `local`; when this node does not lead, run `remote` on the leader, riding out
-        elections for up to LEADER_WAIT_S (then 503 leader_unavailable)."""
-        deadline = time.monotonic() + LEADER_WAIT_S
-        delay = 0.05
-        hint: str | None = None
+        """Run `local`; when this node does not lead, run `remote` on the leader. An election
+        is waited out for at most an election timeout, and not at all where this node cannot
+        reach a majority of the replicas: then 503 leader_unavailable, so the client tries
+        another node. A forwarded request whose leader moves or goes silent is given up at
+        once: sent again to the new leader when `repeatable` (a read), else answered with a
+        503 (a write's outcome is then unknown, so it is never sent twice from here)."""
+        broker = self.broker
+        deadline = time.monotonic() + broker.election_timeout_s
+        delay = 0.02
         while True:
-            if hint is None:
+            target: NotLeader | None = None
+            try:
+                return await local()
+            except NotLeader as exc:
+                if forwarded or not exc.electable:
+                    raise from_broker_error(exc) from None
+                target = exc
+            except OutcomeUnknown:
+                raise
+            except BrokerError as exc:
+                # A leader elected a moment ago serves once its term has committed.
+                if exc.code != "leader_unavailable" or time.monotonic() >= deadline:
+                    raise
+            if target is not None and target.leader is not None and target.leader_http:
+                forward = remote(target.leader_http)
                 try:
-                    return await local()
-                except NotLeader as exc:
-                    if forwarded:
-                        raise from_broker_error(exc) from None
-                    hint = exc.leader_http
-                except BrokerError as exc:
-                    # A leader elected a moment ago serves once its term has committed.
-                    if exc.code != "leader_unavailable" or time.monotonic() >= deadline:
+                    return await broker.while_leads(target.group, target.leader, forward)
+                except OutcomeUnknown:
+                    if not repeatable:
                         raise
-            if hint is not None and hint != self.self_http:
-                try:
-                    return await remote(hint)
-                except LeaderMoved as moved:
-                    hint = moved.leader_http
-                    if hint is not None and time.monotonic() < deadline:
-                        continue
-                except LeaderUnreachable:
-                    hint = None
-            hint = None
+                    # A new leader is being elected: wait for it as for any election.
+                    deadline = time.monotonic() + broker.election_timeout_s
+                except (LeaderMoved, LeaderUnreachable):
+                    pass  # look the leader up again: this node learns of moves as they happen
             if time.monotonic() >= deadline:
                 raise ApiError("leader_unavailable", "no reachable leader for the partition")
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.4)
+            delay = min(delay * 2, 0.2)
 
 
 STATE_KEY = web.AppKey("api_state", ApiState)
@@ -549,13 +556,15 @@ async def fetch(request: web.Request) -> web.Response:
 
     forwarded = FORWARDED_HEADER in request.headers
     try:
-        body = await state.with_leader(local, remote, forwarded=forwarded)
+        body = await state.with_leader(local, remote, forwarded=forwarded, repeatable=True)
     except ApiError as exc:
         if forwarded and exc.code == "leader_unavailable":
             exc.extra.setdefault("leader_http", None)
         raise
     if raw and "batches" in body:
         return _batches_response(body)
+    if wants_msgpack(request):
+        body = codec.binary_headers_inline(body)
     return reply(request, body)  # JSON, also when a forwarded request came back as JSON
 
 

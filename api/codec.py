@@ -144,15 +144,49 @@ def select_batches(batches: Sequence[Buffer], offset: int, max_messages: int) ->
     return DecodedFetch(chosen, next_offset)
 
 
+def _text_or_b64(data: bytes) -> tuple[str, bool]:
+    """`data` as UTF-8 text, else in base64 (then True)."""
+    try:
+        return data.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return base64.b64encode(data).decode("ascii"), True
+
+
 def _put_text(message: dict[str, Any], name: str, data: bytes | None) -> None:
     """`name`: the UTF-8 text (or null); `name_b64` instead when the bytes are not UTF-8."""
     if data is None:
         message[name] = None
         return
-    try:
-        message[name] = data.decode("utf-8")
-    except UnicodeDecodeError:
-        message[f"{name}_b64"] = base64.b64encode(data).decode("ascii")
+    text, is_b64 = _text_or_b64(data)
+    message[f"{name}_b64" if is_b64 else name] = text
+
+
+def _put_headers(message: dict[str, Any], headers: Sequence[tuple[str, bytes | None]]) -> None:
+    """`headers`: the UTF-8 (and null) values as text; `headers_b64` beside it, only when some
+    values are not UTF-8, holds those in base64 (the way `value` and `value_b64` work)."""
+    plain: dict[str, str | None] = {}
+    binary: dict[str, str] = {}
+    for name, value in headers:
+        if value is None:
+            plain[name] = None
+            continue
+        text, is_b64 = _text_or_b64(value)
+        (binary if is_b64 else plain)[name] = text
+    message["headers"] = plain
+    if binary:
+        message["headers_b64"] = binary
+
+
+def binary_headers_inline(body: dict[str, Any]) -> dict[str, Any]:
+    """A fetch answer for msgpack: each message's `headers_b64` values as bytes in `headers`
+    (msgpack carries bytes as they are). Changes `body` in place and returns it."""
+    for message in body.get("messages", ()):
+        binary = message.pop("headers_b64", None)
+        if binary:
+            headers = message.setdefault("headers", {})
+            for name, encoded in binary.items():
+                headers[name] = base64.b64decode(encoded)
+    return body
 
 
 def decode_batches(
@@ -188,10 +222,7 @@ def decode_batches(
                 }
                 _put_text(message, "key", record.key)
                 _put_text(message, "value", record.value)
-                message["headers"] = {
-                    name: value.decode("utf-8", "replace") if value is not None else None
-                    for name, value in record.headers
-                }
+                _put_headers(message, record.headers)
                 messages.append(message)
                 next_offset = record.offset + 1
             next_offset = max(next_offset, header.last_offset + 1)

@@ -17,11 +17,7 @@ REQUEST_TIMEOUT_S = 30.0
 
 
 class LeaderMoved(Exception):
-    """The node we forwarded to does not lead the partition (either; hint may be None)."""
-
-    def __init__(self, leader_http: str | None) -> None:
-        super().__init__(f"leader moved to {leader_http}")
-        self.leader_http = leader_http
+    """The node we forwarded to does not lead the partition (any more): nothing was written."""
 
 
 class LeaderUnreachable(Exception):
@@ -90,7 +86,7 @@ class Forwarder:
         error = body.get("error", {}) if isinstance(body, dict) else {}
         code = error.get("code", "internal_error")
         if code == "leader_unavailable" and "leader_http" in body:
-            raise LeaderMoved(body["leader_http"])
+            raise LeaderMoved(f"leader moved to {body['leader_http']}")
         extra = {k: v for k, v in body.items() if k != "error"}
         raise ApiError(
             code,

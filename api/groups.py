@@ -159,7 +159,9 @@ async def _fetch_partition(
         }
         return await state.forwarder.fetch(leader, topic, partition, params)
 
-    result: dict[str, Any] = await state.with_leader(local, remote, forwarded=False)
+    result: dict[str, Any] = await state.with_leader(
+        local, remote, forwarded=False, repeatable=True
+    )
     return result
 
 

@@ -166,6 +166,12 @@ _SCHEMAS: dict[str, Any] = {
             "value": {"type": ["string", "null"]},
             "value_b64": {"type": "string", "format": "byte"},
             "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            "headers_b64": {
+                "type": "object",
+                "additionalProperties": {"type": "string", "format": "byte"},
+                "description": "header values in base64 (bytes that are not UTF-8); a name "
+                "stands in headers or here, not both",
+            },
             "partition": {"type": "integer", "minimum": 0},
             "timestamp": {"type": "integer", "minimum": 0, "description": "ms since epoch"},
         },
@@ -210,7 +216,13 @@ _SCHEMAS: dict[str, Any] = {
                 "format": "byte",
                 "description": "instead of value when it is not UTF-8",
             },
-            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            "headers": {"type": "object", "additionalProperties": {"type": ["string", "null"]}},
+            "headers_b64": {
+                "type": "object",
+                "additionalProperties": {"type": "string", "format": "byte"},
+                "description": "present when some header values are not UTF-8: those values, "
+                "base64 (msgpack answers carry them as bytes in headers instead)",
+            },
         },
     },
     "FetchResponse": {

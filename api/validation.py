@@ -26,7 +26,7 @@ DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 LIMIT_MAX_MESSAGE_BYTES = 10 * 1024 * 1024
 
 MESSAGE_FIELDS = frozenset(
-    {"key", "key_b64", "value", "value_b64", "headers", "partition", "timestamp"}
+    {"key", "key_b64", "value", "value_b64", "headers", "headers_b64", "partition", "timestamp"}
 )
 # The shape almost every producer sends; such messages skip the field-by-field checks.
 COMMON_MESSAGE_FIELDS = frozenset({"key", "value", "partition"})
@@ -115,13 +115,7 @@ def _text_or_bytes(obj: dict[str, Any], plain: str, b64: str, where: str) -> byt
     if plain in obj and b64 in obj:
         raise invalid(f"{where}: give either {plain} or {b64}, not both")
     if b64 in obj:
-        encoded = obj[b64]
-        if not isinstance(encoded, str):
-            raise invalid(f"{where}: {b64} must be a base64 string")
-        try:
-            return base64.b64decode(encoded, validate=True)
-        except (binascii.Error, ValueError):
-            raise invalid(f"{where}: {b64} is not valid base64") from None
+        return _base64(obj[b64], f"{where}: {b64}")
     value = obj.get(plain)
     if value is None:
         return None
@@ -135,22 +129,38 @@ def _text_or_bytes(obj: dict[str, Any], plain: str, b64: str, where: str) -> byt
     raise invalid(f"{where}: {plain} must be a string")
 
 
-def _headers(raw: Any, where: str) -> list[tuple[str, bytes]]:
-    if raw is None:
-        return []
-    if not isinstance(raw, dict):
-        raise invalid(f"{where}: headers must be an object of string values")
+def _base64(encoded: Any, what: str) -> bytes:
+    if not isinstance(encoded, str):
+        raise invalid(f"{what} must be a base64 string")
+    try:
+        return base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise invalid(f"{what} is not valid base64") from None
+
+
+def _headers(raw: Any, raw_b64: Any, where: str) -> list[tuple[str, bytes]]:
+    """`headers` (text values, or bytes from msgpack) then `headers_b64` (base64 values, for
+    bytes that are not UTF-8); a name may stand in only one of them."""
     headers: list[tuple[str, bytes]] = []
-    for name, value in raw.items():
-        if not isinstance(name, str):
-            raise invalid(f"{where}: header names must be strings")
-        if isinstance(value, str):
-            encoded = value.encode("utf-8", "surrogatepass")
-        elif isinstance(value, bytes):
-            encoded = value
-        else:
-            raise invalid(f"{where}: header {name!r} must have a string value")
-        headers.append((name, encoded))
+    for field_name, fields in (("headers", raw), ("headers_b64", raw_b64)):
+        if fields is None:
+            continue
+        if not isinstance(fields, dict):
+            raise invalid(f"{where}: {field_name} must be an object of string values")
+        for name, value in fields.items():
+            if not isinstance(name, str):
+                raise invalid(f"{where}: header names must be strings")
+            if field_name == "headers_b64":
+                encoded = _base64(value, f"{where}: headers_b64 {name!r}")
+            elif isinstance(value, str):
+                encoded = value.encode("utf-8", "surrogatepass")
+            elif isinstance(value, bytes):
+                encoded = value
+            else:
+                raise invalid(f"{where}: header {name!r} must have a string value")
+            headers.append((name, encoded))
+    if raw and raw_b64 and raw.keys() & raw_b64.keys():
+        raise invalid(f"{where}: a header is in both headers and headers_b64")
     return headers
 
 
@@ -192,7 +202,7 @@ def _message(raw: Any, index: int) -> ProduceMessage:
     return ProduceMessage(
         key=_text_or_bytes(obj, "key", "key_b64", where),
         value=_text_or_bytes(obj, "value", "value_b64", where),
-        headers=_headers(obj.get("headers"), where),
+        headers=_headers(obj.get("headers"), obj.get("headers_b64"), where),
         partition=partition,
         timestamp=timestamp,
     )

@@ -97,6 +97,17 @@ class NodeProcess:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(10)
 
+    def pause(self) -> None:
+        """SIGSTOP: the node falls silent with its connections open, as when it is cut off."""
+        if self.running:
+            assert self.process is not None
+            os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.running:
+            assert self.process is not None
+            os.killpg(self.process.pid, signal.SIGCONT)
+
     def ready(self) -> bool:
         try:
             status, _ = http_json(f"{self.url}/readyz", timeout=1.0)

@@ -5,6 +5,8 @@ Owns the fault-window model and the per-second throughput/latency timeline used 
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Iterable
@@ -90,8 +92,13 @@ def availability(
     for op in ops:
         if op.process == NEMESIS and op.f == "start" and op.type == "fail":
             not_injected[str((op.value or {}).get("fault"))] += 1
+    ratios = throughput_ratios(ops)
+    judged = [r["ratio"] for r in ratios if r["meets_target"] is not None]
     return {
         "not_injected": dict(not_injected),
+        "throughput_ratios": ratios,
+        "throughput_ratio_min": min(judged, default=None),
+        "throughput_target_met": all(r["meets_target"] is not False for r in ratios),
         "overall": _share(done),
         "during_faults": _share(during),
         "outside_faults": _share(outside),
@@ -108,6 +115,74 @@ def availability(
     }
 
 
+# Issue 21: from an election timeout (1 s) + 1 s after a fault until its heal, acknowledged sends
+# per second stay at least 70% of the rate before it, wherever a majority stayed connected.
+GRACE_S = 2.0
+TARGET_RATIO = 0.7
+BASELINE_SKIP_S = 2.0  # the first seconds after the previous heal are recovery, not the baseline
+
+
+def majority_connected(window: FaultWindow) -> bool:
+    """Whether more than half the nodes could all reach one another during the fault. Only a
+    partition can break that; a ring partition leaves every node a majority of its own but
+    no majority whose members all see each other."""
+    if window.fault != "partition" or not isinstance(window.detail, dict):
+        return True
+    sees = {int(k): set(v) for k, v in (window.detail.get("sees") or {}).items()}
+    if not sees:  # the shape was not recorded: judge the window like any other fault
+        return True
+    nodes = sorted(sees)
+    need = len(nodes) // 2 + 1
+    return any(
+        all(b in sees[a] for a in group for b in group)
+        for group in itertools.combinations(nodes, need)
+    )
+
+
+def throughput_ratios(ops: list[Op]) -> list[dict[str, Any]]:
+    """Per fault window: acknowledged sends per second from GRACE_S after the fault until the
+    heal, against the quiet period before it (BASELINE_SKIP_S after the previous heal on)."""
+    acked = sorted(
+        op.end for op in pair(client_ops(ops)) if op.invoke.f == "send" and op.type == "ok"
+    )
+    windows = sorted(fault_windows(ops), key=lambda w: w.start)
+    first = acked[0] if acked else 0
+    rows = []
+    previous_end = first
+    for w in windows:
+        quiet_from = previous_end + BASELINE_SKIP_S * NS
+        if w.start - quiet_from < NS:  # a short quiet period: all of it
+            quiet_from = previous_end
+        during_from = w.start + GRACE_S * NS
+        end = w.end if w.end is not None else (acked[-1] if acked else w.start)
+        before = _rate(acked, quiet_from, w.start)
+        during = _rate(acked, during_from, end)
+        ratio = None if before is None or during is None or before == 0 else during / before
+        connected = majority_connected(w)
+        rows.append(
+            {
+                "fault": w.fault,
+                "start_s": round(w.start / NS, 3),
+                "end_s": None if w.end is None else round(w.end / NS, 3),
+                "majority_connected": connected,
+                "before_per_s": None if before is None else round(before, 1),
+                "during_per_s": None if during is None else round(during, 1),
+                "ratio": None if ratio is None else round(ratio, 3),
+                "meets_target": None if ratio is None or not connected else ratio >= TARGET_RATIO,
+            }
+        )
+        previous_end = max(previous_end, end)
+    return rows
+
+
+def _rate(sorted_times: list[int], start: float, end: float) -> float | None:
+    """Events per second in [start, end); None for a span under half a second."""
+    if end - start < NS / 2:
+        return None
+    count = bisect.bisect_left(sorted_times, end) - bisect.bisect_left(sorted_times, start)
+    return count / ((end - start) / NS)
+
+
 def _percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, math.ceil(q * len(sorted_values)) - 1)]
 
@@ -119,8 +194,12 @@ def timeline(ops: list[Op], bucket_s: float = 1.0) -> list[dict[str, Any]]:
         if op.complete is None:
             continue
         b = int(op.complete.time / NS / bucket_s)
-        entry = buckets.setdefault(b, {"ok": 0, "fail": 0, "info": 0, "latencies": []})
+        entry = buckets.setdefault(
+            b, {"ok": 0, "fail": 0, "info": 0, "sends_ok": 0, "latencies": []}
+        )
         entry[op.type] += 1
+        if op.type == "ok" and op.invoke.f == "send":
+            entry["sends_ok"] += 1
         if op.type == "ok":
             entry["latencies"].append((op.complete.time - op.start) / 1e6)
     rows = []

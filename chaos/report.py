@@ -48,6 +48,18 @@ def summary_text(result: dict[str, Any]) -> str:
         lines.append(f"availability {part}: {share['ok']}/{share['ops']} ok ({share['ok_share']})")
     for fault, count in avail["not_injected"].items():
         lines.append(f"  {fault}: {count} injections failed (see nemesis ops in the history)")
+    lines.append(
+        "acknowledged sends/s from 2 s after each fault to its heal, against before it"
+        f" (target >= 0.7 where a majority stayed connected): "
+        f"{'met' if avail['throughput_target_met'] else 'MISSED'}, "
+        f"lowest {avail['throughput_ratio_min']}"
+    )
+    for row in avail["throughput_ratios"]:
+        judged = "" if row["majority_connected"] else " (no connected majority: not judged)"
+        lines.append(
+            f"  {row['fault']} at {row['start_s']}s: {row['during_per_s']}/s against "
+            f"{row['before_per_s']}/s, ratio {row['ratio']}{judged}"
+        )
     for fault in avail["faults"]:
         lines.append(
             f"  {fault['fault']}: {fault['start_s']}s..{fault['end_s'] or 'end'}s, "
@@ -77,6 +89,7 @@ def plot(ops: list[Op], path: Path) -> bool:
     t = [r["t"] for r in rows]
     for outcome, colour in (("ok", "tab:green"), ("info", "tab:orange"), ("fail", "tab:red")):
         top.plot(t, [r[outcome] for r in rows], label=outcome, color=colour, linewidth=1)
+    top.plot(t, [r["sends_ok"] for r in rows], label="sends acked", color="black", linewidth=1)
     top.set_ylabel("ops/s")
     top.legend(loc="upper right")
     for q in ("p50_ms", "p99_ms"):
@@ -99,6 +112,18 @@ def plot(ops: list[Op], path: Path) -> bool:
         for axis in (top, bottom):
             axis.axvspan(
                 w.start / availability.NS, end, alpha=0.15, color=colours.get(w.fault, "tab:gray")
+            )
+    # Each window's throughput ratio (acked sends/s after the grace period against before it).
+    for row in availability.throughput_ratios(ops):
+        if row["ratio"] is not None:
+            mark = "" if row["majority_connected"] else "*"
+            top.annotate(
+                f"{row['ratio']:.2f}{mark}",
+                (row["start_s"], 1.0),
+                xycoords=("data", "axes fraction"),
+                fontsize=7,
+                va="top",
+                color="tab:red" if row["meets_target"] is False else "black",
             )
     # One band per fault kind in a key of its own, so long runs with many faults stay legible.
     kinds = sorted({w.fault for w in windows})

@@ -77,6 +77,7 @@ async def _workload(
             for c in range(config.consumers)
         ]
         clients.append(work.metadata(http, config.producers + config.consumers, until))
+        clients += [work.nodes.probe(http, until), work.watch_leaders(http, until)]
         await asyncio.gather(_faults(cluster, schedule, faults_until), *clients)
         ready = await asyncio.to_thread(cluster.wait_ready, config.ready_timeout_s)
         complete = await work.final_reads(

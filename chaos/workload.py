@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ DEFINITE_FAILURES = frozenset(
     {"invalid_request", "unknown_topic", "unknown_partition", "topic_exists", "message_too_large"}
 )
 REQUEST_TIMEOUT_S = 5.0
+LEADER_REFRESH_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -39,11 +40,32 @@ async def call(
     url: str,
     body: Any = None,
     expect: tuple[str, ...] = (),
+    given_up: asyncio.Event | None = None,
 ) -> Outcome:
     """One HTTP request, classified as Jepsen would: ok, fail (no effect) or info (unknown).
 
     A success whose body lacks a field in `expect` is `info`: the node answered, but not per API.md.
+    When `given_up` is set before the answer comes (its node stopped answering health checks),
+    the request is abandoned: `info`, since it may still take effect.
     """
+    request = _request(session, method, url, body, expect)
+    if given_up is None:
+        return await request
+    answer = asyncio.ensure_future(request)
+    watch = asyncio.ensure_future(given_up.wait())
+    try:
+        await asyncio.wait((answer, watch), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+    if answer.done():
+        return answer.result()
+    answer.cancel()
+    return Outcome("info", None, None, "node_down")
+
+
+async def _request(
+    session: aiohttp.ClientSession, method: str, url: str, body: Any, expect: tuple[str, ...]
+) -> Outcome:
     try:
         async with session.request(method, url, json=body) as reply:
             payload: Any = await reply.json(content_type=None) if reply.status != 204 else {}
@@ -63,23 +85,131 @@ async def call(
 
 
 @dataclass
+class Endpoint:
+    name: str
+    url: str
+    down: asyncio.Event = field(default_factory=asyncio.Event)  # set while health checks fail
+
+
+class Nodes:
+    """The cluster's nodes as a well-behaved client sees them (`urls` in node id order).
+
+    - A health check every PROBE_S marks a node down when it goes unanswered (a paused or
+      cut-off node); requests in flight to it are given up, as NATS clients do on missed PONGs.
+    - A request for a partition goes to its leader where the client knows it (from topic
+      descriptions, as Kafka clients do), else to a random node, which forwards it.
+    - A node whose request for a partition failed (a 503 from a node that cannot reach that
+      partition's leader, a timeout) is avoided for that partition for AVOID_S.
+    """
+
+    PROBE_S = 0.25
+    PROBE_TIMEOUT_S = 1.0
+    AVOID_S = 1.0
+
+    def __init__(self, urls: Sequence[str], rng: random.Random) -> None:
+        self.endpoints = [Endpoint(f"n{i + 1}", url) for i, url in enumerate(urls)]
+        self.rng = rng
+        self.leaders: dict[Hashable, int] = {}  # scope (a partition) -> leader's node id
+        self._avoid: dict[tuple[str, Hashable], float] = {}
+
+    def usable(self, scope: Hashable = None) -> list[Endpoint]:
+        now = time.monotonic()
+        return [
+            e
+            for e in self.endpoints
+            if not e.down.is_set() and self._avoid.get((e.name, scope), 0.0) <= now
+        ]
+
+    def pick(self, scope: Hashable = None) -> Endpoint:
+        good = self.usable(scope)
+        leader = self.leaders.get(scope)
+        if leader is not None and 0 < leader <= len(self.endpoints):
+            endpoint = self.endpoints[leader - 1]
+            if endpoint in good:
+                return endpoint
+        return self.rng.choice(good or self.endpoints)
+
+    def observe(self, endpoint: Endpoint, outcome: Outcome, scope: Hashable = None) -> None:
+        if outcome.status is None or outcome.status >= 500:
+            self._avoid[(endpoint.name, scope)] = time.monotonic() + self.AVOID_S
+
+    async def probe(self, session: aiohttp.ClientSession, until: float) -> None:
+        timeout = aiohttp.ClientTimeout(total=self.PROBE_TIMEOUT_S)
+
+        async def check(endpoint: Endpoint) -> None:
+            try:
+                async with session.get(f"{endpoint.url}/healthz", timeout=timeout) as reply:
+                    await reply.read()  # any answer shows the node is serving
+                alive = True
+            except (TimeoutError, aiohttp.ClientError):
+                alive = False
+            if not alive:
+                endpoint.down.set()
+            elif endpoint.down.is_set():
+                endpoint.down = asyncio.Event()
+
+        while time.monotonic() < until:
+            await asyncio.gather(*(check(e) for e in self.endpoints))
+            await asyncio.sleep(self.PROBE_S)
+
+
+@dataclass
 class Workload:
     """Shared state of one run: the cluster's HTTP endpoints, the topic and the recorder."""
 
     recorder: Recorder
-    urls: Sequence[str]
+    urls: Sequence[str]  # in node id order: urls[i] serves node i + 1
     topic: str
     partitions: int
     rng: random.Random
     replication_factor: int = 3
     max_acked: dict[int, int] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.nodes = Nodes(self.urls, self.rng)
+
     def key(self, partition: int) -> str:
         return f"{self.topic}/{partition}"
 
-    def node_url(self) -> tuple[str, str]:
-        i = self.rng.randrange(len(self.urls))
-        return f"n{i + 1}", self.urls[i]
+    async def request(
+        self,
+        session: aiohttp.ClientSession,
+        endpoint: Endpoint,
+        method: str,
+        path: str,
+        body: Any = None,
+        expect: tuple[str, ...] = (),
+        scope: Hashable = None,
+    ) -> Outcome:
+        """`call` on `endpoint` (picked by `self.nodes` for `scope`), telling it how it went."""
+        outcome = await call(session, method, endpoint.url + path, body, expect, endpoint.down)
+        self.nodes.observe(endpoint, outcome, scope)
+        return outcome
+
+    def pick_partition(self) -> int:
+        """A random partition, one that some node can serve where there is one: a partition
+        without a reachable leader is skipped for a while, as Kafka's producers do (KIP-794)."""
+        servable = [p for p in range(self.partitions) if self.nodes.usable(p)]
+        return self.rng.choice(servable or range(self.partitions))
+
+    async def watch_leaders(self, session: aiohttp.ClientSession, until: float) -> None:
+        """Learns each partition's leader from topic descriptions, as clients refresh metadata."""
+        while time.monotonic() < until:
+            outcome = await self.request(
+                session,
+                self.nodes.pick(),
+                "GET",
+                f"/v1/topics/{self.topic}",
+                expect=("partitions",),
+            )
+            if outcome.type == "ok":
+                for part in outcome.body["partitions"]:
+                    leader = part.get("leader")
+                    if isinstance(leader, int):
+                        self.nodes.leaders[int(part["partition"])] = leader
+                    else:
+                        self.nodes.leaders.pop(int(part["partition"]), None)
+            await asyncio.sleep(LEADER_REFRESH_S)
 
     async def create_topic(self, session: aiohttp.ClientSession, deadline: float) -> bool:
         """Creates the workload topic, retrying until it exists or the deadline passes."""
@@ -89,8 +219,7 @@ class Workload:
             "replication_factor": self.replication_factor,
         }
         while time.monotonic() < deadline:
-            _, url = self.node_url()
-            outcome = await call(session, "POST", f"{url}/v1/topics", body)
+            outcome = await self.request(session, self.nodes.pick(), "POST", "/v1/topics", body)
             if outcome.type == "ok" or outcome.error == "topic_exists":
                 return True
             await asyncio.sleep(1.0)
@@ -99,19 +228,21 @@ class Workload:
     async def produce(self, session: aiohttp.ClientSession, process: int, until: float) -> None:
         seq = 0
         while time.monotonic() < until:
-            partition = self.rng.randrange(self.partitions)
+            partition = self.pick_partition()
             value = f"{process}-{seq}"
             seq += 1
-            node, url = self.node_url()
             request = {"key": self.key(partition), "value": value}
-            invoke = self.recorder.invoke(process, "send", request, node)
+            endpoint = self.nodes.pick(partition)
+            invoke = self.recorder.invoke(process, "send", request, endpoint.name)
             message = {"partition": partition, "value": value}
-            outcome = await call(
+            outcome = await self.request(
                 session,
+                endpoint,
                 "POST",
-                f"{url}/v1/topics/{self.topic}/messages",
+                f"/v1/topics/{self.topic}/messages",
                 {"acks": "all", "messages": [message]},
                 expect=("offsets",),
+                scope=partition,
             )
             if outcome.type == "ok":
                 offset = outcome.body["offsets"][0]["offset"]
@@ -131,15 +262,17 @@ class Workload:
         wait_ms: int = 500,
         max_messages: int = 200,
     ) -> Op:
-        node, url = self.node_url()
+        endpoint = self.nodes.pick(partition)
         request = {"key": self.key(partition), "offset": offset, "final": final}
-        invoke = self.recorder.invoke(process, "poll", request, node)
-        outcome = await call(
+        invoke = self.recorder.invoke(process, "poll", request, endpoint.name)
+        outcome = await self.request(
             session,
+            endpoint,
             "GET",
-            f"{url}/v1/topics/{self.topic}/partitions/{partition}/messages"
+            f"/v1/topics/{self.topic}/partitions/{partition}/messages"
             f"?offset={offset}&max_messages={max_messages}&wait_ms={wait_ms}",
             expect=("messages", "next_offset"),
+            scope=partition,
         )
         if outcome.type != "ok":
             # A read changes nothing, so a failed or unanswered poll is simply a failure.
@@ -194,25 +327,25 @@ class Workload:
         while time.monotonic() < until:
             topic = f"{self.topic}-meta-{self.rng.randrange(3)}"
             f = self.rng.choice(("create", "describe", "describe", "delete"))
-            node, url = self.node_url()
+            endpoint = self.nodes.pick()
             request: dict[str, Any] = {"topic": topic}
             if f == "create":
                 request["partitions"] = 1
-            invoke = self.recorder.invoke(process, f, request, node)
+            invoke = self.recorder.invoke(process, f, request, endpoint.name)
             if f == "create":
                 body = {
                     "name": topic,
                     "partitions": 1,
                     "replication_factor": self.replication_factor,
                 }
-                outcome = await call(session, "POST", f"{url}/v1/topics", body)
+                outcome = await self.request(session, endpoint, "POST", "/v1/topics", body)
                 result: Any = "created"
             elif f == "delete":
-                outcome = await call(session, "DELETE", f"{url}/v1/topics/{topic}")
+                outcome = await self.request(session, endpoint, "DELETE", f"/v1/topics/{topic}")
                 result = "deleted"
             else:
-                outcome = await call(
-                    session, "GET", f"{url}/v1/topics/{topic}", expect=("partitions",)
+                outcome = await self.request(
+                    session, endpoint, "GET", f"/v1/topics/{topic}", expect=("partitions",)
                 )
                 result = len(outcome.body["partitions"]) if outcome.type == "ok" else None
             if outcome.type == "ok":

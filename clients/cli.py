@@ -245,7 +245,10 @@ def _format(message: Message, style: str) -> str:
             "timestamp": message.timestamp,
             "key": None if message.key is None else message.key.decode("utf-8", "replace"),
             "value": message.text,
-            "headers": message.headers,
+            "headers": {
+                name: value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+                for name, value in message.headers.items()
+            },
         }
         return json.dumps(record)
     if style == "kv":

@@ -11,7 +11,8 @@ import logging
 import shutil
 import time
 import uuid
-from typing import Any
+from collections.abc import Awaitable, Collection
+from typing import Any, TypeVar
 
 from raftline.node.clock import WallClock
 from raftline.node.config import NodeConfig
@@ -23,7 +24,7 @@ from raftline.node.coordinator.service import (
     Coordinator,
     shard_of,
 )
-from raftline.node.errors import BrokerError, NotLeader
+from raftline.node.errors import BrokerError, NotLeader, OutcomeUnknown
 from raftline.node.metadata import (
     META_GROUP,
     MetadataError,
@@ -34,12 +35,14 @@ from raftline.node.metadata import (
 )
 from raftline.node.partition import PartitionReplica
 from raftline.node.runtime import Runtime
-from raftline.node.transport import RemoteError
+from raftline.node.transport import OUTCOME_UNKNOWN, RemoteError
 from raftline.raftlog.log import LogConfig
 from raftline.raftlog.raft import NotLeaderError
 from raftline.raftlog.storage import RaftStorage
 
-__all__ = ["Broker", "BrokerError", "NotLeader"]
+__all__ = ["Broker", "BrokerError", "NotLeader", "OutcomeUnknown"]
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +167,7 @@ class Broker:
             partition,
             storage.log,
             commit,
-            self._http_of,
+            self.not_leader,
             self.config.request_timeout_s,
         )
         self.partitions[group] = replica
@@ -273,20 +276,28 @@ class Broker:
 
     async def _controller(self, method: str, args: Any) -> dict[str, Any]:
         """Run a controller operation on the metadata leader, wherever it is."""
-        deadline = time.monotonic() + self.config.request_timeout_s
+        started = time.monotonic()
+        deadline = started + self.config.request_timeout_s
         while True:
-            leader = self.runtime.leader_of(META_GROUP)
+            leader = self._leader_or_none(META_GROUP, self.meta_voters(), started)
             try:
                 if leader == self.node_id and self.meta.role == "leader":
                     return await self._controller_local(method, args)
-                if leader is not None and self.runtime.transport.alive(leader):
+                if leader is not None:
+                    # The call fails as soon as the leader's link goes down (Transport).
                     result: dict[str, Any] = await self.runtime.transport.call(
-                        leader, method, args, self.config.request_timeout_s
+                        leader, method, args, max(deadline - time.monotonic(), 0.0)
                     )
                     return result
             except RemoteError as exc:
-                if exc.code not in ("leader_unavailable", "timeout"):
+                # Only a call that had no effect is tried again: a command whose outcome is
+                # unknown may have been applied, and a second try would answer as if it had not.
+                if exc.code == OUTCOME_UNKNOWN:
+                    raise OutcomeUnknown(exc.message) from None
+                if exc.code != "leader_unavailable":
                     raise BrokerError(exc.code, exc.message) from None
+            except OutcomeUnknown:
+                raise
             except BrokerError as exc:
                 if exc.code != "leader_unavailable":
                     raise
@@ -333,18 +344,91 @@ class Broker:
 
     async def _barrier(self) -> None:
         """Make the local metadata at least as new as anything committed before this call."""
-        deadline = time.monotonic() + BARRIER_S
-        while True:
-            try:
-                await self.runtime.read_barrier(META_GROUP, max(deadline - time.monotonic(), 0))
-                return
-            except TimeoutError:
-                break
-            except NotLeaderError:  # no leader known yet: an election is under way
-                if time.monotonic() >= deadline:
-                    break
-                await asyncio.sleep(0.05)
+        started = time.monotonic()
+        deadline = started + BARRIER_S
+        while time.monotonic() < deadline:
+            leader = self._leader_or_none(META_GROUP, self.meta_voters(), started)
+            if leader is not None:
+                read = self.runtime.read_barrier(META_GROUP, max(deadline - time.monotonic(), 0))
+                try:
+                    await self.while_leads(META_GROUP, leader, read)
+                    return
+                except (TimeoutError, NotLeaderError, OutcomeUnknown):
+                    pass  # the leader moved or went silent under the read: look again
+            await asyncio.sleep(0.05)
         raise BrokerError("leader_unavailable", "metadata unreachable (no quorum)")
+
+    # leaders as this node sees them: forwarding that fails fast
+
+    @property
+    def election_timeout_s(self) -> float:
+        """The longest election timeout (the core randomizes in [n, 2n) ticks): a request waits
+        at most this long for a group to elect a leader before it is answered with a 503."""
+        return 2 * self.config.election_ticks * self.config.tick_ms / 1000
+
+    def meta_voters(self) -> Collection[int]:
+        group = self.runtime.groups.get(META_GROUP)
+        return group.core.voters if group is not None else self.config.members()
+
+    def electable(self, voters: Collection[int]) -> bool:
+        """Whether this node reaches a majority of `voters`: if not, no leader it could reach
+        will be elected until the network heals, and requests are answered at once."""
+        alive = self.runtime.transport.alive
+        return sum(1 for v in voters if alive(v)) > len(voters) // 2
+
+    def _leader_or_none(self, group: str, voters: Collection[int], since: float) -> int | None:
+        """The live leader of `group`; None while an election may still produce one (call
+        again shortly). Raises leader_unavailable when this node cannot reach a majority of
+        `voters`, or when no leader has shown up for an election timeout since `since`."""
+        leader = self._live_leader(group)
+        if leader is not None:
+            return leader
+        if not self.electable(voters):
+            raise BrokerError(
+                "leader_unavailable", f"node {self.node_id} cannot reach a majority of {group}"
+            )
+        if time.monotonic() - since >= self.election_timeout_s:
+            raise BrokerError("leader_unavailable", f"{group} has no leader (election under way)")
+        return None
+
+    def not_leader(
+        self, group: str, message: str, voters: Collection[int] | None = None
+    ) -> NotLeader:
+        """The answer of a node that cannot serve a request of `group` itself: where the
+        leader is as this node sees it (a live node other than this one), and whether waiting
+        for an election here makes sense."""
+        if voters is None:
+            voters = self.runtime.groups[group].core.voters if group in self.runtime.groups else ()
+        leader = self._live_leader(group)
+        if leader == self.node_id:  # a stale view of our own, just-ended leadership
+            leader = None
+        return NotLeader(
+            message,
+            self._http_of(leader),
+            group=group,
+            leader=leader,
+            electable=not voters or self.electable(voters),
+        )
+
+    async def while_leads(self, group: str, leader: int, request: Awaitable[T]) -> T:
+        """Await `request`, which needs `leader` to lead `group` (a forwarded request, or a
+        read barrier); if the leader moves or its node goes silent first, cancel it and raise
+        OutcomeUnknown at once rather than hold the caller until a timeout."""
+        moved = self.runtime.leader_moved(group, leader)
+        task = asyncio.ensure_future(request)
+        try:
+            await asyncio.wait((task, moved), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            moved.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        raise OutcomeUnknown(
+            f"node {leader} stopped leading {group} or went silent while it held the request"
+        )
 
     async def _topic(self, name: str, current: bool) -> TopicInfo:
         if current:
@@ -478,10 +562,10 @@ class Broker:
         group = topic.group(partition)
         replica = self.partitions.get(group)
         if replica is None or group not in self.runtime.groups:
-            leader = self._live_leader(group)
-            raise NotLeader(
+            raise self.not_leader(
+                group,
                 f"node {self.node_id} holds no replica of {topic_name}/{partition}",
-                self._http_of(None if leader == self.node_id else leader),
+                topic.replicas[partition],
             )
         return replica
 
@@ -539,13 +623,17 @@ class Broker:
         """Run a group call (Coordinator._call_*) on the leader of the group's shard."""
         topic = await self._groups_topic()
         shard = topic.group(shard_of(group, len(topic.replicas)))
-        return await self._on_leader_of(shard, method, {**args, "group": group, "shard": shard})
+        voters = topic.replicas[shard_of(group, len(topic.replicas))]
+        return await self._on_leader_of(
+            shard, method, {**args, "group": group, "shard": shard}, voters
+        )
 
     async def list_groups(self) -> list[dict[str, Any]]:
         topic = await self._groups_topic()
         groups: list[dict[str, Any]] = []
-        for shard in (topic.group(p) for p in range(len(topic.replicas))):
-            answer = await self._on_leader_of(shard, "group_list", {"shard": shard})
+        for index, voters in enumerate(topic.replicas):
+            shard = topic.group(index)
+            answer = await self._on_leader_of(shard, "group_list", {"shard": shard}, voters)
             groups.extend(answer["groups"])
         return sorted(groups, key=lambda g: str(g["group"]))
 
@@ -572,7 +660,9 @@ class Broker:
         if not 0 <= partition < len(info.replicas):
             raise BrokerError("unknown_partition", f"topic {topic!r} has no partition {partition}")
         args = [topic, partition, timestamp]
-        result: int = await self._on_leader_of(info.group(partition), "offset_for_timestamp", args)
+        result: int = await self._on_leader_of(
+            info.group(partition), "offset_for_timestamp", args, info.replicas[partition]
+        )
         return result
 
     @staticmethod
@@ -582,48 +672,43 @@ class Broker:
             raise BrokerError("unknown_topic", f"{name!r} is an internal topic")
         return name
 
-    async def _on_leader_of(self, group: str, method: str, args: Any) -> Any:
-        """Run the node RPC `method` on the leader of Raft group `group`: here when this node
-        leads it, else over the node-to-node RPC. When no live leader is known, or the one
-        asked answers that it does not lead (`not_leader`: nothing was done), wait at most one
-        election timeout for another, then answer leader_unavailable (503, retryable). A call
-        whose leader's node goes down while it runs fails at once the same way."""
-        config = self.config
-        deadline = time.monotonic() + config.tick_ms * config.election_ticks * 2 / 1000
-        transport = self.runtime.transport
+    async def _on_leader_of(
+        self, group: str, method: str, args: Any, voters: Collection[int] | None = None
+    ) -> Any:
+        """Run the node RPC `method` on the leader of Raft group `group` (of `voters`): here
+        when this node leads it, else over the node-to-node RPC. While no live leader is known,
+        or the one asked answers `not_leader` (nothing was done), look again for at most one
+        election timeout, then answer leader_unavailable (503, retryable); at once when this
+        node cannot reach a majority of the voters. A call whose leader moves or goes silent
+        while it runs fails at once with OutcomeUnknown (503, retryable: it may have applied)."""
+        if voters is None:
+            hosted = self.runtime.groups.get(group)
+            voters = hosted.core.voters if hosted is not None else self.config.members()
+        started = time.monotonic()
         while True:
-            leader = self.runtime.leader_of(group)
+            leader = self._leader_or_none(group, voters, started)
             try:
                 if leader == self.node_id:
                     return await self._on_rpc(self.node_id, method, args)
-                if leader is not None and transport.alive(leader):
-                    return await self._call_while_alive(leader, method, args)
+                if leader is not None:
+                    call = self.runtime.transport.call(
+                        leader, method, args, self.config.request_timeout_s + 1
+                    )
+                    return await self.while_leads(group, leader, call)
+            except OutcomeUnknown:
+                raise
             except BrokerError as exc:
                 if exc.code != "not_leader":
                     raise
             except RemoteError as exc:
-                if exc.code != "not_leader":
+                if exc.code == OUTCOME_UNKNOWN:
+                    raise OutcomeUnknown(exc.message) from None
+                if exc.code not in ("not_leader", "leader_unavailable"):  # those did nothing
                     raise BrokerError(exc.code, exc.message) from None
-            if time.monotonic() >= deadline:
-                raise BrokerError("leader_unavailable", f"no reachable leader of {group}")
+            if time.monotonic() - started >= self.election_timeout_s:
+                # e.g. a leader elected a moment ago whose first entry has not committed
+                raise BrokerError("leader_unavailable", f"{group} has no leader that serves yet")
             await asyncio.sleep(0.02)
-
-    async def _call_while_alive(self, peer: int, method: str, args: Any) -> Any:
-        transport = self.runtime.transport
-        call = asyncio.ensure_future(
-            transport.call(peer, method, args, self.config.request_timeout_s + 1)
-        )
-        try:
-            while True:
-                done, _ = await asyncio.wait({call}, timeout=0.05)
-                if done:
-                    return call.result()
-                if not transport.alive(peer):
-                    raise BrokerError(
-                        "leader_unavailable", f"node {peer} went down during {method}"
-                    )
-        finally:
-            call.cancel()
 
     async def cluster(self) -> dict[str, Any]:
         state = self.meta.state

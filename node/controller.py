@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from raftline.node.errors import BrokerError
+from raftline.node.errors import BrokerError, OutcomeUnknown
 from raftline.node.metadata import MetadataError, MetadataState
 from raftline.raftlog.records import Record, build_batch, decode_batch
 from raftline.raftlog.types import Entry, EntryKind
@@ -80,6 +80,15 @@ class MetaReplica:
     def on_role(self, role: str, leader: int | None, term: int) -> None:
         if role == "leader" and self.role != "leader":
             self.leader_since = time.monotonic()
+        if role != "leader":
+            # A controller that stepped down answers its proposers now; a command of theirs
+            # may still commit under the next controller, so the outcome is unknown.
+            waiters, self._waiters = self._waiters, {}
+            for _, fut in waiters.values():
+                if not fut.done():
+                    fut.set_exception(
+                        OutcomeUnknown("the controller stepped down before the command committed")
+                    )
         self.role, self.leader, self.term = role, leader, term
 
 

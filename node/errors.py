@@ -48,8 +48,33 @@ class BrokerError(Exception):
 
 
 class NotLeader(BrokerError):
-    """This node does not lead the partition; `leader_http` is where the leader serves, if known."""
+    """This node does not lead the group; `leader` (node id) and `leader_http` (where it serves)
+    name the leader as this node sees it, if it knows one that is reachable. `electable` is
+    False when this node cannot reach a majority of the group's replicas: waiting here for a
+    new leader is pointless, so callers answer at once."""
 
-    def __init__(self, message: str, leader_http: str | None) -> None:
+    def __init__(
+        self,
+        message: str,
+        leader_http: str | None,
+        *,
+        group: str = "",
+        leader: int | None = None,
+        electable: bool = True,
+    ) -> None:
         super().__init__("leader_unavailable", message, extra={"leader_http": leader_http})
         self.leader_http = leader_http
+        self.group = group
+        self.leader = leader
+        self.electable = electable
+
+
+class OutcomeUnknown(BrokerError):
+    """A write reached a leader that lost its leadership (or went silent) before answering: it
+    may still commit under the next leader, so no layer of the node retries it by itself; the
+    client gets a retryable 503 and decides."""
+
+    rpc_code = "outcome_unknown"  # node.transport.OUTCOME_UNKNOWN: how node-to-node calls say it
+
+    def __init__(self, message: str) -> None:
+        super().__init__("leader_unavailable", message)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from raftline.node.errors import BrokerError, NotLeader
+from raftline.node.errors import BrokerError, NotLeader, OutcomeUnknown
 from raftline.node.runtime import Runtime
 from raftline.raftlog.batch import CorruptBatchError, check_crc, iter_headers, parse_header
 from raftline.raftlog.records import iter_batches
@@ -33,7 +33,7 @@ class PartitionReplica:
         partition: int,
         log: Any,  # raftlog.log.PartitionLog: thread-safe reads of raw batches
         commit: int,
-        http_of: Callable[[int | None], str | None],
+        not_leader: Callable[[str, str], NotLeader],  # (group, message): where the leader is
         timeout_s: float,
     ) -> None:
         self.runtime = runtime
@@ -42,7 +42,7 @@ class PartitionReplica:
         self.partition = partition
         self.log = log
         self.high_watermark = commit + 1  # the persisted commit index survives restarts
-        self._http_of = http_of
+        self._not_leader = not_leader
         self._timeout = timeout_s
         self._role = "follower"
         self._term = 0
@@ -83,6 +83,22 @@ class PartitionReplica:
         if role != "leader":
             self._new_data.set()  # long-polls return and the API layer finds the new leader
             self._new_data = asyncio.Event()
+            self._abandon_waiters()
+
+    def _abandon_waiters(self) -> None:
+        """A leader that stepped down (cut off from its quorum, or replaced) answers its
+        pending writes now instead of at their timeout. Unlike `_lost`, the outcome is unknown:
+        a write the new leader holds may still commit, so the answer is a retryable 503 that
+        does not claim the write failed."""
+        waiters, self._waiters = self._waiters, {}
+        for _, fut in waiters.values():
+            if not fut.done():
+                fut.set_exception(
+                    OutcomeUnknown(
+                        f"this node stopped leading {self.topic}/{self.partition} before the "
+                        "write committed; it may still commit under the new leader"
+                    )
+                )
 
     def _lost(self, offset: int, term: int) -> BrokerError:
         # The API layer retries these (safe: the write can never commit); a post-mortem of a
@@ -101,10 +117,9 @@ class PartitionReplica:
 
     def _require_leader(self) -> None:
         if self._role != "leader":
-            leader = self.runtime.leader_of(self.group)
-            raise NotLeader(
+            raise self._not_leader(
+                self.group,
                 f"node {self.runtime.node_id} does not lead {self.topic}/{self.partition}",
-                self._http_of(None if leader == self.runtime.node_id else leader),
             )
 
     @property
@@ -156,8 +171,7 @@ class PartitionReplica:
         except BrokerError:
             raise
         except Exception as exc:  # NotLeaderError from the core, or the group went away
-            leader = self.runtime.leader_of(self.group)
-            raise NotLeader(str(exc) or "not the leader", self._http_of(leader)) from exc
+            raise self._not_leader(self.group, str(exc) or "not the leader") from exc
 
     async def fetch(
         self, offset: int, max_bytes: int, wait_ms: int
@@ -232,7 +246,7 @@ class PartitionReplica:
         self._closed = True
         for _, fut in self._waiters.values():
             if not fut.done():
-                fut.set_exception(BrokerError("leader_unavailable", "the partition was closed"))
+                fut.set_exception(OutcomeUnknown("the partition was closed"))
         self._waiters.clear()
         self._new_data.set()
 

@@ -22,13 +22,13 @@ storage during its writes only below the offsets being written (the core keeps t
 memory); followers' storage is not touched while a write is in flight.
 
 Quiescence. A leader whose group had no proposals and no replication traffic (anything but
-heartbeats) for `quiet_after_ticks` ticks stops ticking it and tells each follower node
-("q", group, term, commit, last index). A follower whose term, leader, commit and persisted last
-index all match stops ticking too (no heartbeats expected, so no election timer runs); one that
-does not match answers ("w", group) and the leader resumes ticking. Any Raft message, proposal,
-read, leadership transfer or link change (peer up or down) for the group wakes it again; in
-particular followers of a quiet group wake as soon as the transport declares the leader's node
-down (connection lost, or no frame for `dead_after_s` while every live node pings each tick).
+heartbeats) for `quiet_after_ticks` ticks, and has every entry committed, stops ticking it and tells
+each follower node ("q", group, term, commit, last index). A follower whose term, leader, commit and
+persisted last index all match stops ticking too (no heartbeats expected, so no election timer
+runs); one that does not match answers ("w", group) and the leader resumes ticking. Any Raft
+message, proposal, read, leadership transfer or link change (peer up or down) for the group wakes it
+again; in particular followers of a quiet group wake as soon as the transport declares the leader's
+node down (connection lost, or no frame for `dead_after_s` while every live node pings each tick).
 Safety never depends on this: a quiet replica is just a replica that receives no ticks, and Raft
 tolerates any delay; only liveness relies on the node-pair link noticing a dead leader.
 """
@@ -189,6 +189,8 @@ class Runtime:
         self.groups: dict[str, Group] = {}
         # group -> (leader node, term) as last announced; covers groups this node does not host.
         self.leader_view: dict[str, tuple[int, int]] = {}
+        # group -> futures of forwarders waiting on a leader (the node each expects to lead)
+        self._leader_watches: dict[str, dict[asyncio.Future[None], int]] = {}
         self._rng = rng or random.Random()
         self._active: set[str] = set()  # groups that receive ticks (not quiet)
         self._dirty: set[str] = set()
@@ -359,7 +361,36 @@ class Runtime:
         if group is not None and group.leader is not None:
             return group.leader
         seen = self.leader_view.get(name)
-        return seen[0] if seen else None
+        # Naming this node there is stale: while it leads, its replica above says so.
+        return seen[0] if seen and seen[0] != self.node_id else None
+
+    def leader_moved(self, name: str, leader: int) -> asyncio.Future[None]:
+        """A future that is done once `leader` no longer leads group `name` as seen here: a
+        new leader announced itself or this node's replica saw one, or `leader`'s link went
+        down. A node forwarding a request to `leader` races it against this, so a leader that
+        is gone never holds the request until its timeout. Cancel it when done with it."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.leader_of(name) != leader or not self.transport.alive(leader):
+            fut.set_result(None)
+            return fut
+        watches = self._leader_watches.setdefault(name, {})
+        watches[fut] = leader
+
+        def forget(_: asyncio.Future[None]) -> None:
+            watches.pop(fut, None)
+            if not watches and self._leader_watches.get(name) is watches:
+                del self._leader_watches[name]
+
+        fut.add_done_callback(forget)
+        return fut
+
+    def _leader_changed(self, name: str) -> None:
+        watches = self._leader_watches.get(name)
+        if watches:
+            leader = self.leader_of(name)
+            for fut, expected in list(watches.items()):
+                if expected != leader and not fut.done():
+                    fut.set_result(None)
 
     def _touch(self, group: Group) -> None:
         if group.quiet:
@@ -414,6 +445,11 @@ class Runtime:
         for group in self.groups.values():
             if group.quiet and peer in group.peers(self.node_id):
                 self._touch(group)
+        if not up:
+            for watches in list(self._leader_watches.values()):
+                for fut, expected in list(watches.items()):
+                    if expected == peer and not fut.done():
+                        fut.set_result(None)
         if up:
             for group in self.groups.values():
                 if group.role == "leader":
@@ -426,6 +462,7 @@ class Runtime:
         seen = self.leader_view.get(name)
         if seen is None or term >= seen[1]:
             self.leader_view[name] = (node, term)
+            self._leader_changed(name)
 
     # timer
 
@@ -820,10 +857,10 @@ class Runtime:
             group.role == "leader"
             and not group.quiet
             and group.idle_ticks >= self.config.quiet_after_ticks
-            # Entries or reads waiting for a quorum keep the leader ticking, so that check-quorum
-            # steps it down (failing them at once) when it cannot reach one.
+            # A leader with entries a quorum has not acknowledged keeps ticking: only its
+            # heartbeats bring them a retry, and only its check-quorum ends a leadership that
+            # lost its followers (answering the waiting writers).
             and core.commit_index >= core.last_index
-            and not group.pending_reads
         ):
             self._quiesce(group)
 
@@ -842,6 +879,7 @@ class Runtime:
         )
         if group.leader is not None:
             self._learn_leader(group.name, group.leader, group.term)
+        self._leader_changed(group.name)
         if group.role == "leader":
             for peer in self._all_peers():
                 self._notices[peer].append(["l", group.name, self.node_id, group.term])

@@ -39,8 +39,14 @@ SCRATCH_BYTES = 256 * 1024  # receive buffer of a connection: small frames are d
 OWN_BUFFER_BYTES = 64 * 1024
 
 
+# RPC error code of a call whose outcome is unknown: it was sent, and the link failed before
+# the answer came (or the remote's own answer was that it cannot know). Never retried blindly.
+OUTCOME_UNKNOWN = "outcome_unknown"
+
+
 class RemoteError(Exception):
-    """An RPC failed on the remote node (or never reached it); `code` follows API.md's codes."""
+    """An RPC failed on the remote node (or never reached it); `code` follows API.md's codes,
+    or is OUTCOME_UNKNOWN. `leader_unavailable` means the call had no effect."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -83,6 +89,7 @@ class Transport:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._calls: dict[int, asyncio.Future[Any]] = {}
+        self._calls_to: dict[int, int] = {}  # call id -> the peer it went to
         self._connections: set[_PeerConnection] = set()  # open ones, named by HELLO or not
         self._call_ids = itertools.count(1)
         self.frames_sent = 0
@@ -117,7 +124,7 @@ class Transport:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for fut in self._calls.values():
             if not fut.done():
-                fut.set_exception(RemoteError("leader_unavailable", "node stopping"))
+                fut.set_exception(RemoteError(OUTCOME_UNKNOWN, "node stopping"))
 
     def alive(self, peer: int) -> bool:
         if peer == self.node_id:
@@ -190,7 +197,7 @@ class Transport:
             silent = now - link.last_heard > self._dead_after
             if link.alive and silent:
                 link.alive = False
-                self._on_link(peer, False)
+                self._link_down(peer)
             elif not link.alive and not silent:
                 link.alive = True
                 self._on_link(peer, True)
@@ -199,6 +206,7 @@ class Transport:
         call_id = next(self._call_ids)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._calls[call_id] = fut
+        self._calls_to[call_id] = peer
         try:
             frame = wire.encode_frame(FrameKind.RPC_REQUEST, [call_id, method, args])
             if not self.send(peer, frame):
@@ -208,6 +216,16 @@ class Transport:
             raise RemoteError("timeout", f"node {peer} did not answer {method}") from exc
         finally:
             self._calls.pop(call_id, None)
+            self._calls_to.pop(call_id, None)
+
+    def _link_down(self, peer: int) -> None:
+        """`peer` went silent or its connection closed: its calls in flight fail now (the
+        caller may retry elsewhere) rather than at their timeout."""
+        for call_id in [c for c, p in self._calls_to.items() if p == peer]:
+            fut = self._calls[call_id]
+            if not fut.done():
+                fut.set_exception(RemoteError(OUTCOME_UNKNOWN, f"node {peer} became unreachable"))
+        self._on_link(peer, False)
 
     # connections
 
@@ -245,7 +263,7 @@ class Transport:
         link = self._links.get(peer)
         if link is not None and link.transport is transport:
             del self._links[peer]
-            self._on_link(peer, False)
+            self._link_down(peer)
 
     def _received(self, peer: int, kind: FrameKind, body: Any) -> None:
         link = self._links.get(peer)
@@ -280,7 +298,7 @@ class Transport:
         try:
             body = [call_id, True, await self._on_rpc(peer, method, args)]
         except Exception as exc:  # the caller gets the error; this node keeps running
-            code = getattr(exc, "code", "internal")
+            code = getattr(exc, "rpc_code", None) or getattr(exc, "code", "internal")
             if code == "internal":
                 log.exception("RPC %s from node %s failed", method, peer)
             body = [call_id, False, [code, str(getattr(exc, "message", exc))]]

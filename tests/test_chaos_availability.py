@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from raftline.chaos.availability import NS, availability, fault_windows, timeline
+import pytest
+
+from raftline.chaos.availability import (
+    GRACE_S,
+    NS,
+    FaultWindow,
+    availability,
+    fault_windows,
+    majority_connected,
+    throughput_ratios,
+    timeline,
+)
 from raftline.chaos.history import NEMESIS, Op, index_ops
 
 
@@ -93,3 +104,53 @@ def test_fault_that_failed_to_inject_is_counted_not_windowed() -> None:
     result = availability(index_ops(failed))
     assert result["not_injected"] == {"clock": 1}
     assert result["faults"] == []
+
+
+def partition_window(sees: dict[int, list[int]]) -> FaultWindow:
+    return FaultWindow("partition", 0, NS, {"fault": "partition", "sees": sees})
+
+
+def test_a_partition_into_halves_leaves_a_connected_majority() -> None:
+    three, two = [1, 2, 3], [4, 5]
+    sees = {n: three for n in three} | {n: two for n in two}
+    assert majority_connected(partition_window(sees))
+
+
+def test_a_ring_partition_leaves_no_connected_majority() -> None:
+    ring = [1, 2, 3, 4, 5]
+    sees = {n: [ring[(i + d) % 5] for d in (-1, 0, 1)] for i, n in enumerate(ring)}
+    assert not majority_connected(partition_window(sees))
+
+
+def acked_sends(from_s: float, to_s: float, per_s: int) -> list[Op]:
+    ops: list[Op] = []
+    steps = int((to_s - from_s) * per_s)
+    for i in range(steps):
+        ops += send(1, from_s + i / per_s, "ok", took_s=0.001)
+    return ops
+
+
+def test_throughput_ratio_compares_acked_sends_after_the_grace_period_with_before() -> None:
+    # 100/s before; nothing for the grace period after the fault at 10 s; then 60/s.
+    ops = index_ops(
+        acked_sends(0.0, 10.0, 100)
+        + nemesis("start", 10.0)
+        + acked_sends(10.0 + GRACE_S, 20.0, 60)
+        + nemesis("stop", 20.0)
+    )
+    (row,) = throughput_ratios(ops)
+    assert row["before_per_s"] == pytest.approx(100, rel=0.02)
+    assert row["during_per_s"] == pytest.approx(60, rel=0.02)
+    assert row["meets_target"] is False
+    assert availability(ops)["throughput_target_met"] is False
+
+
+def test_throughput_within_target_when_the_rate_holds_after_the_grace_period() -> None:
+    ops = index_ops(
+        acked_sends(0.0, 10.0, 100)
+        + nemesis("start", 10.0)
+        + acked_sends(10.0 + GRACE_S, 20.0, 80)
+        + nemesis("stop", 20.0)
+    )
+    assert throughput_ratios(ops)[0]["meets_target"] is True
+    assert availability(ops)["throughput_target_met"] is True

@@ -19,7 +19,7 @@ from typing import Any
 
 from raftline.node.controller import decode_command, encode_command
 from raftline.node.coordinator.state import CoordinatorState, GroupError
-from raftline.node.errors import BrokerError
+from raftline.node.errors import BrokerError, OutcomeUnknown
 from raftline.node.metadata import MetadataError
 from raftline.node.runtime import Runtime
 from raftline.raftlog.types import Entry, EntryKind
@@ -176,9 +176,9 @@ class CoordinatorReplica:
     def _fail_waiters(self, reason: str) -> None:
         for _, fut in self._waiters.values():
             if not fut.done():
-                fut.set_exception(BrokerError("leader_unavailable", reason))
+                fut.set_exception(OutcomeUnknown(reason))
         self._waiters.clear()
 
 
 def _lost(shard: str) -> BrokerError:
-    return BrokerError("leader_unavailable", f"leadership of {shard} changed before the commit")
+    return OutcomeUnknown(f"leadership of {shard} changed before the group command committed")

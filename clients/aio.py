@@ -1,0 +1,164 @@
+"""The asyncio shell: drives the client's Ops over one aiohttp session on the running loop.
+
+Owns the session, the try-and-sleep loop of one request, and the producer's timer and send
+tasks (one task per batch in flight; the core allows one per partition). Every decision comes
+from the core modules; this file only sends, waits and sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
+
+import aiohttp
+
+from raftline.api.codec import read_whole_body
+from raftline.clients import wire
+from raftline.clients.consuming import ConsumerApi
+from raftline.clients.core import ClientApi, Op, Step
+from raftline.clients.producing import ProducerApi
+from raftline.clients.wire import Message
+
+_T = TypeVar("_T")
+
+
+class AsyncClient(ClientApi):
+    """asyncio client over one aiohttp ClientSession (keep-alive connections are reused).
+    Its calls are those of Client, awaited."""
+
+    _session: aiohttp.ClientSession | None = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            timeout = aiohttp.ClientTimeout(total=self.timeout)
+            self._session = aiohttp.ClientSession(timeout=timeout)
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _once(
+        self, method: str, path: str, request: wire.Request, url: str | None
+    ) -> wire.Answer:
+        """One try at `url` (None: the bootstrap node asked now)."""
+        base = self._base_url(url)
+        try:
+            async with self._http().request(
+                method,
+                base + path,
+                data=request.payload,
+                params=request.params,
+                headers=request.headers,
+            ) as response:
+                raw = await read_whole_body(response.content, response.content_length)
+                status = response.status
+                headers = dict(response.headers.items())
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise wire.connection_error(base, exc) from exc
+        return wire.answer(status, headers, raw, base)
+
+    async def _run(self, op: Op[_T]) -> _T:
+        """`op` to its end: each request it yields is made (with retries) and answered."""
+        step = Step(op)
+        while (call := step.call) is not None:
+            try:
+                result = await self.exchange(call.method, call.path, call.request, call.url)
+            except Exception as error:  # the Op decides: a producer fails its batch's futures
+                step.throw(error)
+            else:
+                step.send(result)
+        return step.result  # type: ignore[return-value]  # set when the Op returned
+
+    async def exchange(
+        self, method: str, path: str, request: wire.Request, url: str | None = None
+    ) -> wire.Answer:
+        """One request of any body format, with retries on retryable errors."""
+        tries = self._tries(url)
+        while True:
+            try:
+                return await self._once(method, path, request, tries.url)
+            except wire.RaftlineError as error:
+                await asyncio.sleep(tries.failed(error))
+
+
+class AsyncProducer(ProducerApi):
+    """asyncio twin of Producer: `await send(...)` queues and returns a Future of Acked."""
+
+    client: AsyncClient
+
+    def __init__(self, client: AsyncClient, topic: str, **options: Any) -> None:
+        super().__init__(client, topic, **options)
+        self._timer: asyncio.TimerHandle | None = None
+        self._in_flight: set[asyncio.Task[None]] = set()
+
+    async def _queued(self, add: Callable[[int, Any], bool]) -> asyncio.Future[Any]:
+        metadata = self.client.metadata
+        if metadata.fresh(self.topic):  # skips a coroutine per message on the common path
+            partitions = metadata.partitions[self.topic]
+        else:
+            partitions = await self.client.partition_count(self.topic)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if add(partitions, future):
+            self._dispatch(everything=False)
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(
+                self._core.linger_s, self._dispatch, False
+            )
+        return future
+
+    def _dispatch(self, everything: bool) -> None:
+        """Start a task for every batch the core lets go now; wake again when one is due."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for batch in self._core.ready(everything):
+            task = asyncio.ensure_future(self.client._run(self._core.sending(batch)))
+            self._in_flight.add(task)
+            task.add_done_callback(self._sent)
+        deadline = self._core.next_deadline()
+        if deadline is not None:
+            self._timer = asyncio.get_running_loop().call_later(
+                max(0.0, deadline - time.monotonic()), self._dispatch, False
+            )
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        self._in_flight.discard(task)
+        self._dispatch(everything=False)  # the partition's next batch may go now
+
+    async def flush(self) -> None:
+        self._dispatch(everything=True)
+        while self._in_flight:
+            await asyncio.gather(*self._in_flight, return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.flush()
+
+    async def __aenter__(self) -> AsyncProducer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncConsumer(ConsumerApi):
+    """asyncio twin of Consumer; `async for message in consumer` long-polls forever."""
+
+    client: AsyncClient
+
+    async def __aiter__(self) -> AsyncIterator[Message]:
+        while True:
+            for message in await self.poll():  # type: ignore[misc]  # awaitable here
+                yield message
+
+
+AsyncClient.producer_class = AsyncProducer
+AsyncClient.consumer_class = AsyncConsumer

@@ -1,0 +1,107 @@
+"""The consumer's decisions, written once for both shells: which partitions, from where, how long.
+
+Owns the consumer's positions (next offset per partition), the order of its fetches (every
+partition without waiting, then one long poll in turn when none had anything) and their
+direction to each partition's leader. No I/O here: `polled` is an Op the shell drives.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from raftline.clients.core import ClientApi, ClientCore, Op, Returns
+from raftline.clients.wire import FetchedValues, FetchResult, Message
+
+
+class Positions:
+    """Per-partition next offsets of a consumer and which partition long-polls next."""
+
+    def __init__(self, partitions: list[int], start: int | str) -> None:
+        self.next: dict[int, int | str] = dict.fromkeys(partitions, start)
+        self._turn = itertools.cycle(partitions)
+
+    def advance(self, partition: int, result: FetchResult | FetchedValues) -> None:
+        self.next[partition] = result.next_offset
+
+    def long_poll_partition(self) -> int:
+        return next(self._turn)
+
+
+class ConsumerCore:
+    """Reads partitions of a topic by offset (all of them unless `partitions` names some)."""
+
+    def __init__(
+        self,
+        client: ClientCore,
+        topic: str,
+        *,
+        partitions: list[int] | None = None,
+        offset: int | str = "earliest",
+        wait_ms: int = 1000,
+        max_messages: int = 500,
+        max_bytes: int = 1 << 20,
+    ) -> None:
+        self.client = client
+        self.topic = topic
+        self._partitions = partitions
+        self._start = offset
+        self.positions: Positions | None = None
+        self.wait_ms = wait_ms
+        self.max_messages = max_messages
+        self.max_bytes = max_bytes
+
+    def positioned(self) -> Op[Positions]:
+        """The positions, made at the first call (looking the partition count up if needed)."""
+        if self.positions is None:
+            chosen = self._partitions
+            if chosen is None:
+                chosen = list(range((yield from self.client.counted(self.topic))))
+            self.positions = Positions(chosen, self._start)
+        return self.positions
+
+    def _fetched(self, partition: int, wait_ms: int, values: bool) -> Op[list[Any]]:
+        positions = yield from self.positioned()
+        client, topic = self.client, self.topic
+
+        def fetch(url: str | None) -> Op[FetchResult | FetchedValues]:
+            offset = positions.next[partition]
+            return client.fetched(
+                topic, partition, offset, self.max_messages, self.max_bytes, wait_ms, url, values
+            )
+
+        result = yield from client.to_leader(topic, partition, fetch)
+        positions.advance(partition, result)
+        return result.values if isinstance(result, FetchedValues) else result.messages
+
+    def polled(self, values: bool) -> Op[list[Any]]:
+        """Whatever is available on every partition; long-polls one partition when none has
+        any. With `values`, only the values."""
+        positions = yield from self.positioned()
+        if len(positions.next) == 1:  # its long poll answers at once when data is there
+            partition = positions.long_poll_partition()
+            return (yield from self._fetched(partition, self.wait_ms, values))
+        found: list[Any] = []
+        for partition in list(positions.next):
+            found += yield from self._fetched(partition, 0, values)
+        if found or self.wait_ms == 0:
+            return found
+        partition = positions.long_poll_partition()
+        return (yield from self._fetched(partition, self.wait_ms, values))
+
+
+class ConsumerApi(ConsumerCore):
+    """The polls of Consumer and AsyncConsumer, written once (see ClientApi)."""
+
+    client: ClientApi
+
+    def poll(self) -> Returns[list[Message]]:
+        """Whatever is available on every partition; long-polls one partition when none has
+        any."""
+        return self.client._run(self.polled(values=False))
+
+    def poll_values(self) -> Returns[list[bytes | None]]:
+        """As poll, but only the values in offset order per partition (no Message objects).
+        Decoding still makes a few objects per record: at hundreds of thousands of messages a
+        second, raise the collector's thresholds (gc.set_threshold) in the consuming process."""
+        return self.client._run(self.polled(values=True))

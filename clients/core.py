@@ -1,0 +1,310 @@
+"""The client's calls, written once for both shells: each is an `Op`, a generator that yields
+the requests to make (`Call`) and is sent their answers (or thrown their errors).
+
+Owns the client state both shells share (bootstrap nodes, retry policy, body format, metadata),
+the leader-directed and metadata steps every producer and consumer uses, and `ClientApi`: the
+public admin, produce and fetch methods, each of which hands its Op to the shell's `_run`. The
+blocking shell returns the result, the asyncio shell an awaitable of it. No I/O here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from raftline.clients.metadata import Metadata
+from raftline.clients.routing import Nodes, RetryPolicy, Tries
+from raftline.clients.wire import (
+    Acked,
+    Answer,
+    BatchAcked,
+    FetchedValues,
+    FetchResult,
+    RaftlineError,
+    Request,
+    batch_acked,
+    batch_acks,
+    batch_request,
+    checked_wire,
+    fetch_answer,
+    fetch_request,
+    fetched_values,
+    json_acks,
+    json_request,
+    messages_path,
+    topic_body,
+    topic_path,
+    values_request,
+)
+from raftline.raftlog.records import Record
+from raftline.raftlog.speedups import keep_large_buffers
+
+if TYPE_CHECKING:
+    from raftline.clients.consuming import ConsumerApi
+    from raftline.clients.producing import ProducerApi
+
+_T = TypeVar("_T")
+_S = TypeVar("_S")
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+@dataclass(slots=True)
+class Call:
+    """One request for the shell to make, with the client's retries: to `url` first, or to a
+    bootstrap node when it is None. The shell sends the Op the Answer or throws it the error."""
+
+    method: str
+    path: str
+    request: Request
+    url: str | None = None
+
+
+Op = Generator[Call, Answer, _T]
+# What a public call gives: the value from the blocking Client, an awaitable of it from
+# AsyncClient (the same method drives the same Op in either shell).
+Returns = _T | Awaitable[_T]
+
+
+class Step(Generic[_T]):
+    """An Op driven one request at a time: `call` is the request to make now, None once the
+    Op has ended with `result`. The shell sends it the Answer to each call, or throws it the
+    error; an error the Op does not handle leaves `throw`."""
+
+    def __init__(self, op: Op[_T]) -> None:
+        self._op = op
+        self.call: Call | None = None
+        self.result: _T | None = None
+        self._resume(op.send, None)
+
+    def send(self, answer: Answer) -> None:
+        self._resume(self._op.send, answer)
+
+    def throw(self, error: BaseException) -> None:
+        self._resume(self._op.throw, error)
+
+    def _resume(self, how: Callable[[Any], Call], arg: Any) -> None:
+        try:
+            self.call = how(arg)
+        except StopIteration as stop:
+            self.call = None
+            self.result = stop.value
+
+
+def json_call(
+    method: str,
+    path: str,
+    body: Any = None,
+    params: dict[str, str] | None = None,
+    url: str | None = None,
+) -> Op[Any]:
+    answer = yield Call(method, path, json_request(body, params), url)
+    return answer.json()
+
+
+def _then(op: Op[_S], then: Callable[[_S], _T]) -> Op[_T]:
+    """`op`, its result passed through `then`."""
+    return then((yield from op))
+
+
+def _exchange(method: str, path: str, request: Request, url: str | None) -> Op[Answer]:
+    return (yield Call(method, path, request, url))
+
+
+class ClientCore:
+    """The I/O-free state of both clients and the steps their producers and consumers share."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+        wire: str = "batch",
+    ) -> None:
+        """`url` may list several nodes separated by commas (bootstrap order); `timeout` bounds
+        each try in seconds; `wire` is "batch" (record batches) or "json"."""
+        keep_large_buffers()  # batches of large messages: no fresh pages per buffer
+        self.timeout = timeout
+        self.metadata = Metadata()
+        self.nodes = Nodes(url, self.metadata)
+        self.urls = self.nodes.urls
+        self.retry = retry or RetryPolicy()
+        self.wire = checked_wire(wire)
+
+    def _base_url(self, url: str | None) -> str:
+        return self.nodes.base_url(url)
+
+    def _tries(self, url: str | None) -> Tries:
+        return Tries(self.retry, self.nodes, url)
+
+    def refreshed(self, topic: str) -> Op[None]:
+        """Look the topic's partitions, their leaders and the nodes' addresses up again."""
+        description = yield from json_call("GET", topic_path(topic))
+        cluster = yield from json_call("GET", "/v1/cluster")
+        self.metadata.update(description, cluster)
+
+    def counted(self, topic: str) -> Op[int]:
+        """The topic's partition count, looked up when the metadata is stale."""
+        if not self.metadata.fresh(topic):
+            yield from self.refreshed(topic)
+        return self.metadata.partitions[topic]
+
+    def to_leader(self, topic: str, partition: int, call: Callable[[str | None], Op[_T]]) -> Op[_T]:
+        """`call` against the partition's leader; a retryable failure drops the metadata so
+        that the next call looks the leader up again."""
+        if not self.metadata.fresh(topic):
+            yield from self.refreshed(topic)
+        try:
+            return (yield from call(self.metadata.leader_url(topic, partition)))
+        except RaftlineError as error:
+            if error.retryable:
+                self.metadata.invalidate(topic)
+            raise
+
+    def fetched(
+        self,
+        topic: str,
+        partition: int,
+        offset: int | str,
+        max_messages: int,
+        max_bytes: int,
+        wait_ms: int,
+        url: str | None,
+        values: bool,
+    ) -> Op[FetchResult | FetchedValues]:
+        """One fetch; with `values`, only the values."""
+        request = fetch_request(self.wire, offset, max_messages, max_bytes, wait_ms)
+        answer = yield Call("GET", messages_path(topic, partition), request, url)
+        if values:
+            return fetched_values(answer, offset, max_messages)
+        return fetch_answer(answer, partition, offset, max_messages)
+
+
+class ClientApi(ClientCore):
+    """The public calls of Client and AsyncClient, written once. A shell supplies `_run` and
+    the classes of its producers and consumers."""
+
+    producer_class: type[ProducerApi]
+    consumer_class: type[ConsumerApi]
+
+    def _run(self, op: Op[_T]) -> Returns[_T]:
+        raise NotImplementedError
+
+    def producer(self, topic: str, **options: Any) -> Any:
+        """A producer of `topic` (Producer or AsyncProducer); options as ProducerApi."""
+        return self.producer_class(self, topic, **options)
+
+    def consumer(self, topic: str, **options: Any) -> Any:
+        """A consumer of `topic` (Consumer or AsyncConsumer); options as ConsumerCore."""
+        return self.consumer_class(self, topic, **options)
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: dict[str, str] | None = None,
+        url: str | None = None,
+    ) -> Returns[Any]:
+        """One JSON request with retries on retryable errors; raises RaftlineError."""
+        return self._run(json_call(method, path, body, params, url))
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> Returns[dict[str, Any]]:
+        body = topic_body(name, partitions, replication_factor, config)
+        return self._run(json_call("POST", "/v1/topics", body))
+
+    def list_topics(self) -> Returns[list[dict[str, Any]]]:
+        return self._run(_then(json_call("GET", "/v1/topics"), itemgetter("topics")))
+
+    def describe_topic(self, name: str) -> Returns[dict[str, Any]]:
+        return self._run(json_call("GET", topic_path(name)))
+
+    def delete_topic(self, name: str) -> Returns[None]:
+        return self._run(_then(json_call("DELETE", topic_path(name)), lambda _: None))
+
+    def cluster(self) -> Returns[dict[str, Any]]:
+        return self._run(json_call("GET", "/v1/cluster"))
+
+    def produce(
+        self, topic: str, messages: list[dict[str, Any]], acks: str = "all", url: str | None = None
+    ) -> Returns[list[Acked]]:
+        """Send already-encoded messages (see encode_message) in one request."""
+        body = {"acks": acks, "messages": messages}
+        op = json_call("POST", messages_path(topic), body, url=url)
+        return self._run(_then(op, json_acks))
+
+    def produce_records(
+        self,
+        topic: str,
+        partition: int,
+        records: list[Record],
+        acks: str = "all",
+        url: str | None = None,
+    ) -> Returns[list[Acked]]:
+        """Send records (see encode_record) to one partition as one batch built here."""
+        request = batch_request(partition, records, acks)
+        op = _exchange("POST", messages_path(topic), request, url)
+        return self._run(_then(op, lambda answer: batch_acks(answer.json())))
+
+    def produce_batch(
+        self,
+        topic: str,
+        partition: int,
+        values: Sequence[bytes | str | None],
+        acks: str = "all",
+        *,
+        key: bytes | str | None = None,
+        url: str | None = None,
+    ) -> Returns[BatchAcked]:
+        """Send values (all with `key`) to one partition as one record batch (whatever the
+        wire); one answer for all."""
+        request = values_request(partition, values, key, acks)
+        op = _exchange("POST", messages_path(topic), request, url)
+        return self._run(_then(op, lambda a: batch_acked(a.json(), partition, len(values))))
+
+    def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int | str = "earliest",
+        *,
+        max_messages: int = 500,
+        max_bytes: int = 1 << 20,
+        wait_ms: int = 0,
+        url: str | None = None,
+    ) -> Returns[FetchResult]:
+        return self._run(
+            self.fetched(topic, partition, offset, max_messages, max_bytes, wait_ms, url, False)
+        )
+
+    def fetch_values(
+        self,
+        topic: str,
+        partition: int,
+        offset: int | str = "earliest",
+        *,
+        max_messages: int = 500,
+        max_bytes: int = 1 << 20,
+        wait_ms: int = 0,
+        url: str | None = None,
+    ) -> Returns[FetchedValues]:
+        """As fetch, but only the values: no Message per record. `url` names the node to ask
+        (consumers give the partition leader: a forwarded fetch comes back as JSON)."""
+        return self._run(
+            self.fetched(topic, partition, offset, max_messages, max_bytes, wait_ms, url, True)
+        )
+
+    def refresh_metadata(self, topic: str) -> Returns[None]:
+        return self._run(self.refreshed(topic))
+
+    def partition_count(self, topic: str) -> Returns[int]:
+        return self._run(self.counted(topic))
