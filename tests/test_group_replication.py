@@ -59,15 +59,20 @@ async def test_checkpoints_trim_every_replica_and_a_lagging_one_catches_up(
         index = brokers.index(follower)
         await follower.stop()
         live = [b for b in brokers if b is not follower]
-        for offset in range(1, 51):
-            await group_call(
-                live,
-                "group_commit",
-                {
-                    "member_id": "m",
-                    "generation": joined["generation"],
-                    "offsets": [["t", 0, offset]],
-                },
+        for first in range(1, 51, 5):  # five at a time: checkpoints must wait for in-flight ones
+            await asyncio.gather(
+                *(
+                    group_call(
+                        live,
+                        "group_commit",
+                        {
+                            "member_id": "m",
+                            "generation": joined["generation"],
+                            "offsets": [["t", 0, offset]],
+                        },
+                    )
+                    for offset in range(first, first + 5)
+                )
             )
 
         def trimmed(broker: Broker) -> bool:

@@ -14,6 +14,7 @@ behind a trim point gets that point as a Raft snapshot and applies the checkpoin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -27,6 +28,7 @@ from raftline.raftlog.types import Entry, EntryKind
 log = logging.getLogger(__name__)
 
 CHECKPOINT_EVERY = 1_000  # commands between checkpoints (the log then holds about this many)
+CHECKPOINT_DRAIN_S = 1.0  # how long proposals may be held while those in flight are applied
 
 
 def not_leader(shard: str) -> BrokerError:
@@ -46,6 +48,7 @@ class CoordinatorReplica:
         self.checkpoint_index: int | None = None
         self._waiters: dict[int, tuple[int, asyncio.Future[dict[str, Any]]]] = {}
         self._checkpointing = False
+        self._gate: asyncio.Event | None = None  # set while a checkpoint is being placed
         self._closed = False
 
     # Raft callbacks
@@ -109,7 +112,13 @@ class CoordinatorReplica:
     def serving(self) -> bool:
         return self.role == "leader" and self.term_committed and not self._closed
 
-    async def propose(self, command: dict[str, Any], timeout: float) -> dict[str, Any]:
+    async def propose(
+        self, command: dict[str, Any], timeout: float, gated: bool = True
+    ) -> dict[str, Any]:
+        if gated and self._gate is not None:  # a checkpoint is being placed: wait a moment
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._gate.wait()
         if not self.serving:
             raise not_leader(self.shard)
         loop = asyncio.get_running_loop()
@@ -143,30 +152,41 @@ class CoordinatorReplica:
             raise not_leader(self.shard)
 
     async def maybe_checkpoint(self, timeout: float) -> bool:
-        """Leader: write a checkpoint once enough commands piled up since the last one, when no
-        proposal is in flight (so that it lands right after the state it holds)."""
+        """Leader: write a checkpoint once enough commands piled up since the last one. New
+        proposals wait (a commit round or so) until the ones in flight are applied and the
+        checkpoint is appended, so that it lands right after the state it holds."""
         group = self.runtime.groups.get(self.shard)
         if (
             self._checkpointing
             or not self.serving
             or group is None
             or self.state.applied_commands < CHECKPOINT_EVERY
-            or group.core.last_index != self.applied_index
         ):
             return False
         self._checkpointing = True
+        self._gate = asyncio.Event()
         try:
+            deadline = asyncio.get_running_loop().time() + CHECKPOINT_DRAIN_S
+            while group.core.last_index != self.applied_index or group.proposals:
+                if asyncio.get_running_loop().time() > deadline or not self.serving:
+                    return False
+                await asyncio.sleep(0.002)
             command = {
                 "op": "checkpoint",
                 "after": self.applied_index,
                 "snapshot": self.state.snapshot(),
             }
-            await self.propose(command, timeout)
+            written = asyncio.ensure_future(self.propose(command, timeout, gated=False))
+            await asyncio.sleep(0)  # queued in the runtime before the gated proposals
+            self._gate.set()
+            await written
             return True
         except BrokerError as exc:
             log.debug("%s: checkpoint not written: %s", self.shard, exc.message)
             return False
         finally:
+            self._gate.set()
+            self._gate = None
             self._checkpointing = False
 
     def close(self) -> None:
