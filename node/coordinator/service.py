@@ -167,7 +167,12 @@ class Coordinator:
         for key in ("session_timeout_ms", "auto_offset_reset", "client", "assignor"):
             if args.get(key) is not None:
                 command[key] = args[key]
+        replica, _ = self._lead(shard)
+        before = replica.state.groups.get(name)
+        generation = before.generation if before is not None else 0
         result = await self._propose(shard, command)
+        if result["generation"] != generation:
+            self._log_generation(shard, name, f"{member_id} joined")
         _, leading = self._lead(shard)
         leading.seen[(name, member_id)] = time.monotonic()
         leading.expiring.discard((name, member_id))
@@ -296,7 +301,15 @@ class Coordinator:
         replica, leading = self._lead(shard)
         group, member = self._member(replica, args)
         await self._propose(shard, {"op": "leave", "group": group.name, "member_id": member})
+        self._log_generation(shard, group.name, f"{member} left")
         self._forget(leading, group.name, member)
+
+    def _log_generation(self, shard: str, name: str, why: str) -> None:
+        """Rare, and what a post-mortem of a rebalance needs first: who holds what, when."""
+        group = self.replicas[shard].state.groups.get(name) if shard in self.replicas else None
+        if group is not None:
+            holds = {m: [f"{t}/{p}" for t, p in held] for m, held in group.assignment.items()}
+            log.info("group %s generation %d (%s): %s", name, group.generation, why, holds)
 
     @staticmethod
     def _forget(leading: _Leading, group: str, member: str) -> None:
@@ -479,7 +492,7 @@ class Coordinator:
                 "joined_ms": member.joined_ms,
             }
             await self._propose(shard, command)
-            log.info("group %s: member %s expired (silent for its session)", group, member_id)
+            self._log_generation(shard, group, f"{member_id} expired, silent for its session")
             self._forget(leading, group, member_id)
         except (BrokerError, KeyError) as exc:
             log.debug("expiring %s of %s: %s", member_id, group, exc)
