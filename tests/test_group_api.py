@@ -289,3 +289,22 @@ async def test_long_poll_keeps_the_session_and_ends_on_a_new_generation(api: Tes
     assert time.monotonic() - started < 2.0
     status, hb = await call(api, "POST", "/v1/groups/k/members/m/heartbeat")
     assert len(hb["assignment"]) == 1 and hb["generation"] == got["generation"] + 1
+
+
+async def test_a_deleted_topic_leaves_the_assignment(api: TestClient) -> None:
+    await topic_with(api, "keep", 1, 0)
+    await topic_with(api, "drop", 2, 0)
+    _, joined = await call(
+        api, "POST", "/v1/groups/d/members", {"topics": ["keep", "drop"], "member_id": "m"}
+    )
+    assert len(joined["assignment"]) == 3
+    status, _ = await call(api, "DELETE", "/v1/topics/drop")
+    assert status == 204
+    deadline = time.monotonic() + 5
+    while True:
+        _, hb = await call(api, "POST", "/v1/groups/d/members/m/heartbeat")
+        if hb["assignment"] == [{"topic": "keep", "partition": 0}]:
+            break
+        assert time.monotonic() < deadline, hb
+        await asyncio.sleep(0.1)
+    assert hb["generation"] == joined["generation"] + 1
