@@ -219,6 +219,9 @@ async def member_messages(request: web.Request) -> web.Response:
                     return None
             log.debug("group fetch of %s/%d: %s", topic, partition, exc)
             return None
+        except Exception as exc:  # one partition's failure must not fail the others' answer
+            log.warning("group fetch of %s/%d failed: %r", topic, partition, exc)
+            return None
 
     if not starts and wait_ms > 0:  # nothing assigned: come back a little later, not at once
         await asyncio.sleep(min(wait_ms, NO_ASSIGNMENT_WAIT_MS) / 1000)
