@@ -276,38 +276,14 @@ class Broker:
 
     async def _controller(self, method: str, args: Any) -> dict[str, Any]:
         """Run a controller operation on the metadata leader, wherever it is."""
-        started = time.monotonic()
-        deadline = started + self.config.request_timeout_s
-        while True:
-            leader = self._leader_or_none(META_GROUP, self.meta_voters(), started)
-            try:
-                if leader == self.node_id and self.meta.role == "leader":
-                    return await self._controller_local(method, args)
-                if leader is not None:
-                    # The call fails as soon as the leader's link goes down (Transport).
-                    result: dict[str, Any] = await self.runtime.transport.call(
-                        leader, method, args, max(deadline - time.monotonic(), 0.0)
-                    )
-                    return result
-            except RemoteError as exc:
-                # Only a call that had no effect is tried again: a command whose outcome is
-                # unknown may have been applied, and a second try would answer as if it had not.
-                if exc.code == OUTCOME_UNKNOWN:
-                    raise OutcomeUnknown(exc.message) from None
-                if exc.code != "leader_unavailable":
-                    raise BrokerError(exc.code, exc.message) from None
-            except OutcomeUnknown:
-                raise
-            except BrokerError as exc:
-                if exc.code != "leader_unavailable":
-                    raise
-            if time.monotonic() > deadline:
-                raise BrokerError("leader_unavailable", "no metadata leader (controller) reachable")
-            await asyncio.sleep(0.05)
+        result: dict[str, Any] = await self._on_leader_of(
+            META_GROUP, method, args, self.meta_voters()
+        )
+        return result
 
     async def _controller_local(self, method: str, args: Any) -> dict[str, Any]:
         if self.meta.role != "leader":
-            raise BrokerError("leader_unavailable", f"node {self.node_id} is not the controller")
+            raise BrokerError("not_leader", f"node {self.node_id} is not the controller")
         try:
             if method == "register_node":
                 return await self._propose_meta({"op": "register_node", "node": args})

@@ -33,8 +33,12 @@ def broker_whose_controller_is_node_2(tmp_path: Path, answers: list[Any]) -> tup
     def controller(group: str, voters: Collection[int], since: float) -> int:
         return 2
 
+    async def while_leads(group: str, leader: int, request: Any) -> Any:
+        return await request  # node 2 stays the controller throughout
+
     broker.runtime.transport.call = call  # type: ignore[method-assign]
     broker._leader_or_none = controller  # type: ignore[method-assign]
+    broker.while_leads = while_leads  # type: ignore[method-assign]
     return broker, sent
 
 

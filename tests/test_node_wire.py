@@ -219,6 +219,9 @@ class ClosingTransport:
     def close(self) -> None:
         self.closed = True
 
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return default  # no socket to tune
+
 
 async def test_a_large_frame_before_hello_closes_the_connection_unread() -> None:
     connection = receiving_connection([])
