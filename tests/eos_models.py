@@ -1,0 +1,402 @@
+"""Model tests of the exactly-once cores, parameterised by the class under test so that
+test_eos_planted_bugs.py can run the same models against cores with bugs planted.
+
+Each machine holds a few lines of reference code and checks the core against it after every step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from raftline.node.eos.markers import SEQUENCE_MODULUS, BatchMeta, marker_meta
+from raftline.node.eos.producer_state import Outcome, ProducerStateMachine, Verdict
+from raftline.node.eos.txn_coordinator import TxnCoordinator
+
+PIDS = (1, 2)
+MAX_UNACKED = 5  # a producer keeps at most this many batches unacknowledged (max.in.flight)
+
+
+# ---------------------------------------------------------------------------- dedup
+
+
+@dataclass
+class Sent:
+    meta: BatchMeta
+    status: str = "unsent"  # unsent (never accepted, or lost in a term change), in_flight, applied
+    offsets: tuple[int, int] | None = None
+
+
+class DedupModel(RuleBasedStateMachine):
+    """Producers send batches and retry any of their recent ones at any moment; a leader checks
+    each before proposing, proposals commit in order or are lost in a term change (some of them
+    committing first). Reference: a batch is in the log once; a retry of an applied batch gets
+    its offsets, of an in-flight one in_flight, of another one new exactly when it continues the
+    producer's chain of accepted batches."""
+
+    under_test: type[ProducerStateMachine] = ProducerStateMachine
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = self.under_test()
+        self.sent: dict[int, list[Sent]] = {pid: [] for pid in PIDS}
+        self.chain: dict[int, list[Sent]] = {pid: [] for pid in PIDS}  # applied + in flight
+        self.next_seq: dict[int, int] = {}
+        self.proposals: list[Sent] = []
+        self.next_offset = 0
+        self.log: list[tuple[int, int, int]] = []
+
+    @initialize(starts=st.lists(st.sampled_from([0, 7, SEQUENCE_MODULUS - 4]), min_size=2))
+    def start(self, starts: list[int]) -> None:
+        for pid, seq in zip(PIDS, starts, strict=False):
+            self.next_seq[pid] = seq
+
+    def _expected(self, pid: int, sent: Sent) -> Verdict:
+        if sent.status == "applied":
+            assert sent.offsets is not None
+            return Verdict(Outcome.DUPLICATE, *sent.offsets)
+        if sent.status == "in_flight":
+            return Verdict(Outcome.IN_FLIGHT, key=sent.meta.key)
+        chain = self.chain[pid]
+        if not chain or sent.meta.base_sequence == (chain[-1].meta.last_sequence + 1) % (
+            SEQUENCE_MODULUS
+        ):
+            return Verdict(Outcome.NEW)
+        return Verdict(Outcome.OUT_OF_ORDER)
+
+    def _submit(self, pid: int, sent: Sent) -> None:
+        expected = self._expected(pid, sent)
+        assert self.state.check(sent.meta) == expected, (sent, expected)
+        if expected.outcome is Outcome.NEW:
+            sent.status = "in_flight"
+            self.chain[pid].append(sent)
+            self.proposals.append(sent)
+
+    @precondition(lambda self: self.next_seq)
+    @rule(pid=st.sampled_from(PIDS), count=st.integers(1, 3))
+    def send(self, pid: int, count: int) -> None:
+        unacked = [s for s in self.sent[pid] if s.status != "applied"]
+        if len(unacked) >= MAX_UNACKED:
+            return
+        seq = self.next_seq[pid]
+        sent = Sent(BatchMeta(pid, 0, seq, count - 1))
+        self.next_seq[pid] = (seq + count) % SEQUENCE_MODULUS
+        self.sent[pid].append(sent)
+        self._submit(pid, sent)
+
+    @rule(pid=st.sampled_from(PIDS), back=st.integers(1, MAX_UNACKED))
+    def retry(self, pid: int, back: int) -> None:
+        """Repeat one of the producer's last MAX_UNACKED batches (acked ones included: the ack
+        may have been lost)."""
+        recent = self.sent[pid][-MAX_UNACKED:]
+        if len(recent) >= back:
+            self._submit(pid, recent[-back])
+
+    @rule(survivors=st.integers(0, 3))
+    def term_change(self, survivors: int) -> None:
+        """A new leader: the first `survivors` proposals were replicated and commit, the rest
+        are lost; the new leader has applied all of it before it checks anything."""
+        for _ in range(min(survivors, len(self.proposals))):
+            self.commit()
+        for sent in self.proposals:
+            sent.status = "unsent"
+            self.chain[sent.meta.producer_id].remove(sent)
+        self.proposals.clear()
+        self.state.clear_in_flight()
+
+    @precondition(lambda self: self.proposals)
+    @rule()
+    def commit(self) -> None:
+        sent = self.proposals.pop(0)
+        base = self.next_offset
+        self.next_offset += sent.meta.last_offset_delta + 1
+        assert self.state.apply_batch(base, sent.meta) == Verdict(Outcome.NEW)
+        sent.status, sent.offsets = "applied", (base, self.next_offset - 1)
+        self.log.append(sent.meta.key)
+
+    @invariant()
+    def every_batch_is_in_the_log_once(self) -> None:
+        assert len(self.log) == len(set(self.log))
+
+
+# ---------------------------------------------------------------------------- LSO
+
+
+@dataclass
+class TxnProducer:
+    pid: int
+    epoch: int = 0
+    seq: int = 0
+    first_offset: int | None = None  # of its open transaction
+
+
+class LsoModel(RuleBasedStateMachine):
+    """Transactional and plain producers write committed batches, transactions end by markers,
+    the high watermark (possibly ahead of what is applied) moves up. Reference: LSO = min(high
+    watermark, applied end, first offset of every open transaction)."""
+
+    under_test: type[ProducerStateMachine] = ProducerStateMachine
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = self.under_test()
+        self.producers = {pid: TxnProducer(pid) for pid in (1, 2, 3)}
+        self.plain_seq = 0
+        self.hw = 0
+        self.last_lso = 0
+
+    def _apply(self, meta: BatchMeta) -> int:
+        base = self.state.next_offset
+        assert self.state.apply_batch(base, meta).accepted
+        return base
+
+    @rule(pid=st.sampled_from([1, 2, 3]), count=st.integers(1, 4))
+    def write_in_transaction(self, pid: int, count: int) -> None:
+        p = self.producers[pid]
+        base = self._apply(BatchMeta(pid, p.epoch, p.seq, count - 1, is_transactional=True))
+        p.seq += count
+        if p.first_offset is None:
+            p.first_offset = base
+
+    @rule(count=st.integers(1, 4), idempotent=st.booleans())
+    def write_outside_transactions(self, count: int, idempotent: bool) -> None:
+        if idempotent:
+            self._apply(BatchMeta(9, 0, self.plain_seq, count - 1))
+            self.plain_seq += count
+        else:
+            self._apply(BatchMeta(-1, -1, -1, count - 1))
+
+    @rule(pid=st.sampled_from([1, 2, 3]), commit=st.booleans())
+    def end_transaction(self, pid: int, commit: bool) -> None:
+        p = self.producers[pid]
+        p.epoch += 1
+        p.seq = 0
+        p.first_offset = None
+        self._apply(
+            marker_meta(
+                commit, producer_id=pid, producer_epoch=p.epoch, coordinator_epoch=0, timestamp=0
+            )
+        )
+
+    @rule(ahead=st.integers(0, 5))
+    def advance_high_watermark(self, ahead: int) -> None:
+        self.hw = max(self.hw, self.state.next_offset + ahead - 2)
+
+    @invariant()
+    def lso_is_the_reference_and_never_goes_back(self) -> None:
+        lso = self.state.last_stable_offset(self.hw)
+        opens = [p.first_offset for p in self.producers.values() if p.first_offset is not None]
+        assert lso == min([self.hw, self.state.next_offset, *opens])
+        assert lso >= self.last_lso
+        self.last_lso = lso
+
+
+# ---------------------------------------------------------------------------- logs of transactions
+
+
+@dataclass
+class LoggedBatch:
+    base_offset: int
+    meta: BatchMeta
+    fate: str  # plain, committed, aborted, open, marker
+
+
+@st.composite
+def transactional_logs(draw: Any, max_steps: int = 40) -> list[LoggedBatch]:
+    """A valid log: transactional producers 1-3 writing, committing and aborting (some left
+    open), an idempotent producer 9 and plain writes between; timestamps equal offsets."""
+    log: list[LoggedBatch] = []
+    producers = {pid: TxnProducer(pid) for pid in (1, 2, 3)}
+    members: dict[int, list[LoggedBatch]] = {pid: [] for pid in producers}
+    offset = 0
+    plain_seq = 0
+    for _ in range(draw(st.integers(0, max_steps))):
+        step = draw(st.sampled_from(["txn", "txn", "end", "plain", "idempotent"]))
+        pid = draw(st.sampled_from([1, 2, 3]))
+        p = producers[pid]
+        count = draw(st.integers(1, 3))
+        if step == "txn":
+            meta = BatchMeta(pid, p.epoch, p.seq, count - 1, True, max_timestamp=offset)
+            p.seq += count
+            members[pid].append(LoggedBatch(offset, meta, "open"))
+            log.append(members[pid][-1])
+        elif step == "end":
+            commit = draw(st.booleans())
+            p.epoch += 1
+            p.seq = 0
+            for b in members[pid]:
+                b.fate = "committed" if commit else "aborted"
+            members[pid] = []
+            meta = marker_meta(
+                commit,
+                producer_id=pid,
+                producer_epoch=p.epoch,
+                coordinator_epoch=0,
+                timestamp=offset,
+            )
+            log.append(LoggedBatch(offset, meta, "marker"))
+        elif step == "idempotent":
+            log.append(
+                LoggedBatch(
+                    offset, BatchMeta(9, 0, plain_seq, count - 1, max_timestamp=offset), "plain"
+                )
+            )
+            plain_seq += count
+        else:
+            log.append(LoggedBatch(offset, BatchMeta(-1, -1, -1, count - 1), "plain"))
+        offset = log[-1].base_offset + log[-1].meta.last_offset_delta + 1
+    return log
+
+
+# ---------------------------------------------------------------------------- coordinator
+
+
+@dataclass
+class Session:
+    """What one producer session holds: its transactional id and (producer id, epoch)."""
+
+    tid: str
+    pid: int
+    epoch: int
+
+
+@dataclass
+class TxnRef:
+    current: tuple[int, int] = (-1, -1)
+    open: set[tuple[str, int]] | None = None
+    started: int = 0
+    deciding: tuple[bool, frozenset[tuple[str, int]]] | None = None
+    history: list[tuple[int, int]] = field(default_factory=list)
+
+
+TIDS = ("a", "b")
+PARTITIONS = st.lists(
+    st.tuples(st.sampled_from(["t", "u"]), st.integers(0, 2)), min_size=1, max_size=3
+)
+TIMEOUT_MS = 100
+
+
+class CoordinatorModel(RuleBasedStateMachine):
+    """Producer sessions of two transactional ids (fenced ones keep sending) against the
+    coordinator. Reference: only the current session's requests succeed, epochs strictly
+    increase, and each decision lists exactly the partitions its transaction added."""
+
+    under_test: type[TxnCoordinator] = TxnCoordinator
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.coordinator = self.under_test()
+        self.coordinator.apply({"type": "producer_ids", "first": 1000, "count": 50})
+        self.ref = {tid: TxnRef() for tid in TIDS}
+        self.sessions: list[Session] = []
+        self.now = 0
+
+    def _decided(self, ref: TxnRef, result: Any, commit: bool) -> None:
+        assert result.markers is not None
+        assert result.markers.commit == commit
+        assert set(result.markers.partitions) == ref.open
+        ref.deciding = (commit, frozenset(ref.open or ()))
+        ref.open = None
+
+    def _new_epoch(self, ref: TxnRef, result: Any) -> None:
+        pair = (result.producer_id, result.producer_epoch)
+        assert pair > ref.current, (pair, ref.current)
+        ref.current = pair
+        ref.history.append(pair)
+
+    @rule(tid=st.sampled_from(TIDS))
+    def init_producer(self, tid: str) -> None:
+        ref = self.ref[tid]
+        cmd = {"type": "init_producer", "transactional_id": tid, "timeout_ms": TIMEOUT_MS}
+        result = self.coordinator.apply({**cmd, "now_ms": self.now})
+        if ref.deciding is not None:
+            assert result.error == "concurrent_transactions"
+            return
+        assert result.ok
+        had_open = ref.open is not None
+        self._new_epoch(ref, result)
+        if had_open:
+            self._decided(ref, result, commit=False)
+        else:
+            assert result.markers is None
+        self.sessions.append(Session(tid, result.producer_id, result.producer_epoch))
+
+    def _is_current(self, s: Session) -> bool:
+        ref = self.ref[s.tid]
+        return (s.pid, s.epoch) == ref.current and ref.deciding is None
+
+    @precondition(lambda self: self.sessions)
+    @rule(data=st.data(), partitions=PARTITIONS)
+    def add_partitions(self, data: st.DataObject, partitions: list[tuple[str, int]]) -> None:
+        s = data.draw(st.sampled_from(self.sessions))
+        cmd = {"type": "add_partitions", "transactional_id": s.tid, "producer_id": s.pid}
+        result = self.coordinator.apply(
+            {**cmd, "producer_epoch": s.epoch, "partitions": partitions, "now_ms": self.now}
+        )
+        assert result.ok == self._is_current(s), (result, s)
+        if result.ok:
+            ref = self.ref[s.tid]
+            if ref.open is None:
+                ref.open, ref.started = set(), self.now
+            ref.open.update(partitions)
+
+    @precondition(lambda self: self.sessions)
+    @rule(data=st.data(), commit=st.booleans())
+    def end_txn(self, data: st.DataObject, commit: bool) -> None:
+        s = data.draw(st.sampled_from(self.sessions))
+        ref = self.ref[s.tid]
+        current = self._is_current(s)
+        cmd = {"type": "end_txn", "transactional_id": s.tid, "producer_id": s.pid}
+        result = self.coordinator.apply(
+            {**cmd, "producer_epoch": s.epoch, "commit": commit, "now_ms": self.now}
+        )
+        if not current:
+            assert not (result.ok and result.markers is not None), "a fenced epoch decided"
+            return
+        assert result.ok
+        self._new_epoch(ref, result)
+        if ref.open is not None:
+            self._decided(ref, result, commit)
+        else:
+            assert result.markers is None
+        s.epoch = result.producer_epoch  # the producer goes on with the bumped epoch
+
+    @rule(tid=st.sampled_from(TIDS))
+    def markers_written(self, tid: str) -> None:
+        ref = self.ref[tid]
+        for request in self.coordinator.pending_markers():
+            if request.transactional_id == tid:
+                cmd = {"type": "markers_written", "transactional_id": tid, "now_ms": self.now}
+                assert self.coordinator.apply({**cmd, "producer_epoch": request.producer_epoch}).ok
+                ref.deciding = None
+
+    @rule(ms=st.integers(1, 80))
+    def time_passes_and_expired_transactions_abort(self, ms: int) -> None:
+        self.now += ms
+        expired = self.coordinator.expire(self.now)
+        for tid, ref in self.ref.items():
+            due = ref.open is not None and self.now - ref.started >= TIMEOUT_MS
+            assert due == any(e[0] == tid for e in expired)
+        for tid, pid, epoch in expired:
+            ref = self.ref[tid]
+            cmd = {"type": "abort_expired", "transactional_id": tid, "producer_id": pid}
+            result = self.coordinator.apply({**cmd, "producer_epoch": epoch, "now_ms": self.now})
+            assert result.ok
+            self._new_epoch(ref, result)
+            self._decided(ref, result, commit=False)
+
+    @invariant()
+    def every_decision_has_pending_markers_for_all_its_partitions(self) -> None:
+        pending = {
+            m.transactional_id: (m.commit, frozenset(m.partitions))
+            for m in self.coordinator.pending_markers()
+        }
+        assert pending == {tid: ref.deciding for tid, ref in self.ref.items() if ref.deciding}
+
+    @invariant()
+    def epochs_strictly_increase(self) -> None:
+        for ref in self.ref.values():
+            assert all(a < b for a, b in zip(ref.history, ref.history[1:], strict=False))
