@@ -52,13 +52,15 @@ class IdBlocks:
     """Ranges of ids the allocator gave one consumer, drawn in order."""
 
     ranges: list[list[int]] = field(default_factory=list)  # [first, end) pairs, ascending
+    end: int = 0  # one past the last id of every block ever added, used up or not
 
     def add(self, first: int, count: int) -> None:
         if count < 1:
             raise ValueError("an empty block of producer ids")
-        if self.ranges and first < self.ranges[-1][1]:
+        if first < self.end:
             raise ValueError(f"block at {first} overlaps or precedes an earlier one")
         self.ranges.append([first, first + count])
+        self.end = first + count
 
     def take(self) -> int | None:
         """The next id, or None when the blocks are used up (ask the allocator for more)."""
@@ -72,3 +74,10 @@ class IdBlocks:
 
     def remaining(self) -> int:
         return sum(end - first for first, end in self.ranges)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"ranges": [list(r) for r in self.ranges], "end": self.end}
+
+    @classmethod
+    def restore(cls, snapshot: dict[str, Any]) -> IdBlocks:
+        return cls([list(r) for r in snapshot["ranges"]], snapshot["end"])

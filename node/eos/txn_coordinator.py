@@ -306,7 +306,7 @@ class TxnCoordinator:
     def snapshot(self) -> dict[str, Any]:
         return {
             "version": SNAPSHOT_VERSION,
-            "ids": [list(r) for r in self.ids.ranges],
+            "ids": self.ids.snapshot(),
             "txns": {
                 tid: {
                     "producer_id": m.producer_id,
@@ -330,7 +330,7 @@ class TxnCoordinator:
         if snapshot.get("version") != SNAPSHOT_VERSION:
             raise ValueError(f"unknown coordinator snapshot version {snapshot.get('version')}")
         coordinator = cls()
-        coordinator.ids = IdBlocks([list(r) for r in snapshot["ids"]])
+        coordinator.ids = IdBlocks.restore(snapshot["ids"])
         for tid, m in snapshot["txns"].items():
             coordinator.txns[tid] = TxnMetadata(
                 producer_id=m["producer_id"],
