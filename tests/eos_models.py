@@ -67,7 +67,7 @@ class DedupModel(RuleBasedStateMachine):
             return Verdict(Outcome.NEW)
         return Verdict(Outcome.OUT_OF_ORDER)
 
-    def _submit(self, pid: int, sent: Sent) -> None:
+    def _check_against_reference(self, pid: int, sent: Sent) -> None:
         expected = self._expected(pid, sent)
         assert self.state.check(sent.meta) == expected, (sent, expected)
         if expected.outcome is Outcome.NEW:
@@ -85,7 +85,7 @@ class DedupModel(RuleBasedStateMachine):
         sent = Sent(BatchMeta(pid, 0, seq, count - 1))
         self.next_seq[pid] = (seq + count) % SEQUENCE_MODULUS
         self.sent[pid].append(sent)
-        self._submit(pid, sent)
+        self._check_against_reference(pid, sent)
 
     @rule(pid=st.sampled_from(PIDS), back=st.integers(1, MAX_UNACKED))
     def retry(self, pid: int, back: int) -> None:
@@ -93,7 +93,7 @@ class DedupModel(RuleBasedStateMachine):
         may have been lost)."""
         recent = self.sent[pid][-MAX_UNACKED:]
         if len(recent) >= back:
-            self._submit(pid, recent[-back])
+            self._check_against_reference(pid, recent[-back])
 
     @rule(survivors=st.integers(0, 3))
     def term_change(self, survivors: int) -> None:

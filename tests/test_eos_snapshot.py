@@ -32,15 +32,20 @@ def replayed_from_snapshot(
     ]
 
 
+def check_restart(
+    state_class: type[ProducerStateMachine], log: list[LoggedBatch], cut: int, high_watermark: int
+) -> None:
+    for whole, restarted in replayed_from_snapshot(state_class, log, cut, high_watermark):
+        assert whole == restarted
+
+
 @settings(max_examples=200, deadline=None)
 @given(log=transactional_logs(), data=st.data())
 def test_restoring_a_snapshot_and_replaying_the_tail_equals_applying_everything(
     log: list[LoggedBatch], data: st.DataObject
 ) -> None:
     cut = data.draw(st.integers(0, len(log)))
-    high_watermark = data.draw(st.integers(0, 200))
-    for whole, restarted in replayed_from_snapshot(ProducerStateMachine, log, cut, high_watermark):
-        assert whole == restarted
+    check_restart(ProducerStateMachine, log, cut, data.draw(st.integers(0, 200)))
 
 
 def test_a_restored_state_judges_retries_as_the_original_did() -> None:
