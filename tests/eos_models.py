@@ -26,16 +26,19 @@ MAX_UNACKED = 5  # a producer keeps at most this many batches unacknowledged (ma
 @dataclass
 class Sent:
     meta: BatchMeta
-    status: str = "unsent"  # unsent (never accepted, or lost in a term change), in_flight, applied
+    # unsent (never accepted, or lost in a term change), in_flight, applied, abandoned (unsent
+    # and given up by an epoch bump)
+    status: str = "unsent"
     offsets: tuple[int, int] | None = None
 
 
 class DedupModel(RuleBasedStateMachine):
-    """Producers send batches and retry any of their recent ones at any moment; a leader checks
-    each before proposing, proposals commit in order or are lost in a term change (some of them
-    committing first). Reference: a batch is in the log once; a retry of an applied batch gets
-    its offsets, of an in-flight one in_flight, of another one new exactly when it continues the
-    producer's chain of accepted batches."""
+    """Producers send batches, retry any of their recent ones at any moment and bump their
+    epoch; a leader checks each before proposing, proposals commit in order or are lost in a term
+    change (some of them committing first). Reference: a batch is in the log once; a batch of an
+    epoch older than the producer's latest accepted one is fenced; a retry of an applied batch
+    gets its offsets, of an in-flight one in_flight; any other batch is new exactly when it
+    continues the producer's chain of accepted batches (at 0 for a new epoch)."""
 
     under_test: type[ProducerStateMachine] = ProducerStateMachine
 
@@ -45,6 +48,7 @@ class DedupModel(RuleBasedStateMachine):
         self.sent: dict[int, list[Sent]] = {pid: [] for pid in PIDS}
         self.chain: dict[int, list[Sent]] = {pid: [] for pid in PIDS}  # applied + in flight
         self.next_seq: dict[int, int] = {}
+        self.epoch: dict[int, int] = dict.fromkeys(PIDS, 0)
         self.proposals: list[Sent] = []
         self.next_offset = 0
         self.log: list[tuple[int, int, int]] = []
@@ -55,17 +59,22 @@ class DedupModel(RuleBasedStateMachine):
             self.next_seq[pid] = seq
 
     def _expected(self, pid: int, sent: Sent) -> Verdict:
+        chain = self.chain[pid]
+        meta, tail = sent.meta, (chain[-1].meta if chain else None)
+        if tail is not None and meta.producer_epoch < tail.producer_epoch:
+            return Verdict(Outcome.FENCED)
         if sent.status == "applied":
             assert sent.offsets is not None
             return Verdict(Outcome.DUPLICATE, *sent.offsets)
         if sent.status == "in_flight":
-            return Verdict(Outcome.IN_FLIGHT, key=sent.meta.key)
-        chain = self.chain[pid]
-        if not chain or sent.meta.base_sequence == (chain[-1].meta.last_sequence + 1) % (
-            SEQUENCE_MODULUS
-        ):
-            return Verdict(Outcome.NEW)
-        return Verdict(Outcome.OUT_OF_ORDER)
+            return Verdict(Outcome.IN_FLIGHT, key=meta.key)
+        if tail is None:
+            continues = True  # an unknown producer starts anywhere
+        elif meta.producer_epoch > tail.producer_epoch:
+            continues = meta.base_sequence == 0
+        else:
+            continues = meta.base_sequence == (tail.last_sequence + 1) % SEQUENCE_MODULUS
+        return Verdict(Outcome.NEW if continues else Outcome.OUT_OF_ORDER)
 
     def _check_against_reference(self, pid: int, sent: Sent) -> None:
         expected = self._expected(pid, sent)
@@ -78,14 +87,25 @@ class DedupModel(RuleBasedStateMachine):
     @precondition(lambda self: self.next_seq)
     @rule(pid=st.sampled_from(PIDS), count=st.integers(1, 3))
     def send(self, pid: int, count: int) -> None:
-        unacked = [s for s in self.sent[pid] if s.status != "applied"]
+        unacked = [s for s in self.sent[pid] if s.status in ("unsent", "in_flight")]
         if len(unacked) >= MAX_UNACKED:
             return
         seq = self.next_seq[pid]
-        sent = Sent(BatchMeta(pid, 0, seq, count - 1))
+        sent = Sent(BatchMeta(pid, self.epoch[pid], seq, count - 1))
         self.next_seq[pid] = (seq + count) % SEQUENCE_MODULUS
         self.sent[pid].append(sent)
         self._check_against_reference(pid, sent)
+
+    @precondition(lambda self: self.next_seq)
+    @rule(pid=st.sampled_from(PIDS))
+    def bump_epoch(self, pid: int) -> None:
+        """The producer moves to a new epoch (KIP-360), sequences restart at 0; it gives up
+        resending its batches not yet accepted (it may still repeat them)."""
+        self.epoch[pid] += 1
+        self.next_seq[pid] = 0
+        for sent in self.sent[pid]:
+            if sent.status == "unsent":
+                sent.status = "abandoned"
 
     @rule(pid=st.sampled_from(PIDS), back=st.integers(1, MAX_UNACKED))
     def retry(self, pid: int, back: int) -> None:
@@ -102,7 +122,11 @@ class DedupModel(RuleBasedStateMachine):
         for _ in range(min(survivors, len(self.proposals))):
             self.commit()
         for sent in self.proposals:
-            sent.status = "unsent"
+            sent.status = (
+                "unsent"
+                if sent.meta.producer_epoch == self.epoch[sent.meta.producer_id]
+                else "abandoned"
+            )
             self.chain[sent.meta.producer_id].remove(sent)
         self.proposals.clear()
         self.state.clear_in_flight()
