@@ -14,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from raftline.node.eos.markers import SEQUENCE_MODULUS, BatchMeta, marker_meta
 from raftline.node.eos.producer_state import Outcome, ProducerStateMachine, Verdict
-from raftline.node.eos.txn_coordinator import TxnCoordinator
+from raftline.node.eos.txn_coordinator import PREPARE, TxnCoordinator, TxnState
 
 PIDS = (1, 2)
 MAX_UNACKED = 5  # a producer keeps at most this many batches unacknowledged (max.in.flight)
@@ -424,3 +424,165 @@ class CoordinatorModel(RuleBasedStateMachine):
     def epochs_strictly_increase(self) -> None:
         for ref in self.ref.values():
             assert all(a < b for a, b in zip(ref.history, ref.history[1:], strict=False))
+
+
+# ---------------------------------------------------------------------------- whole transactions
+
+
+TXN_PARTITIONS = (("t", 0), ("t", 1), ("u", 0))
+
+
+@dataclass
+class Writer:
+    """A transactional producer session; writes carry its epoch and a sequence per partition."""
+
+    pid: int
+    epoch: int
+    seqs: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+class TransactionsModel(RuleBasedStateMachine):
+    """One transactional id, its coordinator and three partitions. Sessions (fenced ones
+    included) send transactional writes that are delivered late and in any order; a partition
+    leader checks each, verifying a transaction's first write with the coordinator; commits,
+    aborts, fences and timeouts make markers that reach partitions late and repeatedly.
+
+    Checked on every partition's applied history: the writes of one transaction span share one
+    epoch, the span's marker carries the decision of that epoch's transaction (a late write of
+    T1 never lands in T2), every written partition was added to its transaction, and a
+    transaction open on a partition is open at the coordinator or has its marker pending (none
+    hangs)."""
+
+    under_test: type[ProducerStateMachine] = ProducerStateMachine
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.coordinator = TxnCoordinator()
+        self.coordinator.apply({"type": "producer_ids", "first": 500, "count": 20})
+        self.partitions = {tp: self.under_test() for tp in TXN_PARTITIONS}
+        self.writers: list[Writer] = []
+        self.writes: list[tuple[tuple[str, int], BatchMeta]] = []  # sent, not yet delivered
+        self.markers: list[tuple[tuple[str, int], Any]] = []  # (partition, MarkerRequest)
+        self.delivered: dict[tuple[int, int], set[tuple[str, int]]] = {}
+        self.decided: dict[tuple[int, int], bool] = {}  # (pid, txn epoch) -> commit
+        self.added: dict[tuple[int, int], set[tuple[str, int]]] = {}
+        self.spans: dict[tuple[tuple[str, int], int], list[int]] = {}  # open: write epochs
+        self.now = 0
+
+    def _cmd(self, kind: str, **fields: Any) -> Any:
+        return self.coordinator.apply(
+            {"type": kind, "transactional_id": "x", "now_ms": self.now, **fields}
+        )
+
+    def _decision(self, result: Any) -> None:
+        request = result.markers
+        if request is None:
+            return
+        self.decided[(request.producer_id, request.producer_epoch - 1)] = request.commit
+        self.markers.extend((tp, request) for tp in request.partitions)
+
+    @initialize()
+    def first_session(self) -> None:
+        self.init_producer()
+
+    @precondition(lambda self: len(self.writers) < 3)
+    @rule()
+    def init_producer(self) -> None:
+        result = self._cmd("init_producer", timeout_ms=TIMEOUT_MS)
+        if result.ok:
+            self.writers.append(Writer(result.producer_id, result.producer_epoch))
+            self._decision(result)
+
+    @precondition(lambda self: self.writers)
+    @rule(data=st.data(), tp=st.sampled_from(TXN_PARTITIONS), late=st.booleans())
+    def send(self, data: st.DataObject, tp: tuple[str, int], late: bool) -> None:
+        """A write of any session; one sent `late` waits in the network for deliver_write."""
+        w = data.draw(st.sampled_from(self.writers))
+        seq = w.seqs.get(tp, 0)
+        w.seqs[tp] = seq + 1
+        meta = BatchMeta(w.pid, w.epoch, seq, 0, is_transactional=True)
+        if late:
+            self.writes.append((tp, meta))
+        else:
+            self._deliver(tp, meta)
+
+    @precondition(lambda self: self.writes)
+    @rule(data=st.data())
+    def deliver_write(self, data: st.DataObject) -> None:
+        self._deliver(*self.writes.pop(data.draw(st.integers(0, len(self.writes) - 1))))
+
+    def _deliver(self, tp: tuple[str, int], meta: BatchMeta) -> None:
+        state = self.partitions[tp]
+        verdict = state.check(meta)
+        if verdict.outcome is Outcome.NEEDS_VERIFICATION:
+            fields = {"producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch}
+            if not self._cmd("add_partitions", partitions=[list(tp)], **fields).ok:
+                return
+            self.added.setdefault((meta.producer_id, meta.producer_epoch), set()).add(tp)
+            verdict = state.check(meta, verified=True)
+        if verdict.accepted:
+            assert state.apply_batch(state.next_offset, meta).accepted
+            self.spans.setdefault((tp, meta.producer_id), []).append(meta.producer_epoch)
+        elif verdict.outcome is Outcome.OUT_OF_ORDER:
+            self.writes.append((tp, meta))  # the producer retries it after the ones before
+
+    @precondition(lambda self: self.writers)
+    @rule(data=st.data(), commit=st.booleans())
+    def end_txn(self, data: st.DataObject, commit: bool) -> None:
+        w = data.draw(st.sampled_from(self.writers))
+        result = self._cmd("end_txn", producer_id=w.pid, producer_epoch=w.epoch, commit=commit)
+        if result.ok:
+            w.epoch, w.seqs = result.producer_epoch, {}
+            self._decision(result)
+
+    @precondition(lambda self: self.markers)
+    @rule(data=st.data())
+    def deliver_marker(self, data: st.DataObject) -> None:
+        tp, request = self.markers.pop(data.draw(st.integers(0, len(self.markers) - 1)))
+        meta = marker_meta(
+            request.commit,
+            producer_id=request.producer_id,
+            producer_epoch=request.producer_epoch,
+            coordinator_epoch=0,
+            timestamp=self.now,
+        )
+        state = self.partitions[tp]
+        if state.check(meta).accepted:
+            assert state.apply_batch(state.next_offset, meta).accepted
+            span = self.spans.pop((tp, request.producer_id), [])
+            txn = (request.producer_id, request.producer_epoch - 1)
+            assert all(epoch == txn[1] for epoch in span), ("a write joined another txn", span)
+            assert not span or tp in self.added.get(txn, set())
+        done = self.delivered.setdefault((request.producer_id, request.producer_epoch), set())
+        done.add(tp)
+        if done >= set(request.partitions):
+            self._cmd("markers_written", producer_epoch=request.producer_epoch)
+
+    @rule()
+    def coordinator_resends_pending_markers(self) -> None:
+        for request in self.coordinator.pending_markers():
+            self.markers.extend((tp, request) for tp in request.partitions)
+
+    @rule(ms=st.integers(1, 15))
+    def time_passes(self, ms: int) -> None:
+        self.now += ms
+        for tid, pid, epoch in self.coordinator.expire(self.now):
+            fields = {"producer_id": pid, "producer_epoch": epoch}
+            self._decision(
+                self.coordinator.apply(
+                    {"type": "abort_expired", "transactional_id": tid, "now_ms": self.now, **fields}
+                )
+            )
+
+    @invariant()
+    def no_transaction_hangs_on_a_partition(self) -> None:
+        meta = self.coordinator.txns.get("x")
+        for (tp, pid), span in self.spans.items():
+            if not span:
+                continue
+            epoch = span[0]
+            assert meta is not None and meta.producer_id == pid
+            assert all(e == epoch for e in span), ("one span, several epochs", span)
+            live = meta.state is TxnState.ONGOING and meta.epoch == epoch
+            deciding = meta.state in PREPARE and meta.epoch == epoch + 1
+            assert (live or deciding) and tp in meta.partitions, ("hanging", tp, span, meta)

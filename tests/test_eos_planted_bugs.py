@@ -7,14 +7,27 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from eos_models import CoordinatorModel, DedupModel, LoggedBatch, LsoModel, transactional_logs
+from eos_models import (
+    CoordinatorModel,
+    DedupModel,
+    LoggedBatch,
+    LsoModel,
+    TransactionsModel,
+    transactional_logs,
+)
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 from test_eos_read_committed import check_read_committed
 from test_eos_snapshot import check_restart
 
-from raftline.node.eos.producer_state import AbortedTxn, ProducerEntry, ProducerStateMachine
+from raftline.node.eos.markers import BatchMeta
+from raftline.node.eos.producer_state import (
+    AbortedTxn,
+    ProducerEntry,
+    ProducerStateMachine,
+    Verdict,
+)
 from raftline.node.eos.txn_coordinator import TxnCoordinator, TxnMetadata, TxnResult, TxnState
 
 # No shrinking: finding a failure is the point, and it is faster without.
@@ -76,6 +89,15 @@ class RestoreForgetsOpenTransactions(ProducerStateMachine):
         state = super().restore(snapshot)
         state._open.clear()
         return state
+
+
+class SkipsVerification(ProducerStateMachine):
+    """KIP-890's hanging transaction: a partition lets a transaction's first write in without
+    asking the coordinator, so a late write of an ended transaction opens one that no marker
+    will ever close."""
+
+    def check(self, meta: BatchMeta, *, verified: bool = False) -> Verdict:
+        return super().check(meta, verified=True)
 
 
 class AcceptsOlderEpochs(TxnCoordinator):
@@ -141,6 +163,11 @@ CASES: list[tuple[Callable[[type], None], type, str]] = [
         "lso_is_the_reference_and_never_goes_back",
     ),
     (run_read_committed, AbortedListFromFetchStart, "check_read_committed"),
+    (
+        lambda core: run_model(TransactionsModel, core),
+        SkipsVerification,
+        "no_transaction_hangs_on_a_partition",
+    ),
     (run_snapshot, RestoreForgetsOpenTransactions, "check_restart"),
     (lambda core: run_model(CoordinatorModel, core), AcceptsOlderEpochs, "add_partitions|end_txn"),
     (lambda core: run_model(CoordinatorModel, core), FencesWithoutAborting, "_decided"),
@@ -166,8 +193,9 @@ def test_the_model_tests_catch_a_planted_bug(
         (run_read_committed, ProducerStateMachine),
         (run_snapshot, ProducerStateMachine),
         (lambda core: run_model(CoordinatorModel, core), TxnCoordinator),
+        (lambda core: run_model(TransactionsModel, core), ProducerStateMachine),
     ],
-    ids=["dedup", "lso", "read_committed", "snapshot", "coordinator"],
+    ids=["dedup", "lso", "read_committed", "snapshot", "coordinator", "transactions"],
 )
 def test_the_unmodified_cores_pass_the_same_runs(check: Callable[[type], None], core: type) -> None:
     check(core)

@@ -138,6 +138,23 @@ def test_a_marker_of_an_older_epoch_or_coordinator_is_refused() -> None:
     )
 
 
+def test_a_late_resent_marker_never_ends_the_next_transaction() -> None:
+    """Found by the transactions model: T1's abort marker, resent by the coordinator, arrived
+    after T2 (at the epoch T1's decision bumped to) had opened on the partition."""
+    state = applied(data(7, 0, 0, txn=True), marker(7, 1, False), data(7, 1, 0, txn=True))
+    assert state.check(marker(7, 1, False)).outcome is Outcome.FENCED
+    assert state.last_stable_offset(10) == 2
+    assert state.check(marker(7, 2, True)).accepted
+
+
+def test_a_repeated_marker_with_no_transaction_open_changes_nothing() -> None:
+    state = applied(data(7, 0, 0, txn=True), marker(7, 1, False))
+    before = state.snapshot()
+    assert state.apply_batch(state.next_offset, marker(7, 1, False)).accepted
+    assert state.snapshot()["producers"] == before["producers"]
+    assert state.snapshot()["aborted"] == before["aborted"]
+
+
 def test_idle_producers_without_open_transactions_expire_and_become_unknown() -> None:
     state = applied(data(7, 0, 0, ts=100), data(8, 0, 0, txn=True, ts=100), data(9, 0, 0, ts=500))
     assert state.expire(now_ms=1100, producer_expiry_ms=1000) == [7]

@@ -14,6 +14,9 @@ Invariants:
   gets in_flight (the runtime awaits the original's outcome), a gap gets out_of_order_sequence,
   an older epoch producer_fenced. An unknown producer id may start at any sequence; a new epoch
   (or an epoch bumped by a marker) must start at 0. Sequences wrap at 2**31 - 1.
+- A marker ends only a transaction of an older epoch than its own (every decision bumps the
+  epoch and its markers carry the bumped one), so a late or resent marker of transaction T1
+  never ends T2; a repeated marker with no transaction open changes nothing.
 - last_stable_offset never exceeds the first offset of an open transaction, the applied end of
   the log or the high watermark, and never decreases while the high watermark does not.
 - Precondition for the runtime: a leader may call check() only after it has applied every entry
@@ -301,6 +304,10 @@ def _decide_marker(entry: ProducerEntry | None, meta: BatchMeta) -> Verdict:
     if entry is None:
         return NEW
     if meta.producer_epoch < entry.epoch:
+        return Verdict(Outcome.FENCED)
+    if meta.producer_epoch == entry.epoch and entry.txn_first_offset is not None:
+        # Markers carry the epoch their decision bumped to, so the transaction open here at that
+        # epoch began after the decision: this is a late (resent) marker of an earlier one.
         return Verdict(Outcome.FENCED)
     if marker.coordinator_epoch < entry.coordinator_epoch:
         return Verdict(Outcome.COORDINATOR_FENCED)
