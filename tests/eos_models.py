@@ -7,14 +7,19 @@ Each machine holds a few lines of reference code and checks the core against it 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from raftline.node.eos.markers import SEQUENCE_MODULUS, BatchMeta, marker_meta
 from raftline.node.eos.producer_state import Outcome, ProducerStateMachine, Verdict
-from raftline.node.eos.txn_coordinator import PREPARE, TxnCoordinator, TxnState
+from raftline.node.eos.txn_coordinator import (
+    PREPARE,
+    MarkerRequest,
+    TxnCoordinator,
+    TxnResult,
+    TxnState,
+)
 
 PIDS = (1, 2)
 MAX_UNACKED = 5  # a producer keeps at most this many batches unacknowledged (max.in.flight)
@@ -229,7 +234,7 @@ class LoggedBatch:
 
 
 @st.composite
-def transactional_logs(draw: Any, max_steps: int = 40) -> list[LoggedBatch]:
+def transactional_logs(draw: st.DrawFn, max_steps: int = 40) -> list[LoggedBatch]:
     """A valid log: transactional producers 1-3 writing, committing and aborting (some left
     open), an idempotent producer 9 and plain writes between; timestamps equal offsets."""
     log: list[LoggedBatch] = []
@@ -318,14 +323,14 @@ class CoordinatorModel(RuleBasedStateMachine):
         self.sessions: list[Session] = []
         self.now = 0
 
-    def _decided(self, ref: TxnRef, result: Any, commit: bool) -> None:
+    def _decided(self, ref: TxnRef, result: TxnResult, commit: bool) -> None:
         assert result.markers is not None
         assert result.markers.commit == commit
         assert set(result.markers.partitions) == ref.open
         ref.deciding = (commit, frozenset(ref.open or ()))
         ref.open = None
 
-    def _new_epoch(self, ref: TxnRef, result: Any) -> None:
+    def _new_epoch(self, ref: TxnRef, result: TxnResult) -> None:
         pair = (result.producer_id, result.producer_epoch)
         assert pair > ref.current, (pair, ref.current)
         ref.current = pair
@@ -462,19 +467,19 @@ class TransactionsModel(RuleBasedStateMachine):
         self.partitions = {tp: self.under_test() for tp in TXN_PARTITIONS}
         self.writers: list[Writer] = []
         self.writes: list[tuple[tuple[str, int], BatchMeta]] = []  # sent, not yet delivered
-        self.markers: list[tuple[tuple[str, int], Any]] = []  # (partition, MarkerRequest)
+        self.markers: list[tuple[tuple[str, int], MarkerRequest]] = []  # (partition, MarkerRequest)
         self.delivered: dict[tuple[int, int], set[tuple[str, int]]] = {}
         self.decided: dict[tuple[int, int], bool] = {}  # (pid, txn epoch) -> commit
         self.added: dict[tuple[int, int], set[tuple[str, int]]] = {}
         self.spans: dict[tuple[tuple[str, int], int], list[int]] = {}  # open: write epochs
         self.now = 0
 
-    def _cmd(self, kind: str, **fields: Any) -> Any:
+    def _cmd(self, kind: str, **fields: object) -> TxnResult:
         return self.coordinator.apply(
             {"type": kind, "transactional_id": "x", "now_ms": self.now, **fields}
         )
 
-    def _decision(self, result: Any) -> None:
+    def _decision(self, result: TxnResult) -> None:
         request = result.markers
         if request is None:
             return

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from raftline.node.eos.producer_ids import IdBlocks, ProducerIdAllocator, ProducerIdsExhausted
-from raftline.node.eos.txn_coordinator import EPOCH_MAX, TxnCoordinator, TxnResult, TxnState
+from raftline.node.eos.txn_coordinator import (
+    EPOCH_MAX,
+    TxnCoordinator,
+    TxnResult,
+    TxnState,
+    shard_for,
+)
 
 
 class Shard:
@@ -18,7 +22,7 @@ class Shard:
         self.c.apply({"type": "producer_ids", "first": 100, "count": 10})
         self.now = 0
 
-    def do(self, kind: str, **fields: Any) -> TxnResult:
+    def do(self, kind: str, **fields: object) -> TxnResult:
         return self.c.apply({"type": kind, "transactional_id": "tx", "now_ms": self.now, **fields})
 
     def init(self) -> tuple[int, int]:
@@ -184,3 +188,8 @@ def test_id_blocks_are_drawn_in_order_and_may_not_overlap() -> None:
     assert [blocks.take() for _ in range(4)] == [10, 11, 20, None]
     with pytest.raises(ValueError):
         blocks.add(15, 1)
+
+
+def test_a_transactional_id_maps_to_the_same_shard_in_every_process() -> None:
+    assert shard_for("orders-etl", 16) == 2073544871 % 16
+    assert {shard_for(f"tx-{i}", 4) for i in range(50)} == {0, 1, 2, 3}

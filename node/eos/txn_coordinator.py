@@ -25,6 +25,7 @@ Invariants:
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -44,6 +45,12 @@ class TxnState(StrEnum):
     PREPARE_ABORT = "PrepareAbort"
     COMPLETE_COMMIT = "CompleteCommit"
     COMPLETE_ABORT = "CompleteAbort"
+
+
+def shard_for(transactional_id: str, shard_count: int) -> int:
+    """The coordinator shard (Raft group) owning a transactional id: a hash every process and
+    version computes alike (not Python's salted hash())."""
+    return zlib.crc32(transactional_id.encode()) % shard_count
 
 
 PREPARE = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
