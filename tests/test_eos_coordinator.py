@@ -193,3 +193,8 @@ def test_id_blocks_are_drawn_in_order_and_may_not_overlap() -> None:
 def test_a_transactional_id_maps_to_the_same_shard_in_every_process() -> None:
     assert shard_for("orders-etl", 16) == 2073544871 % 16
     assert {shard_for(f"tx-{i}", 4) for i in range(50)} == {0, 1, 2, 3}
+
+
+def test_an_unknown_command_is_refused_loudly() -> None:
+    with pytest.raises(ValueError, match="unknown transaction coordinator command"):
+        TxnCoordinator().apply({"type": "current", "transactional_id": "x"})

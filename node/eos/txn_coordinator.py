@@ -53,6 +53,17 @@ def shard_for(transactional_id: str, shard_count: int) -> int:
     return zlib.crc32(transactional_id.encode()) % shard_count
 
 
+COMMANDS = frozenset(
+    {
+        "producer_ids",
+        "init_producer",
+        "add_partitions",
+        "add_offsets",
+        "end_txn",
+        "markers_written",
+        "abort_expired",
+    }
+)
 PREPARE = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
 IDLE = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
 
@@ -108,10 +119,9 @@ class TxnCoordinator:
 
     def apply(self, command: dict[str, Any]) -> TxnResult:
         kind = command.get("type")
-        handler = getattr(self, f"_on_{kind}", None) if isinstance(kind, str) else None
-        if handler is None:
+        if kind not in COMMANDS:
             raise ValueError(f"unknown transaction coordinator command {kind!r}")
-        result: TxnResult = handler(command)
+        result: TxnResult = getattr(self, f"_on_{kind}")(command)
         return result
 
     # ------------------------------------------------------------------ queries
