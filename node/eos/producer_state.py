@@ -179,6 +179,7 @@ class ProducerStateMachine:
         if entry.txn_first_offset is None:
             self._open.pop(pid, None)
         else:
+            assert entry.txn_first_offset <= base_offset, "a transaction opened in the future"
             self._open[pid] = entry.txn_first_offset
 
     # ------------------------------------------------------------------ leader's view
@@ -345,6 +346,7 @@ def _advance_entry(
     )
     if len(entry.batches) > window:
         del entry.batches[0]
+    assert len(entry.batches) <= window
     if meta.is_transactional and entry.txn_first_offset is None:
         entry.txn_first_offset = base_offset
     return None

@@ -230,6 +230,7 @@ class TxnCoordinator:
         meta.ended_epoch = meta.epoch
         meta.epoch += 1
         if meta.state is TxnState.ONGOING:
+            assert meta.started_ms is not None, "an Ongoing transaction without a start time"
             meta.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
             return TxnResult(None, meta.producer_id, meta.epoch, self._marker_request(tid, meta))
         meta.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
