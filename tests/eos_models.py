@@ -299,6 +299,7 @@ class TxnRef:
     started: int = 0
     deciding: tuple[bool, frozenset[tuple[str, int]]] | None = None
     history: list[tuple[int, int]] = field(default_factory=list)
+    offsets: dict[tuple[str, tuple[str, int]], int] = field(default_factory=dict)
 
 
 TIDS = ("a", "b")
@@ -311,7 +312,8 @@ TIMEOUT_MS = 100
 class CoordinatorModel(RuleBasedStateMachine):
     """Producer sessions of two transactional ids (fenced ones keep sending) against the
     coordinator. Reference: only the current session's requests succeed, epochs strictly
-    increase, and each decision lists exactly the partitions its transaction added."""
+    increase, each decision lists exactly the partitions its transaction added, and a commit
+    (never an abort) carries the consumer offsets committed inside it."""
 
     under_test: type[TxnCoordinator] = TxnCoordinator
 
@@ -327,8 +329,11 @@ class CoordinatorModel(RuleBasedStateMachine):
         assert result.markers is not None
         assert result.markers.commit == commit
         assert set(result.markers.partitions) == ref.open
+        expected_offsets = sorted((g, tp, o) for (g, tp), o in ref.offsets.items())
+        assert list(result.markers.offsets) == (expected_offsets if commit else [])
         ref.deciding = (commit, frozenset(ref.open or ()))
         ref.open = None
+        ref.offsets = {}
 
     def _new_epoch(self, ref: TxnRef, result: TxnResult) -> None:
         pair = (result.producer_id, result.producer_epoch)
@@ -371,6 +376,28 @@ class CoordinatorModel(RuleBasedStateMachine):
             if ref.open is None:
                 ref.open, ref.started = set(), self.now
             ref.open.update(partitions)
+
+    @precondition(lambda self: self.sessions)
+    @rule(
+        data=st.data(),
+        group=st.sampled_from(["g", "h"]),
+        offsets=st.lists(st.tuples(st.sampled_from(["in"]), st.integers(0, 1), st.integers(0, 9))),
+    )
+    def add_offsets(
+        self, data: st.DataObject, group: str, offsets: list[tuple[str, int, int]]
+    ) -> None:
+        """Consumer offsets committed inside the transaction (consume-transform-produce)."""
+        s = data.draw(st.sampled_from(self.sessions))
+        cmd = {"type": "add_offsets", "transactional_id": s.tid, "producer_id": s.pid}
+        cmd |= {"producer_epoch": s.epoch, "group": group, "offsets": offsets}
+        result = self.coordinator.apply({**cmd, "now_ms": self.now})
+        assert result.ok == self._is_current(s), (result, s)
+        if result.ok:
+            ref = self.ref[s.tid]
+            if ref.open is None:
+                ref.open, ref.started = set(), self.now
+            for topic, partition, offset in offsets:
+                ref.offsets[(group, (topic, partition))] = offset
 
     @precondition(lambda self: self.sessions)
     @rule(data=st.data(), commit=st.booleans())

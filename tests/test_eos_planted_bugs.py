@@ -169,7 +169,11 @@ CASES: list[tuple[Callable[[type], None], type, str]] = [
         "no_transaction_hangs_on_a_partition",
     ),
     (run_snapshot, RestoreForgetsOpenTransactions, "check_restart"),
-    (lambda core: run_model(CoordinatorModel, core), AcceptsOlderEpochs, "add_partitions|end_txn"),
+    (
+        lambda core: run_model(CoordinatorModel, core),
+        AcceptsOlderEpochs,
+        "add_partitions|add_offsets|end_txn",
+    ),
     (lambda core: run_model(CoordinatorModel, core), FencesWithoutAborting, "_decided"),
 ]
 
