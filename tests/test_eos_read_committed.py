@@ -1,0 +1,75 @@
+"""read_committed: the aborted list and the filter drop exactly the aborted transactions' data."""
+
+from __future__ import annotations
+
+from eos_models import LoggedBatch, transactional_logs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from raftline.node.eos.isolation import read_committed
+from raftline.node.eos.markers import BatchMeta, marker_meta
+from raftline.node.eos.producer_state import AbortedTxn, ProducerStateMachine
+
+
+def committed_view(
+    log: list[LoggedBatch], start: int, state_class: type[ProducerStateMachine]
+) -> tuple[list[int], int]:
+    """Base offsets a read_committed fetch from `start` returns, and the LSO it stopped at."""
+    state = state_class()
+    for b in log:
+        assert state.apply_batch(b.base_offset, b.meta).accepted
+    lso = state.last_stable_offset(state.next_offset)
+    fetched = [
+        (b.base_offset, b.meta, b.base_offset)
+        for b in log
+        if b.base_offset + b.meta.last_offset_delta >= start and b.base_offset < lso
+    ]
+    return list(read_committed(fetched, state.aborted_in(start, lso))), lso
+
+
+def check_read_committed(
+    state_class: type[ProducerStateMachine], log: list[LoggedBatch], start: int
+) -> None:
+    got, lso = committed_view(log, start, state_class)
+    expected = [
+        b.base_offset
+        for b in log
+        if b.fate in ("plain", "committed")
+        and b.base_offset + b.meta.last_offset_delta >= start
+        and b.base_offset < lso
+    ]
+    assert got == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(log=transactional_logs(), data=st.data())
+def test_read_committed_drops_exactly_the_aborted_transactions_data(
+    log: list[LoggedBatch], data: st.DataObject
+) -> None:
+    end = log[-1].base_offset + 1 if log else 0
+    check_read_committed(ProducerStateMachine, log, data.draw(st.integers(0, end)))
+
+
+def test_a_fetch_never_reaches_past_the_first_offset_of_an_open_transaction() -> None:
+    state = ProducerStateMachine()
+    state.apply_batch(0, BatchMeta(-1, -1, -1, 1))
+    state.apply_batch(2, BatchMeta(5, 0, 0, 0, is_transactional=True))
+    state.apply_batch(3, BatchMeta(-1, -1, -1, 0))
+    assert state.last_stable_offset(4) == 2
+    marker = marker_meta(False, producer_id=5, producer_epoch=1, coordinator_epoch=0, timestamp=0)
+    state.apply_batch(4, marker)
+    assert state.last_stable_offset(5) == 5
+    assert state.aborted_in(0, 5) == [AbortedTxn(5, 2, 4)]
+    assert state.aborted_in(5, 9) == []
+
+
+def test_aborted_transactions_below_the_log_start_are_forgotten() -> None:
+    state = ProducerStateMachine()
+    state.apply_batch(0, BatchMeta(5, 0, 0, 0, is_transactional=True))
+    state.apply_batch(
+        1, marker_meta(False, producer_id=5, producer_epoch=1, coordinator_epoch=0, timestamp=0)
+    )
+    state.forget_aborted_before(1)
+    assert state.aborted == [AbortedTxn(5, 0, 1)]
+    state.forget_aborted_before(2)
+    assert state.aborted == []
