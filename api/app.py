@@ -564,6 +564,10 @@ async def fetch(request: web.Request) -> web.Response:
         if forwarded and exc.code == "leader_unavailable":
             exc.extra.setdefault("leader_http", None)
         raise
+    if spec.isolation == "read_committed":
+        # No producer can write transactionally yet: every committed message is stable, so
+        # the last stable offset is the high watermark.
+        body["last_stable_offset"] = body["high_watermark"]
     if raw and "batches" in body:
         return _batches_response(body)
     if wants_msgpack(request):

@@ -194,10 +194,7 @@ async def member_messages(request: web.Request) -> web.Response:
     group = _group(request)
     member = _member_id(request.match_info["member_id"])
     query = dict(request.query)
-    spec = validation.fetch_request({k: v for k, v in query.items() if k != "isolation"})
-    isolation = query.get("isolation", "read_uncommitted")
-    if isolation not in ("read_uncommitted", "read_committed"):
-        raise invalid("isolation must be read_uncommitted or read_committed")
+    spec = validation.fetch_request(query)
     broker = state.broker
     plan = await broker.group_call(group, "group_poll", {"member_id": member})
     wait_ms = min(spec.wait_ms, MAX_GROUP_WAIT_MS)

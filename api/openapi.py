@@ -233,6 +233,7 @@ _SCHEMAS: dict[str, Any] = {
             "next_offset": {"type": "integer"},
             "log_start_offset": {"type": "integer"},
             "high_watermark": {"type": "integer"},
+            "last_stable_offset": {"type": "integer", "description": "with read_committed"},
         },
     },
     "Cluster": {
@@ -295,6 +296,16 @@ def openapi_document() -> dict[str, Any]:
             "wait_ms",
             {"type": "integer", "minimum": 0, "default": 0},
             "long-poll up to this long for a message",
+        ),
+        _query(
+            "isolation",
+            {
+                "type": "string",
+                "enum": ["read_uncommitted", "read_committed"],
+                "default": "read_uncommitted",
+            },
+            "read_committed: only non-transactional messages and those of committed "
+            "transactions, up to last_stable_offset (returned then)",
         ),
     ]
     paths: dict[str, Any] = {

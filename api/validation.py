@@ -77,6 +77,7 @@ class FetchRequest:
     max_bytes: int
     wait_ms: int
     timestamp: int | None = None  # start at the first message at or after this time (ms)
+    isolation: str = "read_uncommitted"  # or read_committed: up to the last stable offset
 
 
 def is_int(value: Any) -> bool:
@@ -309,6 +310,9 @@ def _query_int(query: dict[str, str], name: str, default: int, low: int, high: i
     return min(number, high)
 
 
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+
+
 def fetch_request(query: dict[str, str]) -> FetchRequest:
     timestamp = None
     if "timestamp" in query:
@@ -328,7 +332,11 @@ def fetch_request(query: dict[str, str]) -> FetchRequest:
             raise invalid("offset must be a non-negative integer, earliest or latest") from None
         if offset < 0:
             raise invalid("offset must be a non-negative integer, earliest or latest")
+    isolation = query.get("isolation", "read_uncommitted")
+    if isolation not in ISOLATION_LEVELS:
+        raise invalid(f"isolation must be one of {', '.join(ISOLATION_LEVELS)}")
     return FetchRequest(
+        isolation=isolation,
         offset=offset,
         max_messages=_query_int(query, "max_messages", DEFAULT_MAX_MESSAGES, 1, MAX_MAX_MESSAGES),
         max_bytes=_query_int(query, "max_bytes", DEFAULT_MAX_BYTES, 1, MAX_MAX_BYTES),

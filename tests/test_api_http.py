@@ -406,3 +406,19 @@ async def test_openapi_document_describes_every_route(api: TestClient) -> None:
         if route.resource is not None and route.method != "HEAD"
     }
     assert served <= set(document["paths"])
+
+
+async def test_a_read_committed_fetch_reads_to_the_last_stable_offset(api: TestClient) -> None:
+    await _create(api)
+    await _produce(api, "orders", {"value": "a"}, {"value": "b"})
+    fetched = await _fetch(api, "orders", 0, "offset=earliest&isolation=read_committed")
+    assert [m["value"] for m in fetched["messages"]] == ["a", "b"]
+    # Without transactional writes every committed message is stable.
+    assert fetched["last_stable_offset"] == fetched["high_watermark"]
+    assert "last_stable_offset" not in await _fetch(api, "orders", 0, "offset=earliest")
+
+
+async def test_an_unknown_isolation_level_is_refused(api: TestClient) -> None:
+    await _create(api)
+    response = await api.get("/v1/topics/orders/partitions/0/messages?isolation=serializable")
+    await _error(response, 400, "invalid_request")
