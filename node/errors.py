@@ -16,6 +16,8 @@ _DEFAULTS: dict[str, tuple[int, bool]] = {
     "unknown_member": (404, False),
     "stale_generation": (409, False),
     "group_not_empty": (409, False),
+    "unknown_queue": (404, False),
+    "queue_exists": (409, False),
     "message_too_large": (413, False),
     "offset_out_of_range": (416, False),
     "internal_error": (500, True),
