@@ -219,20 +219,34 @@ class QueueService:
         _, leading = self._lead(shard)
         count = await self.broker.topic_partition_count(queue.topic)
         marks = await self.broker.partition_offsets(queue.topic, list(range(count)))
-        pending = locked = 0
+        ready = locked = 0
         partitions = []
         for p in range(count):
             state = queue.partitions.get(p) or PartitionState()
             log_start, high = marks[p]
-            start = max(state.start, log_start)
-            unsettled = max(high - start - sum(1 for o in state.settled if o >= start), 0)
-            held = len(leading.locks.locked(queue.name, p))
-            pending += unsettled
-            locked += held
+            held = leading.locks.locked(queue.name, p)
+            view = leading.views.get((queue.name, p))
+            # Read offsets are known (records, or gaps settled); the rest are counted as records.
+            read_to = max(view.read_to if view is not None else -1, state.start, log_start)
+            known = (
+                0
+                if view is None
+                else sum(
+                    1
+                    for o in view.records
+                    if o >= log_start
+                    and not state.is_settled(o)
+                    and o not in held
+                    and state.count(o) < queue.max_deliveries
+                )
+            )
+            unread = high - read_to - sum(1 for o in state.settled if o >= read_to)
+            ready += known + max(unread - sum(1 for o in held if o >= read_to), 0)
+            locked += len(held)
             partitions.append({"partition": p, "start_offset": state.start, "high_watermark": high})
         return {
             **queue.config(),
-            "available": max(pending - locked, 0),
+            "available": ready,
             "locked": locked,
             "acknowledged": queue.acknowledged,
             "dead_lettered": queue.dead_lettered,
