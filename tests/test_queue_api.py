@@ -207,3 +207,26 @@ async def test_bad_input_gets_the_documented_answers_and_settles_nothing(
     assert (await settle(api, got, "accept"))[0]["error"] == "invalid_receipt"
     listed = await ok(api, "GET", "/v1/queues")
     assert sorted(q["name"] for q in listed["queues"]) == ["jobs", "other"]
+
+
+async def test_priorities_come_first_and_delayed_records_wait_for_their_time(
+    api: TestClient,
+) -> None:
+    await setup(api, partitions=2, per_partition=0)
+    sent = time.time()
+    messages = [
+        {"value": "low", "partition": 0},
+        {"value": "mid", "partition": 1, "headers": {"priority": "5"}},
+        {"value": "later", "partition": 0, "headers": {"delay_ms": "1000", "priority": "9"}},
+        {"value": "high", "partition": 0, "headers": {"priority": "9"}},
+        {"value": "bad", "partition": 1, "headers": {"priority": "x"}},
+    ]
+    await ok(api, "POST", "/v1/topics/work/messages", {"messages": messages})
+    got = await receive(api, 2)
+    assert [m["value"] for m in got] == ["high", "mid"]
+    got += await receive(api, 10)
+    assert sorted(m["value"] for m in got[2:]) == ["bad", "low"]  # equal priorities: any order
+    late = await receive(api, 10, wait_ms=5_000)
+    assert [m["value"] for m in late] == ["later"]
+    assert time.time() - sent >= 0.9  # not before its delay
+    assert all(r["ok"] for r in await settle(api, got + late, "accept"))

@@ -336,3 +336,14 @@ def test_receipts_round_trip_and_refuse_forgeries() -> None:
         receipts.decode(secret, "other", text)
     with pytest.raises(QueueError):  # another shard's (or cluster's) secret
         receipts.decode("ef" * 16, "jobs", text)
+
+
+def test_delays_and_priorities_from_headers() -> None:
+    assert state.due_ms(1_000, []) == 0
+    assert state.due_ms(1_000, [["delay_ms", b"500"]]) == 1_500
+    assert state.due_ms(1_000, [["deliver_at", b"9000"], ["delay_ms", b"500"]]) == 9_000
+    assert state.due_ms(1_000, [["delay_ms", b"soon"]]) == 0  # malformed: at once
+    assert state.priority([]) == 0
+    assert state.priority([["priority", b"7"]]) == 7
+    assert state.priority([["priority", b"42"]]) == 9 and state.priority([["priority", b"-1"]]) == 0
+    assert state.priority([["priority", None]]) == 0

@@ -47,6 +47,8 @@ from raftline.node.queues.state import (
     after_reject,
     available,
     check_queue,
+    due_ms,
+    priority,
     spent,
 )
 from raftline.node.runtime import Runtime
@@ -272,66 +274,97 @@ class QueueService:
         first = int(args.get("turn", 0))  # which partition goes first (spreads the work)
         order = [(first + i) % count for i in range(count)]
         while True:
-            messages = await self._take(shard, queue.name, order, limit)
+            messages, next_due = await self._take(shard, queue.name, order, limit)
             remaining = deadline - time.monotonic()
             if messages or remaining <= 0:
                 return {"messages": messages, "topic": queue.topic}
+            if next_due is not None:  # a delayed record falls due: look again then
+                remaining = min(remaining, max(next_due - self.broker.clock.now_ms(), 1) / 1000)
             await self._await_records(shard, queue.name, order, remaining)
 
     async def _take(
         self, shard: str, name: str, order: list[int], limit: int
-    ) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for partition in order:
-            if len(out) >= limit:
-                break
+    ) -> tuple[list[dict[str, Any]], int | None]:
+        """Lock and hand out up to `limit` due records, higher priorities first (then the
+        partitions in `order`, then offsets); also when the next delayed record falls due."""
+        wall = self.broker.clock.now_ms()
+        candidates: list[tuple[int, int, int, int]] = []  # (-priority, turn, offset, partition)
+        next_due: int | None = None
+        for turn, partition in enumerate(order):
             replica, leading = self._lead(shard)
             queue = self._queue(replica, name)
-            view = await self._fill(shard, queue, partition, limit - len(out))
+            view = await self._fill(shard, queue, partition, limit, wall)
             replica, leading = self._lead(shard)
             queue = self._queue(replica, name)
             busy = {o for (q, p, o) in leading.busy if q == name and p == partition}
             busy |= leading.locks.locked(name, partition)
-            offsets = available(queue, partition, sorted(view.records), busy, limit - len(out))
-            if not offsets:
-                continue
-            keys = [(name, partition, o) for o in offsets]
-            leading.busy.update(keys)
-            try:
-                command = {
-                    "op": "deliver",
-                    "queue": name,
-                    "incarnation": queue.incarnation,
-                    "partition": partition,
-                    "offsets": offsets,
-                }
-                answer = await self._propose(shard, command)
-            finally:
-                leading.busy.difference_update(keys)
-            replica, now_leading = self._lead(shard)
-            if now_leading is not leading:
-                raise not_leader(shard)
-            secret = replica.state.secret or await self._ensure_secret(shard)
-            deadline = now_ms() + queue.lock_ms
-            for offset, count in answer["delivered"]:
-                record = view.records.get(offset)
-                if record is None:  # settled while the command committed: not delivered
+            for offset in available(queue, partition, sorted(view.records), busy, WINDOW):
+                record = view.records[offset]
+                due = due_ms(int(record[1]), record[4])
+                if due > wall:
+                    next_due = due if next_due is None else min(next_due, due)
                     continue
-                leading.locks.acquire((name, partition, offset), count, deadline)
-                receipt = receipts.Receipt(queue.incarnation, partition, offset, count)
-                out.append(
-                    {
-                        "partition": partition,
-                        "record": record,
-                        "receipt": receipts.encode(secret, name, receipt),
-                        "delivery_count": count,
-                    }
-                )
+                candidates.append((-priority(record[4]), turn, offset, partition))
+        chosen = sorted(candidates)[:limit]
+        by_partition: dict[int, list[int]] = {}
+        for _, _, offset, partition in chosen:
+            by_partition.setdefault(partition, []).append(offset)
+        out: list[dict[str, Any]] = []
+        for partition in order:
+            if partition in by_partition:
+                out += await self._deliver(shard, name, partition, by_partition[partition])
+        rank = {(p, o): i for i, (_, _, o, p) in enumerate(chosen)}
+        out.sort(key=lambda m: rank[(m["partition"], m["record"][0])])
+        return out, next_due
+
+    async def _deliver(
+        self, shard: str, name: str, partition: int, offsets: list[int]
+    ) -> list[dict[str, Any]]:
+        """Count a delivery of each offset (durably, first), then lock them to the caller."""
+        replica, leading = self._lead(shard)
+        queue = self._queue(replica, name)
+        view = leading.views[(name, partition)]
+        keys = [(name, partition, o) for o in offsets]
+        if any(k in leading.busy for k in keys):  # another receive took some meanwhile
+            return []
+        leading.busy.update(keys)
+        try:
+            command = {
+                "op": "deliver",
+                "queue": name,
+                "incarnation": queue.incarnation,
+                "partition": partition,
+                "offsets": offsets,
+            }
+            answer = await self._propose(shard, command)
+        finally:
+            leading.busy.difference_update(keys)
+        replica, now_leading = self._lead(shard)
+        if now_leading is not leading:
+            raise not_leader(shard)
+        secret = replica.state.secret or await self._ensure_secret(shard)
+        deadline = now_ms() + queue.lock_ms
+        out = []
+        for offset, count in answer["delivered"]:
+            record = view.records.get(offset)
+            if record is None:  # settled while the command committed: not delivered
+                continue
+            leading.locks.acquire((name, partition, offset), count, deadline)
+            receipt = receipts.Receipt(queue.incarnation, partition, offset, count)
+            out.append(
+                {
+                    "partition": partition,
+                    "record": record,
+                    "receipt": receipts.encode(secret, name, receipt),
+                    "delivery_count": count,
+                }
+            )
         return out
 
-    async def _fill(self, shard: str, queue: Queue, partition: int, need: int) -> _View:
+    async def _fill(self, shard: str, queue: Queue, partition: int, need: int, wall: int) -> _View:
         """The leader's view of a partition, read further from the data partition while it
-        holds fewer than `need` deliverable records and the window allows."""
+        holds fewer than `need` records deliverable now (`wall`: the time) and the window
+        allows."""
         _, leading = self._lead(shard)
         view = leading.views.get((queue.name, partition))
         if view is None or view.incarnation != queue.incarnation:
@@ -341,7 +374,11 @@ class QueueService:
             del view.records[offset]
         view.read_to = max(view.read_to, state.start)
         locked = leading.locks.locked(queue.name, partition)
-        ready = len(available(queue, partition, sorted(view.records), locked, need))
+        ready = sum(
+            1
+            for o in available(queue, partition, sorted(view.records), locked, WINDOW)
+            if due_ms(int(view.records[o][1]), view.records[o][4]) <= wall
+        )
         room = state.start + WINDOW - view.read_to
         if ready >= need or room <= 0:
             return view

@@ -380,6 +380,46 @@ def spent(queue: Queue, partition: int, busy: set[int]) -> list[int]:
     )
 
 
+# ---- what a record's headers ask for: delays and priorities ----------------------------------
+
+DELAY_HEADER = "delay_ms"  # not received before the record's timestamp + this many ms
+DELIVER_AT_HEADER = "deliver_at"  # not received before this time (ms since the epoch)
+PRIORITY_HEADER = "priority"  # 0-9: higher ones are received first among available records
+MAX_PRIORITY = 9
+
+
+def _header_int(headers: Iterable[Any], name: str) -> int | None:
+    for item in headers:
+        key, value = item[0], item[1]
+        if key == name and value is not None:
+            try:
+                text = value.decode() if isinstance(value, bytes | bytearray) else str(value)
+                return int(text.strip())
+            except (UnicodeDecodeError, ValueError):
+                return None  # a malformed header asks for nothing
+    return None
+
+
+def due_ms(timestamp: int, headers: Iterable[Any]) -> int:
+    """When a record may first be received (ms since the epoch; 0: at once). A record carries
+    `delay_ms` (relative to its timestamp) or `deliver_at` (absolute); both: the later."""
+    headers = list(headers)
+    due = 0
+    delay = _header_int(headers, DELAY_HEADER)
+    if delay is not None and delay > 0:
+        due = timestamp + delay
+    at = _header_int(headers, DELIVER_AT_HEADER)
+    if at is not None and at > due:
+        due = at
+    return due
+
+
+def priority(headers: Iterable[Any]) -> int:
+    """The record's priority, 0 (the default) to 9; out-of-range values are clamped."""
+    value = _header_int(headers, PRIORITY_HEADER)
+    return 0 if value is None else min(max(value, 0), MAX_PRIORITY)
+
+
 # ---- checks ---------------------------------------------------------------------------------
 
 
