@@ -19,6 +19,7 @@ from raftline.clients import wire
 from raftline.clients.consuming import ConsumerApi
 from raftline.clients.core import ClientApi, Op, Step
 from raftline.clients.producing import ProducerApi
+from raftline.clients.queueing import QueueApi, QueueMessage
 from raftline.clients.wire import Message
 
 _T = TypeVar("_T")
@@ -160,5 +161,17 @@ class AsyncConsumer(ConsumerApi):
                 yield message
 
 
+class AsyncQueue(QueueApi):
+    """asyncio twin of Queue: `async for message in queue`, `async with message:`."""
+
+    client: AsyncClient
+
+    async def __aiter__(self) -> AsyncIterator[QueueMessage]:
+        while True:
+            for message in await self.receive():  # type: ignore[misc]  # awaitable here
+                yield message
+
+
 AsyncClient.producer_class = AsyncProducer
+AsyncClient.queue_class = AsyncQueue
 AsyncClient.consumer_class = AsyncConsumer

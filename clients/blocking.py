@@ -19,6 +19,7 @@ from raftline.clients import wire
 from raftline.clients.consuming import ConsumerApi
 from raftline.clients.core import ClientApi, Op, Step
 from raftline.clients.producing import Batch, ProducerApi
+from raftline.clients.queueing import QueueApi, QueueMessage
 from raftline.clients.wire import Message
 
 _T = TypeVar("_T")
@@ -221,5 +222,17 @@ class Consumer(ConsumerApi):
             yield from self.poll()  # type: ignore[misc]  # a list from the blocking client
 
 
+class Queue(QueueApi):
+    """A queue's receiver and admin; `for message in queue` long-polls forever, and `with
+    message:` acknowledges it when the block ends normally, releases it when it raises."""
+
+    client: Client
+
+    def __iter__(self) -> Iterator[QueueMessage]:
+        while True:
+            yield from self.receive()  # type: ignore[misc]  # a list here
+
+
 Client.producer_class = Producer
+Client.queue_class = Queue
 Client.consumer_class = Consumer

@@ -13,11 +13,12 @@ as one batch behind one future, and `fetch_values`/`poll_values` hand back value
 
 from __future__ import annotations
 
-from raftline.clients.aio import AsyncClient, AsyncConsumer, AsyncProducer
-from raftline.clients.blocking import Client, Consumer, Producer
+from raftline.clients.aio import AsyncClient, AsyncConsumer, AsyncProducer, AsyncQueue
+from raftline.clients.blocking import Client, Consumer, Producer, Queue
 from raftline.clients.core import DEFAULT_URL, Call, ClientApi, ClientCore, Op, Step
 from raftline.clients.metadata import METADATA_TTL_S, Metadata, Partitioner
 from raftline.clients.producing import COMPRESSIONS, Accumulator, Pending, ProducerCore
+from raftline.clients.queueing import QueueApi, QueueCore, QueueMessage
 from raftline.clients.routing import RetryPolicy
 from raftline.clients.wire import (
     WIRES,
@@ -53,6 +54,7 @@ __all__ = [
     "AsyncClient",
     "AsyncConsumer",
     "AsyncProducer",
+    "AsyncQueue",
     "BatchAcked",
     "Call",
     "Client",
@@ -65,6 +67,10 @@ __all__ = [
     "Op",
     "Producer",
     "ProducerCore",
+    "Queue",
+    "QueueApi",
+    "QueueCore",
+    "QueueMessage",
     "RaftlineError",
     "RetryPolicy",
     "Step",

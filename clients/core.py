@@ -44,6 +44,7 @@ from raftline.raftlog.speedups import keep_large_buffers
 if TYPE_CHECKING:
     from raftline.clients.consuming import ConsumerApi
     from raftline.clients.producing import ProducerApi
+    from raftline.clients.queueing import QueueApi
 
 _T = TypeVar("_T")
 _S = TypeVar("_S")
@@ -189,6 +190,7 @@ class ClientApi(ClientCore):
 
     producer_class: type[ProducerApi]
     consumer_class: type[ConsumerApi]
+    queue_class: type[QueueApi]
 
     def _run(self, op: Op[_T]) -> Returns[_T]:
         raise NotImplementedError
@@ -200,6 +202,11 @@ class ClientApi(ClientCore):
     def consumer(self, topic: str, **options: Any) -> Any:
         """A consumer of `topic` (Consumer or AsyncConsumer); options as ConsumerCore."""
         return self.consumer_class(self, topic, **options)
+
+    def queue(self, name: str, **options: Any) -> Any:
+        """A queue (Queue or AsyncQueue): receive messages and ack, release or reject each;
+        options as QueueCore."""
+        return self.queue_class(self, name, **options)
 
     def call(
         self,
