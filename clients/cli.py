@@ -404,6 +404,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="value only, key<TAB>value, or JSON lines",
     )
     consume.set_defaults(handler=cmd_consume)
+    from raftline.clients.cli_queues import add_queue_commands  # it builds on this module
+
+    add_queue_commands(commands, client_command)
     return parser
 
 
