@@ -34,8 +34,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from raftline.node.errors import BrokerError, NotLeader
-from raftline.node.queues import receipts
+from raftline.node.errors import BrokerError
+from raftline.node.queues import partitions, receipts
+from raftline.node.queues.partitions import RawRecord
 from raftline.node.queues.state import (
     WINDOW,
     Locks,
@@ -53,8 +54,6 @@ from raftline.node.queues.state import (
 )
 from raftline.node.runtime import Runtime
 from raftline.node.shard import ShardReplica, not_leader
-from raftline.raftlog.batch import parse_header
-from raftline.raftlog.records import Record, build_batch, decode_batch
 
 if TYPE_CHECKING:
     from raftline.node.broker import Broker
@@ -66,19 +65,11 @@ QUEUES_SHARDS = 4
 QUEUES_TOPIC_CONFIG = {"segment.bytes": str(1 << 20), "retention.ms": "-1"}
 CHECKPOINT_EVERY = 1_000
 ROUND_S = 0.05  # how often a leader expires locks and archives spent records
-READ_BYTES = 1 << 20  # one read of a data partition
 MAX_RECEIVE = 1_000
 MAX_WAIT_MS = 30_000
 OUTCOMES = ("accept", "release", "reject")
-# Headers of a dead-lettered record (beside its own).
-SOURCE_TOPIC = "x-raftline-source-topic"
-SOURCE_PARTITION = "x-raftline-source-partition"
-SOURCE_OFFSET = "x-raftline-source-offset"
-DELIVERY_COUNT = "x-raftline-delivery-count"
-DEATH_REASON = "x-raftline-death-reason"  # rejected | max_deliveries
 
 Key = tuple[str, int, int]  # (queue, partition, offset)
-RawRecord = list[Any]  # [offset, timestamp, key, value, [[name, value], ...]]
 
 
 class QueueReplica(ShardReplica):
@@ -104,6 +95,7 @@ class _Leading:
     views: dict[tuple[str, int], _View] = field(default_factory=dict)
     busy: set[Key] = field(default_factory=set)  # being handed out or archived
     rejected: dict[Key, int] = field(default_factory=dict)  # rejects to archive (count)
+    failing: set[Key] = field(default_factory=set)  # archives that failed (logged once)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def wake(self) -> None:
@@ -312,7 +304,12 @@ class QueueService:
         out: list[dict[str, Any]] = []
         for partition in order:
             if partition in by_partition:
-                out += await self._deliver(shard, name, partition, by_partition[partition])
+                try:
+                    out += await self._deliver(shard, name, partition, by_partition[partition])
+                except BrokerError:
+                    if not out:
+                        raise
+                    break  # hand out what is locked already; the rest stays available
         rank = {(p, o): i for i, (_, _, o, p) in enumerate(chosen)}
         out.sort(key=lambda m: rank[(m["partition"], m["record"][0])])
         return out, next_due
@@ -382,18 +379,14 @@ class QueueService:
         room = state.start + WINDOW - view.read_to
         if ready >= need or room <= 0:
             return view
-        answer = await self.broker.partition_call(
-            queue.topic,
-            partition,
-            "queue_read",
-            {
-                "topic": queue.topic,
-                "partition": partition,
-                "offset": view.read_to,
-                "max_messages": min(max(need, 100), room),
-                "wait_ms": 0,
-            },
-        )
+        try:
+            answer = await self._read(queue, partition, view.read_to, min(max(need, 100), room))
+        except BrokerError as exc:
+            if not exc.retryable:
+                raise
+            # This partition has no leader at the moment: the others are served meanwhile.
+            log.debug("%s/%d unreadable for queue %s: %s", queue.topic, partition, queue.name, exc)
+            return view
         read_from = view.read_to
         if answer["log_start"] > read_from:  # retention removed records never settled
             await self._propose(
@@ -427,6 +420,22 @@ class QueueService:
             )
         return view
 
+    async def _read(
+        self, queue: Queue, partition: int, offset: int, limit: int, wait_ms: int = 0
+    ) -> dict[str, Any]:
+        """Records of a data partition from `offset`, read on its leader (_call_read)."""
+        args = {
+            "topic": queue.topic,
+            "partition": partition,
+            "offset": offset,
+            "max_messages": limit,
+            "wait_ms": wait_ms,
+        }
+        answer: dict[str, Any] = await self.broker.partition_call(
+            queue.topic, partition, "queue_read", args
+        )
+        return answer
+
     async def _await_records(
         self, shard: str, name: str, order: list[int], remaining: float
     ) -> None:
@@ -440,25 +449,19 @@ class QueueService:
             state = queue.partitions.get(partition) or PartitionState()
             if view is None or view.read_to >= state.start + WINDOW:
                 continue
-            args = {
-                "topic": queue.topic,
-                "partition": partition,
-                "offset": view.read_to,
-                "max_messages": 1,
-                "wait_ms": int(remaining * 1000),
-            }
-            waits.append(
-                asyncio.ensure_future(
-                    self.broker.partition_call(queue.topic, partition, "queue_read", args)
-                )
-            )
+            read = self._read(queue, partition, view.read_to, 1, int(remaining * 1000))
+            waits.append(asyncio.ensure_future(read))
         try:
-            await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             for task in waits:
                 task.cancel()
             await asyncio.gather(*waits, return_exceptions=True)
-        await asyncio.sleep(0.005)  # never spin
+        failed = any(not t.cancelled() and t.exception() is not None for t in done)
+        # never spin: a partition without a leader answers at once, so wait a little then
+        await asyncio.sleep(min(0.1, remaining) if failed else 0.005)
 
     # ack, release, reject, extend
 
@@ -591,11 +594,16 @@ class QueueService:
             }
             await self._propose(shard, command)
             leading.rejected.pop(key, None)
+            leading.failing.discard(key)
             view = leading.views.get((name, partition))
             if view is not None:
                 view.records.pop(offset, None)
         except BrokerError as exc:
-            log.info("archiving %s/%d/%d: %s (retried)", name, partition, offset, exc.message)
+            if key not in leading.failing:
+                leading.failing.add(key)
+                log.warning(
+                    "archiving %s/%d/%d: %s (retried)", name, partition, offset, exc.message
+                )
             if reason == "rejected":
                 leading.rejected[key] = count
         finally:
@@ -608,94 +616,24 @@ class QueueService:
         view = leading.views.get((queue.name, partition))
         record = view.records.get(offset) if view is not None else None
         if record is None:
-            args = {
-                "topic": queue.topic,
-                "partition": partition,
-                "offset": offset,
-                "max_messages": 1,
-                "wait_ms": 0,
-            }
-            answer = await self.broker.partition_call(queue.topic, partition, "queue_read", args)
+            answer = await self._read(queue, partition, offset, 1)
             found = [r for r in answer["records"] if int(r[0]) == offset]
             if not found:
                 raise BrokerError("leader_unavailable", f"record {offset} could not be read")
             record = found[0]
-        _, timestamp, key, value, headers = record
         dead = str(queue.dead_letter_topic)
-        extra = [
-            (SOURCE_TOPIC, queue.topic.encode()),
-            (SOURCE_PARTITION, str(partition).encode()),
-            (SOURCE_OFFSET, str(offset).encode()),
-            (DELIVERY_COUNT, str(count).encode()),
-            (DEATH_REASON, reason.encode()),
-        ]
-        own = [(str(h), v) for h, v in headers if not str(h).startswith("x-raftline-")]
-        batch = build_batch([Record(value, key, tuple(own + extra), int(timestamp))])
-        partitions = await self.broker.topic_partition_count(dead)
-        target = partition % partitions
+        batch = partitions.dead_letter_batch(record, queue.topic, partition, count, reason)
+        target = partition % await self.broker.topic_partition_count(dead)
         args = {"topic": dead, "partition": target, "batch": batch}
         await self.broker.partition_call(dead, target, "queue_append", args)
 
-    # calls run on a data partition's leader
+    # calls run on a data partition's leader (node/queues/partitions.py)
 
     async def _call_read(self, _: str, args: dict[str, Any]) -> dict[str, Any]:
-        """Records of a local partition this node leads, from `offset` on: [offset, timestamp,
-        key, value, headers]; control batches are passed over (next_offset goes past them)."""
-        topic, partition = str(args["topic"]), int(args["partition"])
-        offset, limit = int(args["offset"]), int(args["max_messages"])
-        try:
-            replica = await self.broker._replica(topic, partition)
-            batches, log_start, high = await replica.fetch(
-                offset, READ_BYTES, int(args.get("wait_ms", 0))
-            )
-        except NotLeader as exc:
-            raise BrokerError("not_leader", exc.message) from None
-        except BrokerError as exc:
-            if exc.code != "offset_out_of_range":
-                raise
-            log_start = int(exc.extra["log_start_offset"])
-            high = int(exc.extra["high_watermark"])
-            return {
-                "records": [],
-                "next_offset": offset,
-                "log_start": log_start,
-                "high_watermark": high,
-            }
-        records: list[RawRecord] = []
-        next_offset = offset
-        for raw in batches:
-            header = parse_header(raw)
-            if header.last_offset < offset:
-                continue
-            if len(records) >= limit:
-                break
-            if not header.is_control:
-                for record in decode_batch(bytes(raw)).records:
-                    if record.offset >= offset:
-                        records.append(
-                            [
-                                record.offset,
-                                record.timestamp,
-                                record.key,
-                                record.value,
-                                [list(h) for h in record.headers],
-                            ]
-                        )
-            next_offset = header.last_offset + 1
-        return {
-            "records": records,
-            "next_offset": next_offset,
-            "log_start": log_start,
-            "high_watermark": high,
-        }
+        return await partitions.read(self.broker, args)
 
     async def _call_append(self, _: str, args: dict[str, Any]) -> int:
-        try:
-            return await self.broker.produce(
-                str(args["topic"]), int(args["partition"]), bytes(args["batch"]), "all"
-            )
-        except NotLeader as exc:
-            raise BrokerError("not_leader", exc.message) from None
+        return await partitions.append(self.broker, args)
 
     # the leader's background duties
 
