@@ -103,7 +103,11 @@ QUEUE_SCHEMAS: dict[str, Any] = {
                 "type": "array",
                 "items": {
                     "type": "object",
-                    "description": "the fields of a fetched message, plus these",
+                    "description": "the fields of a fetched message, plus these. Headers a "
+                    "producer may set: priority (0-9; higher ones are received first among "
+                    "available messages), delay_ms (not received before the message's "
+                    "timestamp plus this) or deliver_at (not before this time, ms since the "
+                    "epoch)",
                     "properties": {
                         "topic": {"type": "string"},
                         "partition": {"type": "integer"},

@@ -92,6 +92,8 @@ async def test_two_receivers_share_expiry_redelivers_and_acked_never_return(
     described = await ok(api, "GET", "/v1/queues/jobs")
     assert described["acknowledged"] == 6 and described["locked"] == 0
     assert described["available"] == 0
+    metrics = await (await api.get("/metrics")).text()
+    assert 'raftline_queue_acknowledged{node="1",queue="jobs",topic="work"} 6' in metrics
 
 
 async def dead_letters(api: TestClient) -> list[dict[str, Any]]:

@@ -694,3 +694,22 @@ class QueueService:
         self._background.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.debug("queue background work: %s", task.exception())
+
+    # gauges
+
+    def metrics_lines(self) -> list[str]:
+        """Per queue, from the node leading its shard (so each queue is reported once)."""
+        names = ("locked", "acknowledged", "dead_lettered", "dropped")
+        lines = [f"# TYPE raftline_queue_{name} gauge" for name in names]
+        node = self.broker.node_id
+        for shard, replica in self.replicas.items():
+            leading = self._leading.get(shard)
+            if not replica.serving or leading is None:
+                continue
+            for queue in replica.state.queues.values():
+                held = sum(1 for key in leading.locks.held if key[0] == queue.name)
+                values = (held, queue.acknowledged, queue.dead_lettered, queue.dropped)
+                labels = f'node="{node}",queue="{queue.name}",topic="{queue.topic}"'
+                for name, value in zip(names, values, strict=True):
+                    lines.append(f"raftline_queue_{name}{{{labels}}} {value}")
+        return lines
