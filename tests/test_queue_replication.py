@@ -134,3 +134,56 @@ async def test_acknowledged_records_survive_shard_and_partition_leader_stops(
     finally:
         for broker in live:
             await broker.stop()
+
+
+async def test_checkpoints_bound_the_shard_log_and_a_restart_replays_to_the_same_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from raftline.node.queues import service
+
+    monkeypatch.setattr(service, "CHECKPOINT_EVERY", 10)
+    cfgs = configs(tmp_path, 1)
+    brokers = await start_all(cfgs)
+    try:
+        broker = brokers[0]
+        await broker.create_topic("t", 1, 1, {})
+        await broker.produce("t", 0, build_batch([Record(b"x")] * 60), "all")
+        await broker.queue_call("q", "queue_create", {"topic": "t", "lock_ms": 60_000})
+        acked = set()
+        for _ in range(10):  # 10 delivers and 10 settles: two checkpoints or more
+            got = await broker.queue_call("q", "queue_receive", {"max_messages": 5})
+            receipts = [m["receipt"] for m in got["messages"]]
+            answer = await broker.queue_call("q", "queue_ack", {"receipts": receipts})
+            assert all(r["ok"] for r in answer["results"])
+            acked |= {m["record"][0] for m in got["messages"]}
+        replica = next(r for r in broker.queues.replicas.values() if "q" in r.state.queues)
+        shard = replica.shard
+
+        def trimmed() -> bool:
+            storage = broker.runtime.groups[shard].storage
+            index = replica.checkpoint_index
+            return index is not None and storage.first_index() == index > 0
+
+        await wait_for(trimmed, 20)
+        storage = broker.runtime.groups[shard].storage
+        assert storage.last_index() - storage.first_index() < 3 * 10
+        state = replica.state
+        part = state.queues["q"].partitions[0]
+        assert not part.deliveries and not part.settled  # the acknowledged prefix is compacted
+        await broker.stop()
+        brokers[0] = broker = Broker(cfgs[0])
+        await broker.start()
+        await wait_for(
+            lambda: any(r.serving and r.state == state for r in broker.queues.replicas.values()),
+            20,
+        )
+        rest: set[int] = set()
+        for _ in range(20):
+            got = await broker.queue_call("q", "queue_receive", {"max_messages": 50})
+            if not got["messages"]:
+                break
+            rest |= {m["record"][0] for m in got["messages"]}
+        assert len(rest) == 10 and not rest & acked
+    finally:
+        for broker in brokers:
+            await broker.stop()
