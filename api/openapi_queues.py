@@ -55,7 +55,8 @@ QUEUE_SCHEMAS: dict[str, Any] = {
             },
             "dead_letter_topic": {
                 "type": ["string", "null"],
-                "description": "where archived messages go, with headers "
+                "description": "where archived messages go (created with one partition "
+                "when missing), with headers "
                 "x-raftline-source-topic, x-raftline-source-partition, "
                 "x-raftline-source-offset, x-raftline-delivery-count and "
                 "x-raftline-death-reason (rejected | max_deliveries); without one they are "
@@ -180,7 +181,9 @@ def queue_paths() -> dict[str, Any]:
                 "responses": {
                     "201": _body("QueueConfig", "created"),
                     **_BAD,
-                    "404": _error("unknown_topic: the topic or the dead-letter topic"),
+                    "404": _error(
+                        "unknown_topic: the topic (a missing dead-letter topic is created)"
+                    ),
                     "409": _error("queue_exists: with another config"),
                     **_UNAVAILABLE,
                 },

@@ -40,7 +40,6 @@ async def ok(api: TestClient, method: str, path: str, body: Any = None) -> Any:
 
 async def setup(api: TestClient, partitions: int = 2, per_partition: int = 3, **queue: Any) -> None:
     await ok(api, "POST", "/v1/topics", {"name": "work", "partitions": partitions})
-    await ok(api, "POST", "/v1/topics", {"name": "work.dlq", "partitions": 1})
     for p in range(partitions if per_partition else 0):
         messages = [
             {"value": f"{p}-{i}", "partition": p, "headers": {"h": "v"}}
@@ -50,6 +49,8 @@ async def setup(api: TestClient, partitions: int = 2, per_partition: int = 3, **
     spec = {"name": "jobs", "topic": "work", "dead_letter_topic": "work.dlq", **queue}
     created = await ok(api, "POST", "/v1/queues", spec)
     assert created["name"] == "jobs" and created["topic"] == "work"
+    # the dead-letter topic is created when missing
+    assert (await ok(api, "GET", "/v1/topics/work.dlq"))["name"] == "work.dlq"
 
 
 async def receive(api: TestClient, n: int, wait_ms: int = 0) -> list[dict[str, Any]]:

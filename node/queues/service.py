@@ -182,7 +182,7 @@ class QueueService:
         await self.broker.topic_partition_count(topic)  # unknown_topic when it does not exist
         dead = args.get("dead_letter_topic")
         if dead is not None:
-            await self.broker.topic_partition_count(str(dead))
+            await self._dead_letter_topic(str(dead))
         await self._ensure_secret(shard)
         command = {
             **{k: args[k] for k in ("lock_ms", "max_deliveries") if k in args},
@@ -194,6 +194,22 @@ class QueueService:
             "at_ms": self.broker.clock.now_ms(),
         }
         return await self._propose(shard, command)
+
+    async def _dead_letter_topic(self, name: str) -> None:
+        """A missing dead-letter topic is created (one partition, replicated like the
+        internal topics), so that dead letters always have a place to go."""
+        try:
+            await self.broker.topic_partition_count(name)
+            return
+        except BrokerError as exc:
+            if exc.code != "unknown_topic":
+                raise
+        replication = min(3, max(len(self.broker.meta.state.nodes), 1))
+        try:
+            await self.broker.create_topic(name, 1, replication, {})
+        except BrokerError as exc:
+            if exc.code != "topic_exists":
+                raise
 
     async def _call_delete(self, shard: str, args: dict[str, Any]) -> dict[str, Any]:
         replica, leading = self._lead(shard)
