@@ -306,6 +306,7 @@ def _check_assignments(index: _Index, out: Anomalies) -> None:
     for a in sorted(index.answers, key=lambda a: _end(a.op)):
         top = shown[a.group][-1][1] if shown[a.group] else -1
         shown[a.group].append((_end(a.op), max(top, a.generation)))
+    shown_ends = {group: [end for end, _ in history] for group, history in shown.items()}
     for op in index.commits:
         if op.type != "ok":
             continue
@@ -323,7 +324,7 @@ def _check_assignments(index: _Index, out: Anomalies) -> None:
                     holders=sorted(held.get((group, generation, key), {})),
                 )
         history = shown[group]
-        i = bisect.bisect_left([end for end, _ in history], _start(op))
+        i = bisect.bisect_left(shown_ends[group], _start(op))
         if i and history[i - 1][1] > generation:
             out.add(
                 "stale-commit",

@@ -9,8 +9,9 @@ Rules that keep the history honest (a correct broker must never look wrong):
 - A fetch whose answer was lost (`info`) may have moved the member's server-side position past
   messages nobody saw, so the member never commits again under that id: it leaves as best it can
   and joins with a new id, whose partitions start from the committed offsets.
-- A crash is a member that stops calling (recorded as `group-crash`), then joins again later with
-  the same id or a new one; an abandoned id expires after the session timeout.
+- A crash is a member that stops calling (recorded as `group-crash`), wakes up and commits the
+  positions it had, then joins again with the same id or a new one; an abandoned id expires
+  after the session timeout.
 - Zombie commits (an old generation's positions, with the old generation or with the current one
   for partitions no longer held) are sent on purpose now and then: the broker must refuse them.
 """
@@ -58,24 +59,32 @@ def _keys(entries: Any, topic_field: str = "topic") -> list[str]:
 
 @dataclass
 class Member:
-    """One membership as the client sees it: its id, generation and last positions."""
+    """One membership as the client sees it: its id, generation, assignment and positions."""
 
     process: int
     member_id: str
     generation: int
+    assignment: set[str] = field(default_factory=set)
     positions: dict[str, int] = field(default_factory=dict)
     committed: dict[str, int] = field(default_factory=dict)
-    # The previous generation and its positions: material for zombie commits.
+    # The previous generation and its positions, and the last position seen per partition in
+    # any generation: material for zombie commits.
     previous: tuple[int, dict[str, int]] | None = None
+    ever: dict[str, int] = field(default_factory=dict)
 
-    def see(self, generation: int, positions: dict[str, int] | None = None) -> None:
+    def see(
+        self, generation: int, assignment: list[str], positions: dict[str, int] | None = None
+    ) -> None:
+        """An answer of `generation` holding `assignment` (a fetch's also has positions)."""
         if generation != self.generation:
             if self.positions:
                 self.previous = (self.generation, dict(self.positions))
             self.generation, self.committed = generation, {}
             self.positions = {}
+        self.assignment = set(assignment)
         if positions is not None:
             self.positions = positions
+            self.ever.update(positions)
 
 
 @dataclass
@@ -148,7 +157,9 @@ class GroupWorkload:
             "assignment": _keys(outcome.body["assignment"]),
         }
         self._done(invoke, request, outcome, result)
-        return outcome, Member(process, given, int(outcome.body["generation"]))
+        member = Member(process, given, int(outcome.body["generation"]))
+        member.assignment = set(result["assignment"])
+        return outcome, member
 
     async def heartbeat(self, http: aiohttp.ClientSession, member: Member) -> Outcome:
         node, url = self._url()
@@ -169,7 +180,7 @@ class GroupWorkload:
                 "assignment": _keys(outcome.body["assignment"]),
                 "rebalancing": outcome.body.get("rebalancing"),
             }
-            member.see(int(outcome.body["generation"]))
+            member.see(int(outcome.body["generation"]), result["assignment"])
         self._done(invoke, request, outcome, result)
         return outcome
 
@@ -204,7 +215,7 @@ class GroupWorkload:
             }
             generation = int(outcome.body["generation"])
             result = {"generation": generation, "messages": messages, "positions": positions}
-            member.see(generation, positions)
+            member.see(generation, list(positions), positions)
         self._done(invoke, request, outcome, result)
         return outcome, messages
 
@@ -294,16 +305,13 @@ class GroupWorkload:
         return None
 
     async def _zombie(self, http: aiohttp.ClientSession, member: Member) -> None:
-        """An old generation's positions, with the old generation or (for partitions no longer
-        held) the current one: a correct broker refuses both."""
-        if member.previous is None:
-            return
-        old_generation, old_positions = member.previous
-        if self.rng.random() < 0.5:
-            await self.commit(http, member, old_generation, old_positions, zombie=True)
-            return
-        foreign = {k: o for k, o in old_positions.items() if k not in member.positions}
-        if foreign and member.positions:
+        """An old generation's positions with the old generation, or positions of partitions
+        held earlier and no longer with the current one: a correct broker refuses both."""
+        old = member.previous
+        foreign = {k: o for k, o in member.ever.items() if k not in member.assignment}
+        if old is not None and (not foreign or self.rng.random() < 0.5):
+            await self.commit(http, member, old[0], old[1], zombie=True)
+        elif foreign:
             await self.commit(http, member, member.generation, foreign, zombie=True)
 
     async def session(self, http: aiohttp.ClientSession, member: Member, until: float) -> str:
@@ -355,6 +363,11 @@ class GroupWorkload:
                 self.crash(member)
                 pause = self.rng.uniform(0.2, 1.5) * self.session_timeout_ms / 1000
                 await asyncio.sleep(max(0.0, min(pause, until - time.monotonic())))
+                if member.positions:
+                    # It wakes up and commits what it had, as a paused process would.
+                    await self.commit(
+                        http, member, member.generation, member.positions, zombie=True
+                    )
                 if self.rng.random() < 0.5:
                     member_id = self.new_id(f"m{slot}")
             elif ended == "leave":
