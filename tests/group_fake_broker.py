@@ -50,11 +50,14 @@ class FakeGroupBroker:
     no_fencing: bool = False
     new_owner_starts_at_end: bool = False
     generation_goes_back: int = 0
+    # Not a bug: every n-th fetch answer is lost (504) after the member's position moved.
+    lose_fetch_answer_every: int = 0
     produce_delay_s: float = 0.005  # leaves the members room on a shared event loop
     topics: dict[str, list[list[dict[str, Any]]]] = field(default_factory=dict)
     groups: dict[str, FakeGroup] = field(default_factory=dict)
     commits: int = 0
     heartbeats: int = 0
+    fetches: int = 0
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -213,6 +216,9 @@ class FakeGroupBroker:
             positions.append({"topic": topic, "partition": p, "offset": start + len(chunk)})
         if not messages and int(request.query.get("wait_ms", 0)):
             await asyncio.sleep(0.02)
+        self.fetches += 1
+        if self.lose_fetch_answer_every and self.fetches % self.lose_fetch_answer_every == 0:
+            return error(504, "timeout")
         return web.json_response(
             {"generation": generation, "messages": messages, "positions": positions}
         )

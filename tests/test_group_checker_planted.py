@@ -19,7 +19,7 @@ from group_fake_broker import FakeGroupBroker
 
 from raftline.chaos import report
 from raftline.chaos.__main__ import main
-from raftline.chaos.group_workload import GroupWorkload
+from raftline.chaos.group_workload import GroupWorkload, group_call
 from raftline.chaos.history import Op, Recorder, pair, read_history
 from raftline.chaos.workload import Workload, session
 
@@ -82,6 +82,79 @@ async def test_honest_group_broker_passes_and_the_history_exercises_the_group(
     errors = {op.error for op in ops if op.type == "fail"}
     assert "stale_generation" in errors
     assert not any(op.type == "info" for op in ops)
+
+
+async def test_lost_fetch_answers_do_not_make_an_honest_broker_look_lossy(
+    tmp_path: Path,
+) -> None:
+    """A fetch whose answer is lost may have moved the member past messages nobody saw: the
+    member never commits under that id again, so the final phase still reads them."""
+    ops, final = await drive(FakeGroupBroker(lose_fetch_answer_every=4), tmp_path)
+    assert final["consumed_to_end"]
+    result = report.analyse(ops)
+    assert result["valid"], (result["group"]["anomalies"], result["queue"]["anomalies"])
+    lost_answers = [op for op in ops if op.f == "group-fetch" and op.type == "info"]
+    assert lost_answers
+    for op in lost_answers:
+        later = [o for o in ops[op.index :] if o.f == "group-commit" and o.type == "invoke"]
+        assert all(o.value["member"] != op.value["member"] for o in later)
+
+
+async def test_a_member_committing_after_a_lost_fetch_answer_would_look_like_loss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Why the rule above exists: a member that keeps its id and commits after a lost answer
+    skips what that answer held, and the checker (rightly, for that client) reports loss."""
+
+    async def careless(self: GroupWorkload, http: Any, member: Any, until: float) -> str:
+        while time.monotonic() < until:
+            outcome, _ = await self.fetch(http, member)
+            if outcome.error == "unknown_member":
+                return "unknown"
+            if outcome.type == "ok":
+                await self._commit_positions(http, member)
+        return "end"
+
+    monkeypatch.setattr(GroupWorkload, "session", careless)
+    ops, _ = await drive(FakeGroupBroker(lose_fetch_answer_every=4), tmp_path)
+    assert "lost" in report.analyse(ops)["group"]["anomaly_types"]
+
+
+async def test_group_error_codes_are_classified_as_api_md_says() -> None:
+    async def answer(request: web.Request) -> web.Response:
+        status, code = request.match_info["status"], request.match_info["code"]
+        body = {"error": {"code": code, "message": code, "retryable": False}}
+        return web.json_response(body, status=int(status))
+
+    app = web.Application()
+    app.router.add_post("/{status}/{code}", answer)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with session() as http:
+            kinds = {
+                code: (
+                    await group_call(http, "POST", str(server.make_url(f"/{status}/{code}")))
+                ).type
+                for status, code in (
+                    (409, "stale_generation"),
+                    (404, "unknown_member"),
+                    (409, "group_not_empty"),
+                    (400, "invalid_request"),
+                    (503, "leader_unavailable"),
+                    (504, "timeout"),
+                )
+            }
+    finally:
+        await server.close()
+    assert kinds == {
+        "stale_generation": "fail",
+        "unknown_member": "fail",
+        "group_not_empty": "fail",
+        "invalid_request": "fail",
+        "leader_unavailable": "info",
+        "timeout": "info",
+    }
 
 
 @pytest.mark.parametrize(
