@@ -323,8 +323,8 @@ def _check_assignments(index: _Index, out: Anomalies) -> None:
                     commit=op.invoke.index,
                     holders=sorted(held.get((group, generation, key), {})),
                 )
-        history = shown[group]
-        i = bisect.bisect_left(shown_ends[group], _start(op))
+        history = shown.get(group, [])
+        i = bisect.bisect_left(shown_ends.get(group, []), _start(op))
         if i and history[i - 1][1] > generation:
             out.add(
                 "stale-commit",

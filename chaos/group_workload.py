@@ -94,11 +94,12 @@ class GroupWorkload:
     work: Workload
     group: str
     session_timeout_ms: int = 6000
-    heartbeat_share: float = 0.15
-    commit_share: float = 0.7
-    crash_share: float = 0.01
-    leave_share: float = 0.01
-    zombie_share: float = 0.05
+    heartbeat_share: float = 0.15  # of a member's steps; the others fetch
+    commit_share: float = 0.7  # of the fetches that are followed by a commit
+    # Mean seconds between a member's crashes, leaves and zombie commits (exponential).
+    crash_every_s: float = 20.0
+    leave_every_s: float = 20.0
+    zombie_every_s: float = 5.0
     fetch_wait_ms: int = 300
     member_ids: set[str] = field(default_factory=set)
     _ids: int = 0
@@ -314,16 +315,22 @@ class GroupWorkload:
         elif foreign:
             await self.commit(http, member, member.generation, foreign, zombie=True)
 
+    def _after(self, mean_s: float) -> float:
+        return time.monotonic() + self.rng.expovariate(1.0 / mean_s)
+
     async def session(self, http: aiohttp.ClientSession, member: Member, until: float) -> str:
         """Runs one membership until it ends: "end", "crash", "leave", "unknown" or "tainted"."""
+        crash_at, leave_at = self._after(self.crash_every_s), self._after(self.leave_every_s)
+        zombie_at = self._after(self.zombie_every_s)
         while time.monotonic() < until:
-            roll = self.rng.random()
-            if roll < self.crash_share:
+            now = time.monotonic()
+            if now >= crash_at:
                 return "crash"
-            if roll < self.crash_share + self.leave_share:
+            if now >= leave_at:
                 return "leave"
-            if roll < self.crash_share + self.leave_share + self.zombie_share:
+            if now >= zombie_at:
                 await self._zombie(http, member)
+                zombie_at = self._after(self.zombie_every_s)
                 continue
             if self.rng.random() < self.heartbeat_share:
                 outcome = await self.heartbeat(http, member)

@@ -221,6 +221,10 @@ def test_successful_commit_of_a_partition_not_held_is_commit_by_non_owner() -> N
     assert found["anomalies"]["commit-by-non-owner"][0]["holders"] == ["b"]
 
 
+def test_successful_commit_by_a_member_no_answer_ever_showed_is_commit_by_non_owner() -> None:
+    assert kinds(commit(10, "ghost", 1, {P0: 3})) == {"commit-by-non-owner"}
+
+
 def test_refused_commit_of_a_partition_not_held_is_fine() -> None:
     steps = (join(10, "a", 2, [P0]), commit(10, "a", 2, {P1: 3}, outcome="fail"))
     assert kinds(*steps) == set()

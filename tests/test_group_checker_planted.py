@@ -41,9 +41,9 @@ async def drive(
             work,
             "billing",
             session_timeout_ms=300,
-            crash_share=0.03,
-            leave_share=0.03,
-            zombie_share=0.2,
+            crash_every_s=0.4,
+            leave_every_s=0.4,
+            zombie_every_s=0.1,
             fetch_wait_ms=20,
         )
         async with session() as http:
