@@ -6,13 +6,16 @@ Invariants of a correct broker, each checked here and named when broken:
 - lost: every acknowledged send to a topic a group subscribes to is returned by some successful
   fetch of that group (across rebalances, the final phase counted).
 - offset-regression: the committed offset of a (group, partition) never moves backwards across
-  successful commits and offset reads, except by an explicit reset.
+  successful commits and offset reads, except by an explicit reset. A read must show at least
+  what any successful commit or read that finished before it started showed. A commit is only a
+  lower bound, because a commit below the committed offset may succeed and change nothing.
 - double-assignment: no two members hold one partition in one generation (from the answers to
   joins, heartbeats and fetches).
 - commit-by-non-owner: a successful commit is made by a member that some answer shows holding
   that partition in the commit's generation.
-- stale-commit: a successful commit carries a generation older than one some answer had already
-  shown before the commit was sent (API.md: a stale generation commits nothing).
+- stale-commit: a successful commit of generation g for a partition that, by the answers returned
+  before it was sent, had left the member after g. That means another member held it in a later
+  generation, or the member's own later answer lacked it (API.md: such a commit is stale).
 - generation-regression: the generations one member sees never go backwards over time.
 
 History shape (keys are "topic/partition", as in the queue checker; every group op names its
@@ -129,6 +132,7 @@ def _answer(op: Completed) -> Answer:
         if not isinstance(positions, dict):
             raise HistoryError(f"group-fetch {op.invoke.index}: positions must be {{key: offset}}")
         keys = set(map(str, positions)) | {k for k, _, _ in _messages(op)}
+        keys |= set(map(str, op.value.get("assignment", ())))
     else:
         keys = set(map(str, _field(op, "assignment")))
     return Answer(op, group, member, generation, frozenset(keys))
@@ -273,6 +277,8 @@ def _check_offset_regression(index: _Index, out: Anomalies) -> None:
             for a in earlier:
                 best.append(a if not best or a.offset > best[-1].offset else best[-1])
             for b in later:
+                if b.f != "group-offsets":
+                    continue  # a commit is a lower bound: one below the offset may change nothing
                 i = bisect.bisect_left(ends, b.start)
                 if i and best[i - 1].offset > b.offset:
                     a = best[i - 1]
@@ -301,12 +307,6 @@ def _check_assignments(index: _Index, out: Anomalies) -> None:
                 members=sorted(members),
                 answers=sorted(members.values()),
             )
-    # Per group, the highest generation shown by answers that had returned by each moment.
-    shown: dict[str, list[tuple[Moment, int]]] = defaultdict(list)
-    for a in sorted(index.answers, key=lambda a: _end(a.op)):
-        top = shown[a.group][-1][1] if shown[a.group] else -1
-        shown[a.group].append((_end(a.op), max(top, a.generation)))
-    shown_ends = {group: [end for end, _ in history] for group, history in shown.items()}
     for op in index.commits:
         if op.type != "ok":
             continue
@@ -323,17 +323,77 @@ def _check_assignments(index: _Index, out: Anomalies) -> None:
                     commit=op.invoke.index,
                     holders=sorted(held.get((group, generation, key), {})),
                 )
-        history = shown.get(group, [])
-        i = bisect.bisect_left(shown_ends.get(group, []), _start(op))
-        if i and history[i - 1][1] > generation:
-            out.add(
-                "stale-commit",
-                group=group,
-                member=member,
-                generation=generation,
-                newer_generation=history[i - 1][1],
-                commit=op.invoke.index,
-            )
+    _check_stale_commits(index, out)
+
+
+@dataclass
+class _Moved:
+    """Per moment (answer end), the highest generation in which some answer showed a partition
+    held by someone: the top member and generation, and the top generation of any other member."""
+
+    ends: list[Moment] = field(default_factory=list)
+    tops: list[tuple[int, str | None, int]] = field(default_factory=list)
+
+    def add(self, end: Moment, generation: int, member: str) -> None:
+        best, who, other = self.tops[-1] if self.tops else (-1, None, -1)
+        if member == who:
+            best = max(best, generation)
+        elif generation > best:
+            best, who, other = generation, member, best
+        else:
+            other = max(other, generation)
+        self.ends.append(end)
+        self.tops.append((best, who, other))
+
+    def held_by_other(self, before: Moment, member: str) -> int:
+        i = bisect.bisect_left(self.ends, before)
+        if not i:
+            return -1
+        best, who, other = self.tops[i - 1]
+        return other if who == member else best
+
+
+def _check_stale_commits(index: _Index, out: Anomalies) -> None:
+    """A successful commit of generation g is stale when, before it was sent, an answer of a
+    later generation showed the partition held by another member, or the committing member's
+    own answer of a later generation showed it without the partition. Brokers that fence by
+    exact generation and brokers that accept a commit from a member that has held the partition
+    since g must both refuse such a commit."""
+    universe: dict[str, set[str]] = defaultdict(set)
+    for a in index.answers:
+        universe[a.group] |= a.keys
+    held: dict[tuple[str, str], _Moved] = defaultdict(_Moved)
+    lacking: dict[tuple[str, str, str], tuple[list[Moment], list[int]]] = defaultdict(
+        lambda: ([], [])
+    )
+    for a in sorted(index.answers, key=lambda a: _end(a.op)):
+        for key in a.keys:
+            held[(a.group, key)].add(_end(a.op), a.generation, a.member)
+        for key in universe[a.group] - a.keys:
+            ends, tops = lacking[(a.group, a.member, key)]
+            ends.append(_end(a.op))
+            tops.append(max(tops[-1] if tops else -1, a.generation))
+    for op in index.commits:
+        if op.type != "ok":
+            continue
+        group, member = str(_field(op, "group")), str(_field(op, "member"))
+        generation = int(_field(op, "generation"))
+        for key in _offsets(op):
+            by_other = held[(group, key)].held_by_other(_start(op), member) if (
+                group, key) in held else -1  # fmt: skip
+            ends, tops = lacking.get((group, member, key), ([], []))
+            i = bisect.bisect_left(ends, _start(op))
+            without = tops[i - 1] if i else -1
+            if max(by_other, without) > generation:
+                out.add(
+                    "stale-commit",
+                    group=group,
+                    member=member,
+                    generation=generation,
+                    key=key,
+                    commit=op.invoke.index,
+                    moved_in_generation=max(by_other, without),
+                )
 
 
 def _check_generations(index: _Index, out: Anomalies) -> None:

@@ -210,13 +210,20 @@ class GroupWorkload:
                 ]
                 for m in outcome.body["messages"]
             ]
-            positions = {
-                f"{p['topic']}/{p['partition']}": int(p["offset"])
+            # A position may be null where the start was symbolic and that partition's read did
+            # not finish: the member then holds it without a position to commit.
+            shown = {
+                f"{p['topic']}/{p['partition']}": None if p["offset"] is None else int(p["offset"])
                 for p in outcome.body["positions"]
             }
             generation = int(outcome.body["generation"])
-            result = {"generation": generation, "messages": messages, "positions": positions}
-            member.see(generation, list(positions), positions)
+            result = {"generation": generation, "messages": messages, "positions": shown}
+            assignment = set(shown)
+            if isinstance(outcome.body.get("assignment"), list):
+                result["assignment"] = _keys(outcome.body["assignment"])
+                assignment.update(result["assignment"])
+            positions = {k: o for k, o in shown.items() if o is not None}
+            member.see(generation, sorted(assignment), positions)
         self._done(invoke, request, outcome, result)
         return outcome, messages
 
@@ -435,7 +442,7 @@ class GroupWorkload:
             if await self._commit_positions(http, member) == "unknown":
                 member = None
                 continue
-            held_all = set(member.positions) >= set(targets)
+            held_all = member.assignment >= set(targets)
             at_end = all(member.positions.get(k, -1) >= t for k, t in targets.items())
             committed = all(member.committed.get(k, -1) >= t for k, t in targets.items())
             reached = held_all and at_end and committed and not messages

@@ -201,6 +201,7 @@ class FakeGroupBroker:
         for topic, p in group.assignment.get(member_id, []):
             log = self.topics[topic][p]
             start = member.positions.get((topic, p))
+            symbolic = start is None and group.committed.get((topic, p)) is None
             if start is None:
                 committed = group.committed.get((topic, p))
                 if committed is not None and not self.new_owner_starts_at_end:
@@ -212,6 +213,11 @@ class FakeGroupBroker:
             chunk = log[start : start + budget]
             budget -= len(chunk)
             messages += [{"topic": topic, "partition": p, **m} for m in chunk]
+            if symbolic and not chunk and int(request.query.get("wait_ms", 0)):
+                # As the real broker does when a long poll from "earliest" or "latest" was cut
+                # short by data on another partition.
+                positions.append({"topic": topic, "partition": p, "offset": None})
+                continue
             member.positions[(topic, p)] = start + len(chunk)
             positions.append({"topic": topic, "partition": p, "offset": start + len(chunk)})
         if not messages and int(request.query.get("wait_ms", 0)):

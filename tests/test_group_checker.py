@@ -163,9 +163,25 @@ def test_committed_offset_missing_from_a_later_read_is_offset_regression() -> No
     assert kinds(*steps) == {"offset-regression"}
 
 
-def test_a_later_lower_commit_is_offset_regression() -> None:
-    steps = (join(10, "a", 1, [P0]), commit(10, "a", 1, {P0: 5}), commit(10, "a", 1, {P0: 4}))
+def test_a_lower_commit_shown_by_a_later_read_is_offset_regression() -> None:
+    steps = (
+        join(10, "a", 1, [P0]),
+        commit(10, "a", 1, {P0: 5}),
+        commit(10, "a", 1, {P0: 4}),
+        offsets(12, {P0: 4}),
+    )
     assert kinds(*steps) == {"offset-regression"}
+
+
+def test_a_lower_commit_alone_is_not_judged() -> None:
+    # A broker may accept a commit below the committed offset and keep the higher one.
+    steps = (
+        join(10, "a", 1, [P0]),
+        commit(10, "a", 1, {P0: 5}),
+        commit(10, "a", 1, {P0: 4}),
+        offsets(12, {P0: 5}),
+    )
+    assert kinds(*steps) == set()
 
 
 def test_an_explicit_reset_excuses_a_step_back() -> None:
@@ -239,7 +255,28 @@ def test_successful_commit_with_a_superseded_generation_is_stale_commit() -> Non
         )
     )
     assert found["anomaly_types"] == ["stale-commit"]
-    assert found["anomalies"]["stale-commit"][0]["newer_generation"] == 3
+    assert found["anomalies"]["stale-commit"][0]["moved_in_generation"] == 3
+
+
+def test_successful_commit_of_a_partition_the_member_later_answered_without_is_stale() -> None:
+    steps = (join(10, "a", 2, [P0, P1]), heartbeat(10, "a", 3, [P0]), commit(10, "a", 2, {P1: 3}))
+    assert kinds(*steps) == {"stale-commit"}
+
+
+def test_older_generation_commit_of_a_partition_held_all_along_may_succeed() -> None:
+    # A broker may fence by how long the member has held the partition (owned since g <= 2).
+    steps = (
+        join(10, "a", 2, [P0, P1]),
+        join(11, "b", 3, []),
+        heartbeat(10, "a", 3, [P0, P1]),
+        commit(10, "a", 2, {P1: 3}),
+    )
+    assert kinds(*steps) == set()
+
+
+def test_commit_before_the_partition_moved_is_not_stale() -> None:
+    steps = (join(10, "a", 2, [P0, P1]), commit(10, "a", 2, {P1: 3}), join(11, "b", 3, [P1]))
+    assert kinds(*steps) == set()
 
 
 def test_member_seeing_an_older_generation_later_is_generation_regression() -> None:
