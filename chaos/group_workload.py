@@ -26,12 +26,24 @@ from typing import Any
 import aiohttp
 
 from raftline.chaos.history import Op
-from raftline.chaos.workload import Outcome, Workload, call
+from raftline.chaos.workload import Endpoint, Outcome, Workload, call
 
 # Group codes that say a request certainly had no effect (API.md "Consumer groups").
 GROUP_DEFINITE_FAILURES = frozenset(
     {"stale_generation", "unknown_member", "group_not_empty", "unknown_group"}
 )
+
+
+def definite(outcome: Outcome) -> Outcome:
+    """The group's definite 4xx failures as `fail` (`workload.call` knows only the topic ones)."""
+    if (
+        outcome.type == "info"
+        and outcome.error in GROUP_DEFINITE_FAILURES
+        and outcome.status is not None
+        and 400 <= outcome.status < 500
+    ):
+        return Outcome("fail", outcome.status, outcome.body, outcome.error)
+    return outcome
 
 
 async def group_call(
@@ -42,15 +54,7 @@ async def group_call(
     expect: tuple[str, ...] = (),
 ) -> Outcome:
     """`workload.call`, with the group's definite 4xx failures classified as `fail`."""
-    outcome = await call(session, method, url, body, expect)
-    if (
-        outcome.type == "info"
-        and outcome.error in GROUP_DEFINITE_FAILURES
-        and outcome.status is not None
-        and 400 <= outcome.status < 500
-    ):
-        return Outcome("fail", outcome.status, outcome.body, outcome.error)
-    return outcome
+    return definite(await call(session, method, url, body, expect))
 
 
 def _keys(entries: Any, topic_field: str = "topic") -> list[str]:
@@ -112,9 +116,24 @@ class GroupWorkload:
         self._ids += 1
         return f"{self.group}-{slot}-{self._ids}"
 
-    def _url(self) -> tuple[str, str]:
-        node, url = self.work.node_url()
-        return node, f"{url}/v1/groups/{self.group}"
+    def _node(self) -> Endpoint:
+        """A random node that answers health checks and has not just failed a group call."""
+        return self.work.nodes.pick(("group", self.group))
+
+    async def _call(
+        self,
+        http: aiohttp.ClientSession,
+        endpoint: Endpoint,
+        method: str,
+        path: str,
+        body: Any = None,
+        expect: tuple[str, ...] = (),
+    ) -> Outcome:
+        path = f"/v1/groups/{self.group}{path}"
+        scope = ("group", self.group)
+        return definite(
+            await self.work.request(http, endpoint, method, path, body, expect, scope=scope)
+        )
 
     def _record(
         self, process: int, f: str, request: dict[str, Any], node: str | None = None
@@ -133,10 +152,10 @@ class GroupWorkload:
     async def join(
         self, http: aiohttp.ClientSession, process: int, member_id: str
     ) -> tuple[Outcome, Member | None]:
-        node, url = self._url()
+        endpoint = self._node()
         self.member_ids.add(member_id)
         invoke, request = self._record(
-            process, "group-join", {"member": member_id, "topics": [self.work.topic]}, node
+            process, "group-join", {"member": member_id, "topics": [self.work.topic]}, endpoint.name
         )
         body = {
             "topics": [self.work.topic],
@@ -144,8 +163,13 @@ class GroupWorkload:
             "session_timeout_ms": self.session_timeout_ms,
             "auto_offset_reset": "earliest",
         }
-        outcome = await group_call(
-            http, "POST", f"{url}/members", body, expect=("member_id", "generation", "assignment")
+        outcome = await self._call(
+            http,
+            endpoint,
+            "POST",
+            "/members",
+            body,
+            expect=("member_id", "generation", "assignment"),
         )
         if outcome.type != "ok":
             self._done(invoke, request, outcome, None)
@@ -163,14 +187,15 @@ class GroupWorkload:
         return outcome, member
 
     async def heartbeat(self, http: aiohttp.ClientSession, member: Member) -> Outcome:
-        node, url = self._url()
+        endpoint = self._node()
         invoke, request = self._record(
-            member.process, "group-heartbeat", {"member": member.member_id}, node
+            member.process, "group-heartbeat", {"member": member.member_id}, endpoint.name
         )
-        outcome = await group_call(
+        outcome = await self._call(
             http,
+            endpoint,
             "POST",
-            f"{url}/members/{member.member_id}/heartbeat",
+            f"/members/{member.member_id}/heartbeat",
             {},
             expect=("generation", "assignment"),
         )
@@ -188,14 +213,18 @@ class GroupWorkload:
     async def fetch(
         self, http: aiohttp.ClientSession, member: Member, final: bool = False
     ) -> tuple[Outcome, list[list[Any]]]:
-        node, url = self._url()
+        endpoint = self._node()
         invoke, request = self._record(
-            member.process, "group-fetch", {"member": member.member_id, "final": final}, node
+            member.process,
+            "group-fetch",
+            {"member": member.member_id, "final": final},
+            endpoint.name,
         )
-        outcome = await group_call(
+        outcome = await self._call(
             http,
+            endpoint,
             "GET",
-            f"{url}/members/{member.member_id}/messages"
+            f"/members/{member.member_id}/messages"
             f"?max_messages=200&wait_ms={0 if final else self.fetch_wait_ms}",
             expect=("generation", "messages", "positions"),
         )
@@ -235,7 +264,7 @@ class GroupWorkload:
         offsets: dict[str, int],
         zombie: bool = False,
     ) -> Outcome:
-        node, url = self._url()
+        endpoint = self._node()
         fields: dict[str, Any] = {
             "member": member.member_id,
             "generation": generation,
@@ -243,7 +272,7 @@ class GroupWorkload:
         }
         if zombie:
             fields["zombie"] = True
-        invoke, request = self._record(member.process, "group-commit", fields, node)
+        invoke, request = self._record(member.process, "group-commit", fields, endpoint.name)
         body = {
             "member_id": member.member_id,
             "generation": generation,
@@ -252,16 +281,16 @@ class GroupWorkload:
                 for k, o in sorted(offsets.items())
             ],
         }
-        outcome = await group_call(http, "POST", f"{url}/offsets", body)
+        outcome = await self._call(http, endpoint, "POST", "/offsets", body)
         self._done(invoke, request, outcome, {})
         return outcome
 
     async def read_offsets(
         self, http: aiohttp.ClientSession, process: int, final: bool = False
     ) -> Outcome:
-        node, url = self._url()
-        invoke, request = self._record(process, "group-offsets", {"final": final}, node)
-        outcome = await group_call(http, "GET", f"{url}/offsets", expect=("offsets",))
+        endpoint = self._node()
+        invoke, request = self._record(process, "group-offsets", {"final": final}, endpoint.name)
+        outcome = await self._call(http, endpoint, "GET", "/offsets", expect=("offsets",))
         result = None
         if outcome.type == "ok":
             rows = outcome.body["offsets"]
@@ -275,9 +304,9 @@ class GroupWorkload:
         return outcome
 
     async def leave(self, http: aiohttp.ClientSession, process: int, member_id: str) -> Outcome:
-        node, url = self._url()
-        invoke, request = self._record(process, "group-leave", {"member": member_id}, node)
-        outcome = await group_call(http, "DELETE", f"{url}/members/{member_id}")
+        endpoint = self._node()
+        invoke, request = self._record(process, "group-leave", {"member": member_id}, endpoint.name)
+        outcome = await self._call(http, endpoint, "DELETE", f"/members/{member_id}")
         self._done(invoke, request, outcome, {})
         return outcome
 
@@ -402,9 +431,8 @@ class GroupWorkload:
         work = self.work
         targets = {work.key(p): work.max_acked.get(p, -1) + 1 for p in range(work.partitions)}
         while time.monotonic() < deadline:
-            _, url = work.node_url()
-            outcome = await call(
-                http, "GET", f"{url}/v1/topics/{work.topic}", expect=("partitions",)
+            outcome = await work.request(
+                http, work.nodes.pick(), "GET", f"/v1/topics/{work.topic}", expect=("partitions",)
             )
             if outcome.type == "ok":
                 for p in outcome.body["partitions"]:

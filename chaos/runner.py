@@ -108,7 +108,10 @@ async def _group_clients(
     group = GroupWorkload(work, config.group, session_timeout_ms=config.session_timeout_ms)
     members = [group.member(http, config.producers + m, m, until) for m in range(config.members)]
     observer = group.observe(http, config.producers + config.members, until)
-    await asyncio.gather(_faults(cluster, schedule, faults_until), *producers, *members, observer)
+    helpers = [work.nodes.probe(http, until), work.watch_leaders(http, until)]
+    await asyncio.gather(
+        _faults(cluster, schedule, faults_until), *producers, *members, observer, *helpers
+    )
     ready = await asyncio.to_thread(cluster.wait_ready, config.ready_timeout_s)
     final = await group.final_phase(
         http, config.producers + config.members + 1, time.monotonic() + config.final_read_s
