@@ -13,10 +13,13 @@ Invariants of a correct broker, each checked here and named when broken:
   joins, heartbeats and fetches).
 - commit-by-non-owner: a successful commit is made by a member that some answer shows holding
   that partition in the commit's generation.
-- stale-commit: a successful commit of generation g for a partition that, by the answers returned
-  before it was sent, had left the member after g. That means another member held it in a later
-  generation, or the member's own later answer lacked it (API.md: such a commit is stale).
 - generation-regression: the generations one member sees never go backwards over time.
+
+Noted, not judged: late-commit, a successful commit of generation g for a partition that had
+left the member after g by the answers returned before it was sent (another member held it in
+a later generation, or the member's own later answer lacked it). Brokers that fence by exact
+generation refuse it, and brokers that let a partition's last owner commit what it processed
+before the move accept it. At-least-once holds either way, and `lost` checks that.
 
 History shape (keys are "topic/partition", as in the queue checker; every group op names its
 "group"; "member" is the client-chosen member id):
@@ -49,7 +52,6 @@ ANOMALY_TYPES: tuple[str, ...] = (
     "offset-regression",
     "double-assignment",
     "commit-by-non-owner",
-    "stale-commit",
     "generation-regression",
 )
 GROUP_FS: frozenset[str] = frozenset(
@@ -323,7 +325,6 @@ def _check_assignments(index: _Index, out: Anomalies) -> None:
                     commit=op.invoke.index,
                     holders=sorted(held.get((group, generation, key), {})),
                 )
-    _check_stale_commits(index, out)
 
 
 @dataclass
@@ -353,12 +354,10 @@ class _Moved:
         return other if who == member else best
 
 
-def _check_stale_commits(index: _Index, out: Anomalies) -> None:
-    """A successful commit of generation g is stale when, before it was sent, an answer of a
+def _note_late_commits(index: _Index, out: Anomalies) -> None:
+    """A successful commit of generation g is late when, before it was sent, an answer of a
     later generation showed the partition held by another member, or the committing member's
-    own answer of a later generation showed it without the partition. Brokers that fence by
-    exact generation and brokers that accept a commit from a member that has held the partition
-    since g must both refuse such a commit."""
+    own answer of a later generation showed it without the partition."""
     universe: dict[str, set[str]] = defaultdict(set)
     for a in index.answers:
         universe[a.group] |= a.keys
@@ -386,7 +385,7 @@ def _check_stale_commits(index: _Index, out: Anomalies) -> None:
             without = tops[i - 1] if i else -1
             if max(by_other, without) > generation:
                 out.add(
-                    "stale-commit",
+                    "late-commit",
                     group=group,
                     member=member,
                     generation=generation,
@@ -432,12 +431,18 @@ def check(ops: Iterable[Op], allowed: Iterable[str] = ()) -> dict[str, Any]:
     _check_offset_regression(index, out)
     _check_assignments(index, out)
     _check_generations(index, out)
+    notes = Anomalies()
+    _note_late_commits(index, notes)
     found = sorted(out.found)
     return {
         "valid": not set(found) - allowed_types,
         "anomaly_types": found,
         "anomaly_counts": dict(sorted(out.counts.items())),
         "anomalies": {kind: out.found[kind] for kind in found},
+        "notes": {
+            kind: {"count": notes.counts[kind], "examples": notes.found[kind]}
+            for kind in sorted(notes.found)
+        },
         "stats": {
             **consumption,
             "groups": sorted(index.topics),
