@@ -426,21 +426,22 @@ class GroupWorkload:
     # The final phase ---------------------------------------------------------------------
 
     async def _targets(self, http: aiohttp.ClientSession, deadline: float) -> dict[str, int]:
-        """Per partition, the offset the final member must reach: past every acknowledged send
-        and up to the high watermark the topic reports now (producers have stopped)."""
+        """Per partition of the topic as described now, the offset the final member must reach:
+        past every acknowledged send and up to the high watermark (producers have stopped)."""
         work = self.work
-        targets = {work.key(p): work.max_acked.get(p, -1) + 1 for p in range(work.partitions)}
+        acked = {work.key(p): o + 1 for p, o in work.max_acked.items()}
         while time.monotonic() < deadline:
             outcome = await work.request(
                 http, work.nodes.pick(), "GET", f"/v1/topics/{work.topic}", expect=("partitions",)
             )
             if outcome.type == "ok":
+                targets = {}
                 for p in outcome.body["partitions"]:
                     key = work.key(int(p["partition"]))
-                    targets[key] = max(targets.get(key, 0), int(p.get("high_watermark") or 0))
-                break
+                    targets[key] = max(acked.get(key, 0), int(p.get("high_watermark") or 0))
+                return {**acked, **targets}
             await asyncio.sleep(0.5)
-        return targets
+        return {work.key(p): acked.get(work.key(p), 0) for p in range(work.partitions)}
 
     async def final_phase(
         self, http: aiohttp.ClientSession, process: int, deadline: float
