@@ -12,8 +12,9 @@ Rules that keep the history honest (a correct broker must never look wrong):
 - A crash is a member that stops calling (recorded as `group-crash`), wakes up and commits the
   positions it had, then joins again with the same id or a new one; an abandoned id expires
   after the session timeout.
-- Zombie commits (an old generation's positions, with the old generation or with the current one
-  for partitions no longer held) are sent on purpose now and then: the broker must refuse them.
+- Zombie commits are sent on purpose now and then: an old generation's positions with that
+  generation, or a partition outside the member's assignment with the current generation. The
+  broker must refuse the second kind; commit-by-non-owner in the checker says if it did not.
 """
 
 from __future__ import annotations
@@ -342,14 +343,19 @@ class GroupWorkload:
         return None
 
     async def _zombie(self, http: aiohttp.ClientSession, member: Member) -> None:
-        """An old generation's positions with the old generation, or positions of partitions
-        held earlier and no longer with the current one: a correct broker refuses both."""
+        """Either an old generation's positions with the old generation, or a partition outside
+        the member's assignment (at the last position it saw there, else 0) with the current
+        one. A correct broker refuses the second; the first only where the partition has moved
+        on (a broker may let a member commit a generation it held the partition in)."""
+        keys = [self.work.key(p) for p in range(self.work.partitions)]
+        foreign = [k for k in keys if k not in member.assignment]
         old = member.previous
-        foreign = {k: o for k, o in member.ever.items() if k not in member.assignment}
         if old is not None and (not foreign or self.rng.random() < 0.5):
             await self.commit(http, member, old[0], old[1], zombie=True)
         elif foreign:
-            await self.commit(http, member, member.generation, foreign, zombie=True)
+            key = self.rng.choice(foreign)
+            offsets = {key: member.ever.get(key, 0)}
+            await self.commit(http, member, member.generation, offsets, zombie=True)
 
     def _after(self, mean_s: float) -> float:
         return time.monotonic() + self.rng.expovariate(1.0 / mean_s)
