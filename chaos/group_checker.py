@@ -15,11 +15,9 @@ Invariants of a correct broker, each checked here and named when broken:
   that partition in the commit's generation.
 - generation-regression: the generations one member sees never go backwards over time.
 
-Noted, not judged: late-commit, a successful commit of generation g for a partition that had
-left the member after g by the answers returned before it was sent (another member held it in
-a later generation, or the member's own later answer lacked it). Brokers that fence by exact
-generation refuse it, and brokers that let a partition's last owner commit what it processed
-before the move accept it. At-least-once holds either way, and `lost` checks that.
+- stale-commit: a successful commit whose generation is older than one that some answer to a
+  member of the group returned before the commit was sent (API.md: a stale generation gets 409;
+  generations never go back, so the group's generation was newer when the commit arrived).
 
 History shape (keys are "topic/partition", as in the queue checker; every group op names its
 "group"; "member" is the client-chosen member id):
@@ -53,6 +51,7 @@ ANOMALY_TYPES: tuple[str, ...] = (
     "double-assignment",
     "commit-by-non-owner",
     "generation-regression",
+    "stale-commit",
 )
 GROUP_FS: frozenset[str] = frozenset(
     {
@@ -327,72 +326,29 @@ def _check_assignments(index: _Index, out: Anomalies) -> None:
                 )
 
 
-@dataclass
-class _Moved:
-    """Per moment (answer end), the highest generation in which some answer showed a partition
-    held by someone: the top member and generation, and the top generation of any other member."""
-
-    ends: list[Moment] = field(default_factory=list)
-    tops: list[tuple[int, str | None, int]] = field(default_factory=list)
-
-    def add(self, end: Moment, generation: int, member: str) -> None:
-        best, who, other = self.tops[-1] if self.tops else (-1, None, -1)
-        if member == who:
-            best = max(best, generation)
-        elif generation > best:
-            best, who, other = generation, member, best
-        else:
-            other = max(other, generation)
-        self.ends.append(end)
-        self.tops.append((best, who, other))
-
-    def held_by_other(self, before: Moment, member: str) -> int:
-        i = bisect.bisect_left(self.ends, before)
-        if not i:
-            return -1
-        best, who, other = self.tops[i - 1]
-        return other if who == member else best
-
-
-def _note_late_commits(index: _Index, out: Anomalies) -> None:
-    """A successful commit of generation g is late when, before it was sent, an answer of a
-    later generation showed the partition held by another member, or the committing member's
-    own answer of a later generation showed it without the partition."""
-    universe: dict[str, set[str]] = defaultdict(set)
-    for a in index.answers:
-        universe[a.group] |= a.keys
-    held: dict[tuple[str, str], _Moved] = defaultdict(_Moved)
-    lacking: dict[tuple[str, str, str], tuple[list[Moment], list[int]]] = defaultdict(
-        lambda: ([], [])
-    )
+def _check_stale_commits(index: _Index, out: Anomalies) -> None:
+    """A successful commit older than a generation the group had already answered with."""
+    answered: dict[str, tuple[list[Moment], list[int]]] = defaultdict(lambda: ([], []))
     for a in sorted(index.answers, key=lambda a: _end(a.op)):
-        for key in a.keys:
-            held[(a.group, key)].add(_end(a.op), a.generation, a.member)
-        for key in universe[a.group] - a.keys:
-            ends, tops = lacking[(a.group, a.member, key)]
-            ends.append(_end(a.op))
-            tops.append(max(tops[-1] if tops else -1, a.generation))
+        ends, tops = answered[a.group]
+        ends.append(_end(a.op))
+        tops.append(max(tops[-1] if tops else -1, a.generation))
     for op in index.commits:
         if op.type != "ok":
             continue
-        group, member = str(_field(op, "group")), str(_field(op, "member"))
-        generation = int(_field(op, "generation"))
-        for key in _offsets(op):
-            by_other = held[(group, key)].held_by_other(_start(op), member) if (
-                group, key) in held else -1  # fmt: skip
-            ends, tops = lacking.get((group, member, key), ([], []))
-            i = bisect.bisect_left(ends, _start(op))
-            without = tops[i - 1] if i else -1
-            if max(by_other, without) > generation:
-                out.add(
-                    "late-commit",
-                    group=group,
-                    member=member,
-                    generation=generation,
-                    key=key,
-                    commit=op.invoke.index,
-                    moved_in_generation=max(by_other, without),
-                )
+        group, generation = str(_field(op, "group")), int(_field(op, "generation"))
+        ends, tops = answered.get(group, ([], []))
+        i = bisect.bisect_left(ends, _start(op))
+        newer = tops[i - 1] if i else -1
+        if newer > generation:
+            out.add(
+                "stale-commit",
+                group=group,
+                member=str(_field(op, "member")),
+                generation=generation,
+                commit=op.invoke.index,
+                answered_generation=newer,
+            )
 
 
 def _check_generations(index: _Index, out: Anomalies) -> None:
@@ -431,18 +387,13 @@ def check(ops: Iterable[Op], allowed: Iterable[str] = ()) -> dict[str, Any]:
     _check_offset_regression(index, out)
     _check_assignments(index, out)
     _check_generations(index, out)
-    notes = Anomalies()
-    _note_late_commits(index, notes)
+    _check_stale_commits(index, out)
     found = sorted(out.found)
     return {
         "valid": not set(found) - allowed_types,
         "anomaly_types": found,
         "anomaly_counts": dict(sorted(out.counts.items())),
         "anomalies": {kind: out.found[kind] for kind in found},
-        "notes": {
-            kind: {"count": notes.counts[kind], "examples": notes.found[kind]}
-            for kind in sorted(notes.found)
-        },
         "stats": {
             **consumption,
             "groups": sorted(index.topics),

@@ -68,8 +68,6 @@ def summary_text(result: dict[str, Any]) -> str:
             lines += [f"  {kind}: {n}" for kind, n in group["anomaly_counts"].items()]
         else:
             lines.append("group anomalies: none")
-        for kind, note in group["notes"].items():
-            lines.append(f"  noted, not judged: {kind}: {note['count']}")
     lines.append(f"metadata linearizability: {meta['verdict']} over {meta['keys']} topics")
     for failure in meta["failures"]:
         lines.append(

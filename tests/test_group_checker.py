@@ -246,40 +246,27 @@ def test_refused_commit_of_a_partition_not_held_is_fine() -> None:
     assert kinds(*steps) == set()
 
 
-def test_commit_after_the_partition_moved_to_another_member_is_noted_not_judged() -> None:
-    # Exact-generation fencing refuses it; a broker letting the last owner commit accepts it.
-    found = check(
-        history(
-            join(10, "a", 2, [P0, P1]),
-            join(11, "b", 3, [P1]),
-            commit(10, "a", 2, {P1: 3}),
-        )
-    )
-    assert found["valid"] is True
-    assert found["notes"]["late-commit"]["count"] == 1
-    assert found["notes"]["late-commit"]["examples"][0]["moved_in_generation"] == 3
+def test_commit_after_the_partition_moved_to_another_member_is_stale() -> None:
+    steps = (join(10, "a", 2, [P0, P1]), join(11, "b", 3, [P1]), commit(10, "a", 2, {P1: 3}))
+    found = check(history(*steps))
+    assert found["anomaly_types"] == ["stale-commit"]
+    assert found["anomalies"]["stale-commit"][0]["answered_generation"] == 3
 
 
-def test_commit_of_a_partition_the_member_later_answered_without_is_noted() -> None:
-    steps = (join(10, "a", 2, [P0, P1]), heartbeat(10, "a", 3, [P0]), commit(10, "a", 2, {P1: 3}))
-    assert set(check(history(*steps))["notes"]) == {"late-commit"}
-
-
-def test_older_generation_commit_of_a_partition_held_all_along_may_succeed() -> None:
-    # A broker may fence by how long the member has held the partition (owned since g <= 2).
+def test_older_generation_commit_of_a_partition_held_all_along_is_stale() -> None:
+    # API.md fences by generation: once generation 3 exists, generation 2 is stale.
     steps = (
         join(10, "a", 2, [P0, P1]),
         join(11, "b", 3, []),
         heartbeat(10, "a", 3, [P0, P1]),
         commit(10, "a", 2, {P1: 3}),
     )
-    assert kinds(*steps) == set()
-    assert check(history(*steps))["notes"] == {}
+    assert kinds(*steps) == {"stale-commit"}
 
 
-def test_commit_before_the_partition_moved_is_not_late() -> None:
+def test_commit_before_the_partition_moved_is_not_stale() -> None:
     steps = (join(10, "a", 2, [P0, P1]), commit(10, "a", 2, {P1: 3}), join(11, "b", 3, [P1]))
-    assert check(history(*steps))["notes"] == {}
+    assert kinds(*steps) == set()
 
 
 def test_member_seeing_an_older_generation_later_is_generation_regression() -> None:
