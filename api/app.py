@@ -494,7 +494,10 @@ async def _fetch_local(
     """The JSON answer's fields; with `raw`, whole batches under "batches" instead of
     "messages"."""
     deadline = time.monotonic() + spec.wait_ms / 1000
-    offset = await _resolve_offset(state, topic, partition, spec.offset)
+    if spec.timestamp is not None:
+        offset = await state.broker.local_offset_for_timestamp(topic, partition, spec.timestamp)
+    else:
+        offset = await _resolve_offset(state, topic, partition, spec.offset)
     while True:
         wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
         batches, log_start, high_watermark = await state.broker.fetch(
@@ -549,6 +552,9 @@ async def fetch(request: web.Request) -> web.Response:
             "max_bytes": str(spec.max_bytes),
             "wait_ms": str(spec.wait_ms),
         }
+        if spec.timestamp is not None:  # the leader looks it up in its time index
+            del params["offset"]
+            params["timestamp"] = str(spec.timestamp)
         return await state.forwarder.fetch(leader, topic, partition, params)
 
     forwarded = FORWARDED_HEADER in request.headers
@@ -645,6 +651,9 @@ def create_app(broker: Broker, *, self_http: str | None = None) -> web.Applicati
     app.router.add_post("/v1/topics/{topic}/messages", produce)
     app.router.add_get("/v1/topics/{topic}/partitions/{partition}/messages", fetch)
     app.router.add_post("/v1/internal/topics/{topic}/partitions/{partition}/batch", internal_batch)
+    from raftline.api import groups  # imported late: it builds on this module
+
+    groups.add_routes(app)
     if broker.config.test_hooks:
         app.router.add_post("/v1/admin/clock", set_clock_offset)
         app.router.add_post("/v1/admin/network", set_network_faults)

@@ -15,12 +15,17 @@ ERROR_CODES: dict[str, tuple[int, bool]] = {
     "not_found": (404, False),
     "method_not_allowed": (405, False),
     "topic_exists": (409, False),
+    "unknown_group": (404, False),
+    "unknown_member": (404, False),
+    "stale_generation": (409, False),
+    "group_not_empty": (409, False),
     "message_too_large": (413, False),
     "unsupported_media_type": (415, False),
     "offset_out_of_range": (416, False),
     "internal_error": (500, True),
     "not_enough_replicas": (503, True),
     "leader_unavailable": (503, True),
+    "not_leader": (503, True),  # internal: this node does not lead the group (nothing done)
     "timeout": (504, True),
 }
 

@@ -9,6 +9,7 @@ from functools import cache
 from typing import Any
 
 from raftline.api.codec import BATCH_CONTENT_TYPE
+from raftline.api.openapi_groups import GROUP_SCHEMAS, group_paths
 
 JSON = "application/json"
 MSGPACK = "application/msgpack"
@@ -275,6 +276,12 @@ def openapi_document() -> dict[str, Any]:
             "first offset to read (default earliest)",
         ),
         _query(
+            "timestamp",
+            {"type": "integer", "minimum": 0},
+            "instead of offset: start at the first message whose timestamp is >= this (ms; "
+            "from the time index); next_offset is the high watermark when none is",
+        ),
+        _query(
             "max_messages",
             {"type": "integer", "minimum": 1, "default": 500},
             "most messages returned",
@@ -468,6 +475,6 @@ def openapi_document() -> dict[str, Any]:
             '{"error": {"code", "message", "retryable"}}. Bodies may be JSON or msgpack '
             "(Content-Type application/msgpack); answers are msgpack when Accept asks.",
         },
-        "paths": paths,
-        "components": {"schemas": _SCHEMAS},
+        "paths": {**paths, **group_paths()},
+        "components": {"schemas": {**_SCHEMAS, **GROUP_SCHEMAS}},
     }

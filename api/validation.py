@@ -76,6 +76,7 @@ class FetchRequest:
     max_messages: int
     max_bytes: int
     wait_ms: int
+    timestamp: int | None = None  # start at the first message at or after this time (ms)
 
 
 def is_int(value: Any) -> bool:
@@ -309,6 +310,11 @@ def _query_int(query: dict[str, str], name: str, default: int, low: int, high: i
 
 
 def fetch_request(query: dict[str, str]) -> FetchRequest:
+    timestamp = None
+    if "timestamp" in query:
+        if "offset" in query:
+            raise invalid("give offset or timestamp, not both")
+        timestamp = _query_int(query, "timestamp", 0, 0, 2**63 - 1)
     text = query.get("offset", "earliest")
     offset: int | str
     if len(text) > 20:
@@ -327,6 +333,7 @@ def fetch_request(query: dict[str, str]) -> FetchRequest:
         max_messages=_query_int(query, "max_messages", DEFAULT_MAX_MESSAGES, 1, MAX_MAX_MESSAGES),
         max_bytes=_query_int(query, "max_bytes", DEFAULT_MAX_BYTES, 1, MAX_MAX_BYTES),
         wait_ms=_query_int(query, "wait_ms", 0, 0, MAX_WAIT_MS),
+        timestamp=timestamp,
     )
 
 

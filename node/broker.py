@@ -17,6 +17,13 @@ from typing import Any, TypeVar
 from raftline.node.clock import WallClock
 from raftline.node.config import NodeConfig
 from raftline.node.controller import MetaReplica, encode_command, leadership_moves
+from raftline.node.coordinator.service import (
+    GROUPS_TOPIC,
+    GROUPS_TOPIC_CONFIG,
+    SHARDS,
+    Coordinator,
+    shard_of,
+)
 from raftline.node.errors import BrokerError, NotLeader, OutcomeUnknown
 from raftline.node.metadata import (
     META_GROUP,
@@ -52,6 +59,7 @@ class Broker:
         self.runtime = Runtime(config, on_rpc=self._on_rpc)
         self.meta = MetaReplica(on_change=self._metadata_changed)
         self.partitions: dict[str, PartitionReplica] = {}
+        self.coordinator = Coordinator(self)  # consumer groups: shards of the __groups topic
         self._reconciling: asyncio.Task[None] | None = None
         self._reconcile_again = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -78,6 +86,7 @@ class Broker:
             self.runtime.campaign(META_GROUP)
         self._tasks.append(asyncio.ensure_future(self._maintain()))
         self._tasks.append(asyncio.ensure_future(self._enforce_retention()))
+        self._tasks.append(asyncio.ensure_future(self.coordinator.run()))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -87,6 +96,7 @@ class Broker:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for replica in self.partitions.values():
             replica.close()
+        self.coordinator.close()
         await self.runtime.stop()
 
     def _open_storage(self, path: Any, topic_config: dict[str, str]) -> RaftStorage:
@@ -115,13 +125,15 @@ class Broker:
         while self._reconcile_again:
             self._reconcile_again = False
             wanted = self.meta.state.groups_of(self.node_id)
-            for group in [g for g in self.partitions if g not in wanted]:
-                replica = self.partitions.pop(group)
-                replica.close()
+            local = [*self.partitions, *self.coordinator.replicas]
+            for group in [g for g in local if g not in wanted]:
+                if group in self.partitions:
+                    self.partitions.pop(group).close()
+                self.coordinator.drop_replica(group)
                 await self.runtime.remove_group(group)
                 await self.runtime.run_on_disk(shutil.rmtree, self._partition_dir(group), True)
             for group, (topic, partition) in wanted.items():
-                if group not in self.partitions:
+                if group not in self.partitions and group not in self.coordinator.replicas:
                     await self._start_partition(group, topic, partition)
 
     def _partition_dir(self, group: str) -> Any:
@@ -139,6 +151,15 @@ class Broker:
             await self.runtime.run_on_disk(storage.close)
             return
         commit = storage.hard_state.commit
+        replicas = topic.replicas[partition]
+        fresh = storage.last_index() < 0
+        if topic.name == GROUPS_TOPIC:
+            # A coordinator shard replays its whole log, which starts with a checkpoint.
+            shard = self.coordinator.new_replica(group)
+            self.runtime.add_group(group, storage, replicas, shard, applied=-1)
+            if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
+                self.runtime.campaign(group)
+            return
         replica = PartitionReplica(
             self.runtime,
             group,
@@ -150,9 +171,7 @@ class Broker:
             self.config.request_timeout_s,
         )
         self.partitions[group] = replica
-        replicas = topic.replicas[partition]
         self.runtime.add_group(group, storage, replicas, replica, applied=commit)
-        fresh = storage.last_index() < 0
         if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
             self.runtime.campaign(group)
 
@@ -248,6 +267,11 @@ class Broker:
             return None
         if method == "offsets":
             return {g: self._local_offsets(g) for g in args if g in self.partitions}
+        if method.startswith("group_"):
+            return await self.coordinator.handle(method, args)
+        if method == "offset_for_timestamp":
+            topic, partition, timestamp = args
+            return await self.local_offset_for_timestamp(str(topic), int(partition), int(timestamp))
         return await self._controller_local(method, args)
 
     async def _controller(self, method: str, args: Any) -> dict[str, Any]:
@@ -423,7 +447,7 @@ class Broker:
         self, name: str, partitions: int, replication_factor: int, config: dict[str, str]
     ) -> dict[str, Any]:
         try:
-            check_topic_name(name)
+            check_topic_name(self._user_topic(name))
             validate_topic_config(config)
         except MetadataError as exc:
             raise BrokerError(exc.code, exc.message) from None
@@ -450,10 +474,11 @@ class Broker:
                 "replication_factor": t.replication_factor,
             }
             for t in sorted(self.meta.state.topics.values(), key=lambda t: t.name)
+            if t.name != GROUPS_TOPIC
         ]
 
     async def describe_topic(self, name: str) -> dict[str, Any]:
-        topic = await self._topic(name, current=True)
+        topic = await self._topic(self._user_topic(name), current=True)
         groups = [topic.group(p) for p in range(len(topic.replicas))]
         offsets = await self._offsets(groups)
         alive = self.runtime.transport.alive
@@ -523,13 +548,13 @@ class Broker:
         return out
 
     async def delete_topic(self, name: str) -> None:
-        await self._controller("delete_topic", {"name": name})
+        await self._controller("delete_topic", {"name": self._user_topic(name)})
 
     async def topic_partition_count(self, name: str) -> int:
-        return len((await self._topic(name, current=False)).replicas)
+        return len((await self._topic(self._user_topic(name), current=False)).replicas)
 
     async def _replica(self, topic_name: str, partition: int) -> PartitionReplica:
-        topic = await self._topic(topic_name, current=False)
+        topic = await self._topic(self._user_topic(topic_name), current=False)
         if not 0 <= partition < len(topic.replicas):
             raise BrokerError(
                 "unknown_partition", f"topic {topic_name!r} has no partition {partition}"
@@ -560,6 +585,130 @@ class Broker:
         batches, log_start, high_watermark = await replica.fetch(offset, max_bytes, wait_ms)
         self.counters["fetch_bytes"] += sum(len(b) for b in batches)
         return batches, log_start, high_watermark
+
+    async def local_offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int:
+        """On the partition's leader: the first offset whose message is at or after `timestamp`
+        (the high watermark when none is); NotLeader elsewhere."""
+        replica = await self._replica(topic, partition)
+        return await replica.offset_for_timestamp(timestamp)
+
+    # consumer groups: the coordinator shards are the partitions of the internal __groups topic
+
+    async def _groups_topic(self) -> TopicInfo:
+        """The internal topic of coordinator shards, created on the first group call."""
+        topic = self.meta.state.topics.get(GROUPS_TOPIC)
+        if topic is None:
+            await self._barrier()
+            topic = self.meta.state.topics.get(GROUPS_TOPIC)
+        if topic is None:
+            args = {
+                "name": GROUPS_TOPIC,
+                "partitions": SHARDS,
+                "replication_factor": min(3, len(self.config.members())),
+                "config": dict(GROUPS_TOPIC_CONFIG),
+            }
+            try:
+                await self._controller("create_topic", args)
+            except BrokerError as exc:
+                if exc.code != "topic_exists":
+                    raise
+            topic = await self._topic(GROUPS_TOPIC, current=True)
+            deadline = time.monotonic() + CREATE_WAIT_S
+            shards = [topic.group(p) for p in range(len(topic.replicas))]
+            while time.monotonic() < deadline and any(self._live_leader(g) is None for g in shards):
+                await asyncio.sleep(0.05)
+        return topic
+
+    async def group_call(self, group: str, method: str, args: dict[str, Any]) -> Any:
+        """Run a group call (Coordinator._call_*) on the leader of the group's shard."""
+        topic = await self._groups_topic()
+        shard = topic.group(shard_of(group, len(topic.replicas)))
+        voters = topic.replicas[shard_of(group, len(topic.replicas))]
+        return await self._on_leader_of(
+            shard, method, {**args, "group": group, "shard": shard}, voters
+        )
+
+    async def list_groups(self) -> list[dict[str, Any]]:
+        topic = await self._groups_topic()
+        groups: list[dict[str, Any]] = []
+        for index, voters in enumerate(topic.replicas):
+            shard = topic.group(index)
+            answer = await self._on_leader_of(shard, "group_list", {"shard": shard}, voters)
+            groups.extend(answer["groups"])
+        return sorted(groups, key=lambda g: str(g["group"]))
+
+    async def partition_offsets(
+        self, topic: str, partitions: list[int]
+    ) -> dict[int, tuple[int, int]]:
+        """(log start, high watermark) of some partitions of a topic, from their leaders."""
+        info = await self._topic(self._user_topic(topic), current=False)
+        groups = {}
+        for partition in partitions:
+            if not 0 <= partition < len(info.replicas):
+                raise BrokerError(
+                    "unknown_partition", f"topic {topic!r} has no partition {partition}"
+                )
+            groups[partition] = info.group(partition)
+        offsets = await self._offsets(sorted(set(groups.values())))
+        missing = [p for p, g in groups.items() if g not in offsets]
+        if missing:
+            raise BrokerError("leader_unavailable", f"no leader known for {topic} {missing}")
+        return {p: (offsets[g][0], offsets[g][1]) for p, g in groups.items()}
+
+    async def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int:
+        info = await self._topic(self._user_topic(topic), current=False)
+        if not 0 <= partition < len(info.replicas):
+            raise BrokerError("unknown_partition", f"topic {topic!r} has no partition {partition}")
+        args = [topic, partition, timestamp]
+        result: int = await self._on_leader_of(
+            info.group(partition), "offset_for_timestamp", args, info.replicas[partition]
+        )
+        return result
+
+    @staticmethod
+    def _user_topic(name: str) -> str:
+        """Users see no internal topic: they can neither create, read nor write one."""
+        if name == GROUPS_TOPIC:
+            raise BrokerError("unknown_topic", f"{name!r} is an internal topic")
+        return name
+
+    async def _on_leader_of(
+        self, group: str, method: str, args: Any, voters: Collection[int] | None = None
+    ) -> Any:
+        """Run the node RPC `method` on the leader of Raft group `group` (of `voters`): here
+        when this node leads it, else over the node-to-node RPC. While no live leader is known,
+        or the one asked answers `not_leader` (nothing was done), look again for at most one
+        election timeout, then answer leader_unavailable (503, retryable); at once when this
+        node cannot reach a majority of the voters. A call whose leader moves or goes silent
+        while it runs fails at once with OutcomeUnknown (503, retryable: it may have applied)."""
+        if voters is None:
+            hosted = self.runtime.groups.get(group)
+            voters = hosted.core.voters if hosted is not None else self.config.members()
+        started = time.monotonic()
+        while True:
+            leader = self._leader_or_none(group, voters, started)
+            try:
+                if leader == self.node_id:
+                    return await self._on_rpc(self.node_id, method, args)
+                if leader is not None:
+                    call = self.runtime.transport.call(
+                        leader, method, args, self.config.request_timeout_s + 1
+                    )
+                    return await self.while_leads(group, leader, call)
+            except OutcomeUnknown:
+                raise
+            except BrokerError as exc:
+                if exc.code != "not_leader":
+                    raise
+            except RemoteError as exc:
+                if exc.code == OUTCOME_UNKNOWN:
+                    raise OutcomeUnknown(exc.message) from None
+                if exc.code not in ("not_leader", "leader_unavailable"):  # those did nothing
+                    raise BrokerError(exc.code, exc.message) from None
+            if time.monotonic() - started >= self.election_timeout_s:
+                # e.g. a leader elected a moment ago whose first entry has not committed
+                raise BrokerError("leader_unavailable", f"{group} has no leader that serves yet")
+            await asyncio.sleep(0.02)
 
     async def cluster(self) -> dict[str, Any]:
         state = self.meta.state
@@ -610,4 +759,5 @@ class Broker:
         for name, value in values.items():
             kind = "counter" if name.endswith("_total") else "gauge"
             lines += [f"# TYPE {name} {kind}", f'{name}{{node="{self.node_id}"}} {value}']
+        lines += self.coordinator.metrics_lines()
         return "\n".join(lines) + "\n"

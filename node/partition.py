@@ -15,6 +15,7 @@ from typing import Any
 from raftline.node.errors import BrokerError, NotLeader, OutcomeUnknown
 from raftline.node.runtime import Runtime
 from raftline.raftlog.batch import CorruptBatchError, check_crc, iter_headers, parse_header
+from raftline.raftlog.records import iter_batches
 from raftline.raftlog.types import Entry
 
 log = logging.getLogger(__name__)
@@ -199,6 +200,26 @@ class PartitionReplica:
         view = memoryview(data)  # batches are slices of the one read, never copied
         batches = [view[pos : pos + h.size] for pos, h in iter_headers(view)]
         return batches, self.log_start_offset, high_watermark
+
+    async def offset_for_timestamp(self, timestamp: int) -> int:
+        """Offset of the first committed message whose timestamp is >= `timestamp` (the time
+        index finds its batch; the batch is read to find the record), else the high watermark."""
+        self._require_leader()
+        await self._await_term_commit()
+        high_watermark = self.high_watermark
+        base = self.log.offset_for_timestamp(timestamp)
+        while base is not None and base < high_watermark:
+            data = await self.runtime.read_log(self.group, self.log, base, 1, high_watermark)
+            batches = list(iter_batches(data))
+            if not batches:
+                break
+            decoded = batches[0]
+            if not decoded.header.is_control:
+                for record in decoded.records:
+                    if record.timestamp >= timestamp and record.offset >= base:
+                        return int(record.offset)
+            base = decoded.header.last_offset + 1  # max timestamp said yes; records said later
+        return high_watermark
 
     async def _await_term_commit(self) -> None:
         """A new leader's high watermark is current once an entry of its term committed (its
