@@ -120,6 +120,9 @@ class GroupConsumerCore:
         self._rejoin = True  # the next poll joins (first, or after the membership was lost)
         self._lost = False  # while partitions are revoked as lost: commits do nothing
         self._noticed: tuple[int, list[TopicPartition]] | None = None  # a heartbeat's news
+        # The last fetch said the group is rebalancing: ask for the generation before the next
+        # fetch (whose answer would come only after its long-poll on the old assignment).
+        self._ask = False
         self._joins = 0  # so that a heartbeat's 404 from before a join is not taken as news
         self._fetching = 0  # group fetches in flight (each one heartbeats for the member)
         now = clock()
@@ -226,6 +229,9 @@ class GroupConsumerCore:
         if self.closed:
             raise RuntimeError("the group consumer is closed")
         self.last_poll = self.clock()
+        if self._ask and not self._rejoin:
+            self._ask = False
+            yield from self._heartbeat()  # its news is taken below
         if self._rejoin:
             yield from self.joined()
         noticed, self._noticed = self._noticed, None
@@ -256,7 +262,9 @@ class GroupConsumerCore:
         body = answer.json()
         positions = body.get("positions", [])
         assignment = _partitions(body.get("assignment", positions))
-        yield from self._news(int(body["generation"]), assignment)
+        generation = int(body["generation"])
+        self._ask = bool(body.get("rebalancing")) and generation == self.generation
+        yield from self._news(generation, assignment)
         held = set(self.assignment)
         messages = [json_message(m) for m in body.get("messages", [])]
         last = {(m.topic, m.partition): i for i, m in enumerate(messages)}
@@ -355,6 +363,10 @@ class GroupConsumerCore:
             or now - self.last_poll > self.max_poll_interval_s
         ):
             return
+        yield from self._heartbeat()
+
+    def _heartbeat(self) -> Op[None]:
+        """One heartbeat; a newer generation it names is noted in `_noticed`."""
         joins = self._joins
         try:
             path = member_path(self.group, self.member_id, "heartbeat")

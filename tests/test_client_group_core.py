@@ -313,6 +313,22 @@ def test_heartbeat_only_when_idle_and_its_news_waits_for_the_next_poll() -> None
     assert core.generation == 2
 
 
+def test_a_fetch_that_ends_on_a_rebalance_makes_the_next_poll_ask_first() -> None:
+    t = Transcript()
+    core, _ = _member(t)
+    t.run(core.polled(), [_joined(1, 0, 1), _fetched(1, {0: 0, 1: 0}, [])])
+    ended = json.loads(_fetched(1, {0: 0, 1: 0}, []).raw) | {"rebalancing": True}
+    t.run(core.polled(), [_json(ended)])
+    t.events.clear()
+    beat = _json({"generation": 2, "assignment": _parts(0, 1, 2), "rebalancing": False})
+    t.run(core.polled(), [beat, _fetched(2, {0: 0, 1: 0, 2: 0}, [])])
+    assert t.calls() == [
+        ("POST", f"/v1/groups/{GROUP}/members/{MEMBER}/heartbeat"),
+        ("GET", MESSAGES),
+    ]
+    assert t.events[1] == ("on_assign", [("orders", 2)])  # before the fetch went out
+
+
 def test_no_heartbeat_while_a_fetch_is_out_or_the_application_stopped_polling() -> None:
     t = Transcript()
     core, clock = _member(t, session_timeout_ms=3000, max_poll_interval_ms=5000)
