@@ -87,7 +87,7 @@ class AsyncClient(ClientApi):
         self, method: str, path: str, request: wire.Request, url: str | None = None
     ) -> wire.Answer:
         """One request of any body format, with retries on retryable errors."""
-        tries = self._tries(url)
+        tries = self._tries(url, request)
         while True:
             try:
                 return await self._once(method, path, request, tries.url)

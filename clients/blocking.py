@@ -131,7 +131,7 @@ class Client(ClientApi):
         self, method: str, path: str, request: wire.Request, url: str | None = None
     ) -> wire.Answer:
         """One request of any body format, with retries on retryable errors."""
-        tries = self._tries(url)
+        tries = self._tries(url, request)
         while True:
             try:
                 return self._once(method, path, request, tries.url)

@@ -53,12 +53,14 @@ _T = TypeVar("_T")
 _S = TypeVar("_S")
 
 DEFAULT_URL = "http://127.0.0.1:8080"
+NO_RETRY = RetryPolicy(retries=0)
 
 
 @dataclass(slots=True)
 class Call:
-    """One request for the shell to make, with the client's retries: to `url` first, or to a
-    bootstrap node when it is None. The shell sends the Op the Answer or throws it the error."""
+    """One request for the shell to make, with the client's retries (unless the request says
+    `retry=False`): to `url` first, or to a bootstrap node when it is None. The shell sends the
+    Op the Answer or throws it the error."""
 
     method: str
     path: str
@@ -181,8 +183,10 @@ class ClientCore:
     def _base_url(self, url: str | None) -> str:
         return self.nodes.base_url(url)
 
-    def _tries(self, url: str | None) -> Tries:
-        return Tries(self.retry, self.nodes, url)
+    def _tries(self, url: str | None, request: Request | None = None) -> Tries:
+        """The tries of `request`: the client's retry policy, or one try when it says so."""
+        policy = NO_RETRY if request is not None and not request.retry else self.retry
+        return Tries(policy, self.nodes, url)
 
     def refreshed(self, topic: str) -> Op[None]:
         """Look the topic's partitions, their leaders and the nodes' addresses up again."""

@@ -118,6 +118,7 @@ class GroupConsumerCore:
         # Fetched, not yet handed out: (message, its partition, consumed offset once handed).
         self._buffer: deque[tuple[Message, TopicPartition, int]] = deque()
         self._rejoin = True  # the next poll joins (first, or after the membership was lost)
+        self._resync = False  # the next poll joins again, still a member (see joined)
         self._lost = False  # while partitions are revoked as lost: commits do nothing
         self._noticed: tuple[int, list[TopicPartition]] | None = None  # a heartbeat's news
         # The last fetch said the group is rebalancing: ask for the generation before the next
@@ -131,14 +132,25 @@ class GroupConsumerCore:
         self.next_commit_at = now + (auto_commit_interval_ms or 0) / 1000
         self.closed = False
 
+    @property
+    def _who(self) -> tuple[str, str]:
+        return self.group, self.member_id
+
     # ---- membership -------------------------------------------------------------------------
 
     def joined(self) -> Op[None]:
-        """Join (again): whatever was held before is lost first (the server reads a joining
-        member's partitions from the committed offsets again)."""
-        if self.generation is not None:
+        """Join (again). After the membership was lost (`_rejoin`), whatever was held is
+        revoked as lost first. A member that only may have lost a fetch's answer (`_resync`)
+        stays what it was: the join makes the server read its partitions from the committed
+        offsets again, so the auto-commit goes first and nothing handed out comes twice."""
+        if self._rejoin and self.generation is not None:
             yield from self._revoked(list(self.assignment), lost=True, errors=[])
             self.generation = None
+        elif self._resync and self.auto_commit_interval_ms is not None:
+            yield from self.committing(raise_errors=False)
+            if self._rejoin:  # the commit found the membership lost
+                yield from self.joined()
+                return
         body = {
             "topics": self.topics,
             "member_id": self.member_id,
@@ -147,7 +159,7 @@ class GroupConsumerCore:
         }
         answer = yield from json_call("POST", group_path(self.group, "members"), body)
         self._joins += 1
-        self._rejoin = False
+        self._rejoin = self._resync = False
         self._noticed = None
         self.member_id = answer["member_id"]
         self.last_contact = self.clock()
@@ -232,7 +244,7 @@ class GroupConsumerCore:
         if self._ask and not self._rejoin:
             self._ask = False
             yield from self._heartbeat()  # its news is taken below
-        if self._rejoin:
+        if self._rejoin or self._resync:
             yield from self.joined()
         noticed, self._noticed = self._noticed, None
         if noticed is not None:
@@ -241,7 +253,10 @@ class GroupConsumerCore:
             yield from self.committing(raise_errors=False)
 
     def _fetched(self) -> Op[None]:
-        """One group fetch into the buffer (only partitions held after its answer)."""
+        """One group fetch into the buffer (only partitions held after its answer). It is not
+        tried again: the server moves the member's positions on as it answers, so after a failure
+        whose answer may have been lost (a retryable one) the member joins again, which reads
+        from the committed offsets (at-least-once; the next try goes to another node)."""
         params = {
             "max_messages": str(self.max_messages),
             "max_bytes": str(self.max_bytes),
@@ -250,11 +265,17 @@ class GroupConsumerCore:
         path = member_path(self.group, self.member_id, "messages")
         self._fetching += 1
         try:
-            answer = yield Call("GET", path, json_request(None, params))
+            request = json_request(None, params)
+            request.retry = False
+            answer = yield Call("GET", path, request)
         except RaftlineError as error:
-            if error.code not in GONE:
+            if error.code in GONE:
+                self._rejoin = True
+            elif error.retryable:
+                self._resync = True
+                log.info("group %s: fetch of %s failed, joining again: %s", *self._who, error)
+            else:
                 raise
-            self._rejoin = True
             return
         finally:
             self._fetching -= 1
@@ -336,7 +357,7 @@ class GroupConsumerCore:
                 self._rejoin = True
             if raise_errors:
                 raise
-            log.warning("group %s: commit by %s failed: %s", self.group, self.member_id, error)
+            log.warning("group %s: commit by %s failed: %s", *self._who, error)
             return
         self.last_contact = self.clock()
         self.committed.update(due)
@@ -374,7 +395,7 @@ class GroupConsumerCore:
         except RaftlineError as error:
             if error.code in GONE and joins == self._joins:
                 self._rejoin = True
-            log.debug("group %s: heartbeat of %s: %s", self.group, self.member_id, error)
+            log.debug("group %s: heartbeat of %s: %s", *self._who, error)
             return
         self.last_contact = self.clock()
         generation = int(answer["generation"])

@@ -160,11 +160,13 @@ class Answer:
 
 @dataclass(slots=True)
 class Request:
-    """What goes with one HTTP request besides its method and path."""
+    """What goes with one HTTP request besides its method and path; `retry=False`: one try
+    only (its caller decides what a failure means)."""
 
     params: dict[str, str] | None = None
     payload: bytes | bytearray | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    retry: bool = True
 
 
 def answer(status: int, headers: dict[str, str], raw: bytes, node: str) -> Answer:

@@ -14,7 +14,7 @@ import pytest
 
 from raftline.clients.core import Call, ClientCore, Hook, Op, Step
 from raftline.clients.grouping import GroupConsumerCore
-from raftline.clients.wire import Answer, RaftlineError
+from raftline.clients.wire import Answer, RaftlineError, json_request
 
 GROUP = "billing"
 MEMBER = "m-1"
@@ -280,6 +280,29 @@ def test_unknown_member_on_fetch_rejoins_with_the_same_member_id() -> None:
     assert core.consumed == {("orders", 0): 0}  # from the committed offset again
 
 
+def test_a_failed_fetch_is_not_retried_and_the_next_poll_commits_then_joins_again() -> None:
+    t = Transcript()
+    core, _ = _member(t, auto_commit_interval_ms=60_000)
+    t.run(core.polled(), [_joined(1, 0), _fetched(1, {0: 3}, [(0, 1), (0, 2)])])
+    timeout = RaftlineError("connection_failed", "reset", retryable=True)
+    step = Step(core.polled())
+    assert isinstance(step.call, Call)
+    assert step.call.request.retry is False  # its answer may be lost: no second try
+    step.throw(timeout)
+    assert step.call is None and step.result == []
+    t.events.clear()
+    got = t.run(core.polled(), [_json({}), _joined(1, 0), _fetched(1, {0: 3}, [])])
+    # Still a member: what was handed out is committed, then the join restarts the server's
+    # reading at the committed offsets; no revocation, nothing delivered twice.
+    assert t.calls() == [
+        ("POST", OFFSETS),
+        ("POST", f"/v1/groups/{GROUP}/members"),
+        ("GET", MESSAGES),
+    ]
+    assert t.events[0][2]["offsets"] == [{"topic": "orders", "partition": 0, "offset": 3}]
+    assert got == [] and core.generation == 1
+
+
 def test_a_lost_membership_commits_nothing_even_from_on_revoke() -> None:
     t = Transcript()
     core, _ = _member(t, auto_commit_interval_ms=60_000)
@@ -389,3 +412,13 @@ def test_bad_options_are_refused() -> None:
         GroupConsumerCore(client, [], group=GROUP)
     with pytest.raises(ValueError):
         GroupConsumerCore(client, "orders", group=GROUP, auto_commit_interval_ms=0)
+
+
+def test_a_request_tried_once_still_moves_the_next_call_to_another_node() -> None:
+    client = ClientCore("http://a:1,http://b:2")
+    request = json_request(None)
+    request.retry = False
+    tries = client._tries(None, request)
+    with pytest.raises(RaftlineError):
+        tries.failed(RaftlineError("timeout", "slow", retryable=True, node="http://a:1"))
+    assert client.nodes.base_url(None) == "http://b:2"
