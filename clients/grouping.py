@@ -45,6 +45,11 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 Callback = Callable[[list[TopicPartition]], Any]
 
+# Group fetches long-poll under a second: the server's keep-alive watch of a long-poll first
+# fires at 1 s, and a fetch that ends just as it fires can hang until the client's timeout
+# (Python 3.11's wait_for can lose the watch's cancellation). Rebalances are still seen at once:
+# an empty long-poll makes the next poll heartbeat first.
+DEFAULT_WAIT_MS = 900
 GONE = ("unknown_member", "unknown_group")  # the member is no longer one: it joins again
 AUTO_OFFSET_RESETS = ("earliest", "latest")
 HEARTBEATS_PER_SESSION = 3  # a heartbeat goes out after a third of the session without contact
@@ -79,7 +84,7 @@ class GroupConsumerCore:
         member_id: str | None = None,
         session_timeout_ms: int = 10_000,
         auto_offset_reset: str = "latest",
-        wait_ms: int = 1000,
+        wait_ms: int = DEFAULT_WAIT_MS,
         max_messages: int = 500,
         max_bytes: int = 1 << 20,
         max_poll_interval_ms: int = 300_000,
@@ -121,8 +126,10 @@ class GroupConsumerCore:
         self._resync = False  # the next poll joins again, still a member (see joined)
         self._lost = False  # while partitions are revoked as lost: commits do nothing
         self._noticed: tuple[int, list[TopicPartition]] | None = None  # a heartbeat's news
-        # The last fetch said the group is rebalancing: ask for the generation before the next
-        # fetch (whose answer would come only after its long-poll on the old assignment).
+        # Heartbeat before the next fetch: the last one said the group is rebalancing, or
+        # long-polled in vain (a generation that started meanwhile would otherwise be learnt
+        # only from the next fetch's answer, after its whole long-poll on the old assignment).
+        # An idle member thus asks twice per wait_ms; a busy one never.
         self._ask = False
         self._joins = 0  # so that a heartbeat's 404 from before a join is not taken as news
         self._fetching = 0  # group fetches in flight (each one heartbeats for the member)
@@ -284,10 +291,11 @@ class GroupConsumerCore:
         positions = body.get("positions", [])
         assignment = _partitions(body.get("assignment", positions))
         generation = int(body["generation"])
-        self._ask = bool(body.get("rebalancing")) and generation == self.generation
+        messages = [json_message(m) for m in body.get("messages", [])]
+        idle = not messages and self.wait_ms > 0
+        self._ask = (idle or bool(body.get("rebalancing"))) and generation == self.generation
         yield from self._news(generation, assignment)
         held = set(self.assignment)
-        messages = [json_message(m) for m in body.get("messages", [])]
         last = {(m.topic, m.partition): i for i, m in enumerate(messages)}
         ends = {
             (str(p["topic"]), int(p["partition"])): int(p["offset"])

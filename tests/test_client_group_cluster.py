@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -54,7 +55,7 @@ def _poll_until(
     got: dict[int, list[Message]] = {i: [] for i in range(len(consumers))}
     deadline = time.monotonic() + seconds
     while not done():
-        assert time.monotonic() < deadline, "timed out"
+        assert time.monotonic() < deadline, [c.assignment for c in consumers]
         for i, consumer in enumerate(consumers):
             got[i] += consumer.poll()
     return got
@@ -209,3 +210,42 @@ def test_async_members_split_and_hand_over(node: Cluster, topic_name: str) -> No
     events, got, sent = asyncio.run(scenario())
     assert events and events[0][0] == "assign"
     assert sorted(got) == sorted(sent)
+
+
+def _clean_leave_seen_after(client: Client, topic: str) -> float:
+    """Seconds from one member's close() to the other's on_assign of everything, while the
+    other long-polls in a thread with the default wait_ms."""
+    group, gained = next(_groups), []
+    stay = client.consumer(topic, group=group, on_assign=lambda p: gained.append(time.monotonic()))
+    leave = client.consumer(topic, group=group, wait_ms=0)
+    _poll_until([stay, leave], lambda: len(stay.assignment) == len(leave.assignment) == 2)
+    stop = threading.Event()
+
+    def polling() -> None:
+        while not stop.is_set():
+            stay.poll()
+
+    thread = threading.Thread(target=polling)
+    thread.start()
+    try:
+        time.sleep(0.3)
+        left_at = time.monotonic()
+        leave.close()
+        deadline = time.monotonic() + 10
+        while len(stay.assignment) != PARTITIONS:
+            assert time.monotonic() < deadline, stay.assignment
+            time.sleep(0.005)
+        return gained[-1] - left_at
+    finally:
+        stop.set()
+        thread.join()
+        stay.close()
+
+
+def test_a_member_in_a_long_poll_sees_a_clean_leave_within_about_a_second(
+    client: Client, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic(PARTITIONS)
+    seen = [_clean_leave_seen_after(client, topic) for _ in range(3)]
+    print(f"clean leave seen after {', '.join(f'{s:.3f}' for s in seen)} s")
+    assert max(seen) < 1.5

@@ -111,6 +111,7 @@ def _member(
     def on_revoke(partitions: list[tuple[str, int]]) -> None:
         pass
 
+    options.setdefault("wait_ms", 0)  # no long-polls: see the idle test for those
     core = GroupConsumerCore(
         ClientCore("http://a:1"),
         "orders",
@@ -334,6 +335,21 @@ def test_heartbeat_only_when_idle_and_its_news_waits_for_the_next_poll() -> None
     t.run(core.polled(), [_fetched(2, {0: 0}, [])])
     assert t.events[0] == ("on_revoke", [("orders", 1)])
     assert core.generation == 2
+
+
+def test_a_long_poll_that_brought_nothing_makes_the_next_poll_ask_first() -> None:
+    t = Transcript()
+    core, _ = _member(t, wait_ms=1000)
+    t.run(core.polled(), [_joined(1, 0, 1), _fetched(1, {0: 0, 1: 0}, [])])
+    t.events.clear()
+    beat = _json({"generation": 1, "assignment": _parts(0, 1), "rebalancing": False})
+    t.run(core.polled(), [beat, _fetched(1, {0: 1, 1: 0}, [(0, 0)])])
+    t.run(core.polled(), [_fetched(1, {0: 1, 1: 0}, [])])  # it brought one: no heartbeat
+    assert t.calls() == [
+        ("POST", f"/v1/groups/{GROUP}/members/{MEMBER}/heartbeat"),
+        ("GET", MESSAGES),
+        ("GET", MESSAGES),
+    ]
 
 
 def test_a_fetch_that_ends_on_a_rebalance_makes_the_next_poll_ask_first() -> None:
