@@ -134,7 +134,9 @@ def test_a_silent_member_loses_its_partitions_after_the_session_timeout(
     silent._heart.join()
     started = time.monotonic()
     _poll_until([other], lambda: len(other.assignment) == 4, seconds=10)
-    assert time.monotonic() - started < 1.0 + 3.0
+    took = time.monotonic() - started
+    print(f"a silent member's partitions moved {took:.3f} s after its last heartbeat (session 1 s)")
+    assert took < 1.0 + 3.0
     members = client.describe_group(group)["members"]
     assert [m["member_id"] for m in members] == [other.member_id]
     other.close()
