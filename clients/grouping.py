@@ -224,8 +224,8 @@ class GroupConsumerCore:
             return
         errors: list[Exception] = []
         try:
-            if self.generation is not None and not self._rejoin:
-                yield from self._revoked(list(self.assignment), False, errors)
+            if self.generation is not None:  # lost already when it must join again
+                yield from self._revoked(list(self.assignment), self._rejoin, errors)
             if self._joins:
                 try:
                     yield from json_call("DELETE", member_path(self.group, self.member_id))

@@ -206,7 +206,12 @@ def test_async_members_split_and_hand_over(node: Cluster, topic_name: str) -> No
             while len(got) < 80:
                 assert time.monotonic() < deadline
                 got += _got(await second.poll())
+            await second.commit()
+            described = await client.describe_group(group)
+            assert [m["member_id"] for m in described["members"]] == [second.member_id]
+            assert {o["lag"] for o in await client.group_offsets(group)} == {0}
             await second.close()
+            assert {"group": group, "state": "empty", "members": 0} in await client.list_groups()
             return events, got, sent
 
     events, got, sent = asyncio.run(scenario())
