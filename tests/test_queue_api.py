@@ -192,6 +192,7 @@ async def test_bad_input_gets_the_documented_answers_and_settles_nothing(
         ("/v1/queues", {"name": "q2", "topic": "work", "dead_letter_topic": "work"}, 400),
         ("/v1/queues", {"name": "jobs", "topic": "work", "lock_ms": 999}, 409),
         ("/v1/queues", {"name": "q3", "topic": "__groups"}, 404),
+        ("/v1/queues", {"name": "q4", "topic": "work", "dead_letter_topic": "__queues"}, 404),
     ]:
         status, body = await call(api, "POST", path, payload)
         assert status == code, (path, payload, status, body)

@@ -34,6 +34,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from raftline.node.coordinator.service import GROUPS_TOPIC
 from raftline.node.errors import BrokerError
 from raftline.node.queues import partitions, receipts
 from raftline.node.queues.partitions import RawRecord
@@ -198,6 +199,8 @@ class QueueService:
     async def _dead_letter_topic(self, name: str) -> None:
         """A missing dead-letter topic is created (one partition, replicated like the
         internal topics), so that dead letters always have a place to go."""
+        if name in (GROUPS_TOPIC, QUEUES_TOPIC):
+            raise BrokerError("unknown_topic", f"{name!r} is an internal topic")
         try:
             await self.broker.topic_partition_count(name)
             return
