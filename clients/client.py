@@ -5,7 +5,8 @@ answers, errors), `metadata` and `routing` (leaders, partitioner, bootstrap node
 `core`, `producing` and `consuming` (every call, batching and position decision, written once
 as Ops: generators that yield requests and are sent answers), and the two shells that drive
 them, `blocking` (Client, Producer, Consumer, GroupConsumer) and `aio` (AsyncClient,
-AsyncProducer, AsyncConsumer, AsyncGroupConsumer); `grouping` holds the consumer-group member.
+AsyncProducer, AsyncConsumer, AsyncGroupConsumer); `grouping` holds the consumer-group member,
+`queueing` the queue receiver (Queue, AsyncQueue) and its QueueMessage (ack, release, reject).
 By default producers send Kafka record batches they build themselves (optionally compressed)
 and consumers read whole stored batches (`wire="batch"`); `wire="json"` speaks the plain JSON
 contract instead. Bulk paths skip per-message objects: `send_batch` sends many values
