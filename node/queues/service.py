@@ -521,6 +521,31 @@ class QueueService:
             raise BrokerError("invalid_request", f"outcome must be one of {OUTCOMES}")
         errors, claimed = self._claim(replica, leading, queue, texts)
         locks = {key: leading.locks.release(key) for _, key, _ in claimed}
+        # Unlocked but not yet settled: busy, so that no round takes a spent one for archiving
+        # while its acknowledgement commits (it would be acknowledged and dead-lettered both).
+        leading.busy.update(locks)
+        try:
+            await self._settle_claimed(shard, leading, queue, outcome, claimed, errors, locks)
+        finally:
+            leading.busy.difference_update(locks)
+        return {
+            "results": [
+                {"receipt": text, "ok": error is None, "error": error}
+                for text, error in zip(texts, errors, strict=True)
+            ]
+        }
+
+    async def _settle_claimed(
+        self,
+        shard: str,
+        leading: _Leading,
+        queue: Queue,
+        outcome: str,
+        claimed: list[tuple[int, Key, int]],
+        errors: list[str | None],
+        locks: dict[Key, Any],
+    ) -> None:
+        locks = dict(locks)
         if outcome == "accept":
             by_partition: dict[int, list[tuple[int, Key]]] = {}
             for index, key, _ in claimed:
@@ -549,17 +574,11 @@ class QueueService:
             for _, key, attempt in claimed:
                 decision = after_failure(queue, attempt)
                 if decision != "available":
-                    await self._archive(shard, key, decision, "max_deliveries", attempt)
+                    await self._archive(shard, key, decision, "max_deliveries", attempt, True)
             leading.wake()
         else:
             for _, key, attempt in claimed:
-                await self._archive(shard, key, after_reject(queue), "rejected", attempt)
-        return {
-            "results": [
-                {"receipt": text, "ok": error is None, "error": error}
-                for text, error in zip(texts, errors, strict=True)
-            ]
-        }
+                await self._archive(shard, key, after_reject(queue), "rejected", attempt, True)
 
     def _restore(self, shard: str, leading: _Leading, locks: dict[Key, Any]) -> None:
         with contextlib.suppress(BrokerError):
@@ -590,15 +609,19 @@ class QueueService:
 
     # archiving: dead-letter (at-least-once) or drop
 
-    async def _archive(self, shard: str, key: Key, outcome: str, reason: str, count: int) -> None:
+    async def _archive(
+        self, shard: str, key: Key, outcome: str, reason: str, count: int, reserved: bool = False
+    ) -> None:
         """Settle `key` as dead (after its append to the dead-letter topic) or dropped. A
         failure leaves it to the leader's rounds: spent records are found again, rejects are
-        kept in `rejected` for this term (a new leader redelivers them: at-least-once)."""
+        kept in `rejected` for this term (a new leader redelivers them: at-least-once).
+        `reserved`: the caller holds `key` in `busy` already (else nobody else may)."""
         replica, leading = self._lead(shard)
         name, partition, offset = key
-        if key in leading.busy:
-            return
-        leading.busy.add(key)
+        if not reserved:
+            if key in leading.busy:
+                return
+            leading.busy.add(key)
         try:
             queue = self._queue(replica, name)
             if outcome == "dead":
@@ -626,7 +649,8 @@ class QueueService:
             if reason == "rejected":
                 leading.rejected[key] = count
         finally:
-            leading.busy.discard(key)
+            if not reserved:
+                leading.busy.discard(key)
 
     async def _dead_letter(
         self, shard: str, queue: Queue, partition: int, offset: int, count: int, reason: str
