@@ -131,6 +131,10 @@ class GroupConsumerCore:
         # only from the next fetch's answer, after its whole long-poll on the old assignment).
         # An idle member thus asks twice per wait_ms; a busy one never.
         self._ask = False
+        # The group said it is about to move partitions away (rebalancing in this generation):
+        # the next poll auto-commits what was handed out before it answers again, while this
+        # generation's commits still count.
+        self._settle = False
         self._joins = 0  # so that a heartbeat's 404 from before a join is not taken as news
         self._fetching = 0  # group fetches in flight (each one heartbeats for the member)
         now = clock()
@@ -248,6 +252,10 @@ class GroupConsumerCore:
         if self.closed:
             raise RuntimeError("the group consumer is closed")
         self.last_poll = self.clock()
+        if self._settle and not self._rejoin:
+            self._settle = False
+            if self.auto_commit_interval_ms is not None:
+                yield from self.committing(raise_errors=False)
         if self._ask and not self._rejoin:
             self._ask = False
             yield from self._heartbeat()  # its news is taken below
@@ -293,7 +301,9 @@ class GroupConsumerCore:
         generation = int(body["generation"])
         messages = [json_message(m) for m in body.get("messages", [])]
         idle = not messages and self.wait_ms > 0
-        self._ask = (idle or bool(body.get("rebalancing"))) and generation == self.generation
+        rebalancing = bool(body.get("rebalancing")) and generation == self.generation
+        self._ask = (idle and generation == self.generation) or rebalancing
+        self._settle = self._settle or rebalancing
         yield from self._news(generation, assignment)
         held = set(self.assignment)
         last = {(m.topic, m.partition): i for i, m in enumerate(messages)}
@@ -388,6 +398,7 @@ class GroupConsumerCore:
             or self.generation is None
             or self._rejoin
             or self._fetching
+            or self._settle  # the application's next poll commits first, then answers
             or now < self.last_contact + self.heartbeat_s
             or now - self.last_poll > self.max_poll_interval_s
         ):
@@ -409,6 +420,8 @@ class GroupConsumerCore:
         generation = int(answer["generation"])
         if self.generation is not None and generation > self.generation:
             self._noticed = (generation, _partitions(answer["assignment"]))
+        elif generation == self.generation and answer.get("rebalancing"):
+            self._settle = self._ask = True
 
 
 class GroupConsumerApi(GroupConsumerCore):
