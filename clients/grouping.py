@@ -12,10 +12,12 @@ shell drives, and callbacks go out as Hooks to run in the caller's thread or tas
 Invariants:
 - A commit names only offsets of messages handed to the application (by poll or iteration),
   so nothing is committed that was not returned: at-least-once.
-- on_revoke(partitions) runs before any of them is given up: the auto-commit (when on) goes
-  first, and while the callback runs the member still has the generation in which it held them,
-  so its own commits are accepted (the server lets a partition's last owner commit with that
-  generation). Only then are their buffered messages dropped and the new generation taken.
+- Before a rebalance takes partitions from this member the group says so (rebalancing: true in
+  its current generation); the next poll then auto-commits what was handed out (when on), while
+  that generation's commits still count (API.md fences commits by generation), and only then
+  answers again, which lets the rebalance go ahead.
+- on_revoke(partitions) runs before any of them is given up (their buffered messages dropped)
+  and before the new generation is taken.
 - A member that lost its membership (404, 409) commits nothing more of what it held: its
   partitions are revoked as lost (on_revoke runs, commits in it do nothing) before it joins again.
 - Consumed and committed offsets of a partition only move forward while it is held.
@@ -196,12 +198,11 @@ class GroupConsumerCore:
     def _revoked(
         self, revoked: list[TopicPartition], lost: bool, errors: list[Exception]
     ) -> Op[None]:
-        """Give partitions up: auto-commit what was consumed (unless lost), call on_revoke with
-        the old generation still in place, then drop their buffered messages and offsets."""
+        """Give partitions up: call on_revoke, then drop their buffered messages and offsets.
+        What was consumed of them was committed when the group announced the rebalance; a
+        commit now would carry a generation that is no longer current."""
         if not revoked:
             return
-        if not lost and self.auto_commit_interval_ms is not None:
-            yield from self.committing(raise_errors=False)
         self._lost = lost
         try:
             if self.on_revoke is not None:
@@ -229,6 +230,8 @@ class GroupConsumerCore:
         errors: list[Exception] = []
         try:
             if self.generation is not None:  # lost already when it must join again
+                if not self._rejoin and self.auto_commit_interval_ms is not None:
+                    yield from self.committing(raise_errors=False)  # still its generation
                 yield from self._revoked(list(self.assignment), self._rejoin, errors)
             if self._joins:
                 try:
