@@ -4,10 +4,11 @@ a new generation, commit, leave.
 Owns one member's view of its consumer group (member id, generation, assignment), what the
 application has consumed (per partition, the offset after the last message handed to it), when a
 heartbeat and an auto-commit are due, what each answer means (a new generation: commit, revoke,
-assign; 404 unknown_member: join again with the same member id; 409 stale_generation: join
-again) and the order of the application's callbacks. The server keeps the member's fetch
-positions; the client never picks offsets. No I/O and no threads here: every step is an Op the
-shell drives, and callbacks go out as Hooks to run in the caller's thread or task.
+assign; 404 unknown_member: join again with the same member id; 409 stale_generation: ask for the
+current generation and commit again with it) and the order of the application's callbacks. The
+server keeps the member's fetch positions; the client never picks offsets. No I/O and no threads
+here: every step is an Op the shell drives, and callbacks go out as Hooks to run in the caller's
+thread or task.
 
 Invariants:
 - A commit names only offsets of messages handed to the application (by poll or iteration),
@@ -374,11 +375,15 @@ class GroupConsumerCore:
         try:
             yield from json_call("POST", group_path(self.group, "offsets"), body)
         except RaftlineError as error:
-            if error.code in GONE or error.code == "stale_generation":
+            if error.code in GONE:
                 self._rejoin = True
+            elif error.code == "stale_generation":
+                # A newer generation started: the next poll asks for it first, and what this
+                # member still holds is committed again with it.
+                self._ask = True
             if raise_errors:
                 raise
-            log.warning("group %s: commit by %s failed: %s", *self._who, error)
+            log.info("group %s: commit by %s failed: %s", *self._who, error)
             return
         self.last_contact = self.clock()
         self.committed.update(due)

@@ -230,22 +230,25 @@ def test_auto_commit_goes_out_when_due_and_only_with_news() -> None:
     assert t.calls() == [("GET", MESSAGES)]
 
 
-def test_stale_generation_on_commit_raises_then_the_next_poll_rejoins() -> None:
+def test_stale_generation_on_commit_raises_then_kept_partitions_commit_again() -> None:
     t = Transcript()
-    core, _ = _member(t)
+    core, clock = _member(t, auto_commit_interval_ms=1000)
     t.run(core.polled(), [_joined(1, 0, 1), _fetched(1, {0: 1, 1: 1}, [(0, 0), (1, 0)])])
     with pytest.raises(RaftlineError) as raised:
         t.run(core.committing(raise_errors=True), [_error("stale_generation", 409)])
+    clock.now += 2  # the next auto-commit is due
     assert raised.value.code == "stale_generation"
     t.events.clear()
-    got = t.run(core.polled(), [_joined(5, 1), _fetched(5, {1: 0}, [(1, 0)])])
-    # Lost partitions: on_revoke runs, nothing is committed, then the join with the same id.
-    assert t.events[0] == ("on_revoke", [("orders", 0), ("orders", 1)])
-    assert t.events[1][:2] == ("POST", f"/v1/groups/{GROUP}/members")
-    assert t.events[1][2]["member_id"] == MEMBER
-    assert t.events[2] == ("on_assign", [("orders", 1)])
-    assert [(m.partition, m.offset) for m in got] == [(1, 0)]  # delivered again
-    assert core.generation == 5
+    beat = _json({"generation": 2, "assignment": _parts(1), "rebalancing": False})
+    t.run(core.polled(), [beat, _json({}), _fetched(2, {1: 1}, [])])
+    # The next poll asks for the generation, gives up partition 0 and commits partition 1
+    # (still this member's) with generation 2; no join.
+    assert t.events[0][:2] == ("POST", f"/v1/groups/{GROUP}/members/{MEMBER}/heartbeat")
+    assert t.events[1] == ("on_revoke", [("orders", 0)])
+    commit = t.events[2]
+    assert commit[:2] == ("POST", OFFSETS) and commit[2]["generation"] == 2
+    assert commit[2]["offsets"] == [{"topic": "orders", "partition": 1, "offset": 1}]
+    assert core.generation == 2
 
 
 def test_unknown_member_on_fetch_rejoins_with_the_same_member_id() -> None:
