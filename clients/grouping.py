@@ -4,18 +4,21 @@ a new generation, commit, leave.
 Owns one member's view of its consumer group (member id, generation, assignment), what the
 application has consumed (per partition, the offset after the last message handed to it), when a
 heartbeat and an auto-commit are due, what each answer means (a new generation: commit, revoke,
-assign; 404 unknown_member: join again with the same member id; 409 stale_generation: join
-again) and the order of the application's callbacks. The server keeps the member's fetch
-positions; the client never picks offsets. No I/O and no threads here: every step is an Op the
-shell drives, and callbacks go out as Hooks to run in the caller's thread or task.
+assign; 404 unknown_member: join again with the same member id; 409 stale_generation: ask for the
+current generation and commit again with it) and the order of the application's callbacks. The
+server keeps the member's fetch positions; the client never picks offsets. No I/O and no threads
+here: every step is an Op the shell drives, and callbacks go out as Hooks to run in the caller's
+thread or task.
 
 Invariants:
 - A commit names only offsets of messages handed to the application (by poll or iteration),
   so nothing is committed that was not returned: at-least-once.
-- on_revoke(partitions) runs before any of them is given up: the auto-commit (when on) goes
-  first, and while the callback runs the member still has the generation in which it held them,
-  so its own commits are accepted (the server lets a partition's last owner commit with that
-  generation). Only then are their buffered messages dropped and the new generation taken.
+- Before a rebalance takes partitions from this member the group says so (rebalancing: true in
+  its current generation); the next poll then auto-commits what was handed out (when on), while
+  that generation's commits still count (API.md fences commits by generation), and only then
+  answers again, which lets the rebalance go ahead.
+- on_revoke(partitions) runs before any of them is given up (their buffered messages dropped)
+  and before the new generation is taken.
 - A member that lost its membership (404, 409) commits nothing more of what it held: its
   partitions are revoked as lost (on_revoke runs, commits in it do nothing) before it joins again.
 - Consumed and committed offsets of a partition only move forward while it is held.
@@ -131,6 +134,10 @@ class GroupConsumerCore:
         # only from the next fetch's answer, after its whole long-poll on the old assignment).
         # An idle member thus asks twice per wait_ms; a busy one never.
         self._ask = False
+        # The group said it is about to move partitions away (rebalancing in this generation):
+        # the next poll auto-commits what was handed out before it answers again, while this
+        # generation's commits still count.
+        self._settle = False
         self._joins = 0  # so that a heartbeat's 404 from before a join is not taken as news
         self._fetching = 0  # group fetches in flight (each one heartbeats for the member)
         now = clock()
@@ -192,12 +199,11 @@ class GroupConsumerCore:
     def _revoked(
         self, revoked: list[TopicPartition], lost: bool, errors: list[Exception]
     ) -> Op[None]:
-        """Give partitions up: auto-commit what was consumed (unless lost), call on_revoke with
-        the old generation still in place, then drop their buffered messages and offsets."""
+        """Give partitions up: call on_revoke, then drop their buffered messages and offsets.
+        What was consumed of them was committed when the group announced the rebalance; a
+        commit now would carry a generation that is no longer current."""
         if not revoked:
             return
-        if not lost and self.auto_commit_interval_ms is not None:
-            yield from self.committing(raise_errors=False)
         self._lost = lost
         try:
             if self.on_revoke is not None:
@@ -225,6 +231,8 @@ class GroupConsumerCore:
         errors: list[Exception] = []
         try:
             if self.generation is not None:  # lost already when it must join again
+                if not self._rejoin and self.auto_commit_interval_ms is not None:
+                    yield from self.committing(raise_errors=False)  # still its generation
                 yield from self._revoked(list(self.assignment), self._rejoin, errors)
             if self._joins:
                 try:
@@ -248,6 +256,10 @@ class GroupConsumerCore:
         if self.closed:
             raise RuntimeError("the group consumer is closed")
         self.last_poll = self.clock()
+        if self._settle and not self._rejoin:
+            self._settle = False
+            if self.auto_commit_interval_ms is not None:
+                yield from self.committing(raise_errors=False)
         if self._ask and not self._rejoin:
             self._ask = False
             yield from self._heartbeat()  # its news is taken below
@@ -293,7 +305,9 @@ class GroupConsumerCore:
         generation = int(body["generation"])
         messages = [json_message(m) for m in body.get("messages", [])]
         idle = not messages and self.wait_ms > 0
-        self._ask = (idle or bool(body.get("rebalancing"))) and generation == self.generation
+        rebalancing = bool(body.get("rebalancing")) and generation == self.generation
+        self._ask = (idle and generation == self.generation) or rebalancing
+        self._settle = self._settle or rebalancing
         yield from self._news(generation, assignment)
         held = set(self.assignment)
         last = {(m.topic, m.partition): i for i, m in enumerate(messages)}
@@ -361,11 +375,15 @@ class GroupConsumerCore:
         try:
             yield from json_call("POST", group_path(self.group, "offsets"), body)
         except RaftlineError as error:
-            if error.code in GONE or error.code == "stale_generation":
+            if error.code in GONE:
                 self._rejoin = True
+            elif error.code == "stale_generation":
+                # A newer generation started: the next poll asks for it first, and what this
+                # member still holds is committed again with it.
+                self._ask = True
             if raise_errors:
                 raise
-            log.warning("group %s: commit by %s failed: %s", *self._who, error)
+            log.info("group %s: commit by %s failed: %s", *self._who, error)
             return
         self.last_contact = self.clock()
         self.committed.update(due)
@@ -388,6 +406,7 @@ class GroupConsumerCore:
             or self.generation is None
             or self._rejoin
             or self._fetching
+            or self._settle  # the application's next poll commits first, then answers
             or now < self.last_contact + self.heartbeat_s
             or now - self.last_poll > self.max_poll_interval_s
         ):
@@ -409,6 +428,8 @@ class GroupConsumerCore:
         generation = int(answer["generation"])
         if self.generation is not None and generation > self.generation:
             self._noticed = (generation, _partitions(answer["assignment"]))
+        elif generation == self.generation and answer.get("rebalancing"):
+            self._settle = self._ask = True
 
 
 class GroupConsumerApi(GroupConsumerCore):

@@ -51,13 +51,28 @@ def _got(messages: Iterable[Message]) -> list[tuple[int, str]]:
 def _poll_until(
     consumers: list[GroupConsumer], done: Callable[[], bool], seconds: float = 30.0
 ) -> dict[int, list[Message]]:
-    """Polls every consumer in turn until `done()`; what each one got."""
+    """Polls every consumer from a thread of its own (as applications do: a join that waits
+    for the others to commit before a rebalance must not hold their polls) until `done()`;
+    what each one got."""
     got: dict[int, list[Message]] = {i: [] for i in range(len(consumers))}
     deadline = time.monotonic() + seconds
-    while not done():
-        assert time.monotonic() < deadline, [c.assignment for c in consumers]
-        for i, consumer in enumerate(consumers):
-            got[i] += consumer.poll()
+    stop = threading.Event()
+
+    def run(i: int) -> None:
+        while not stop.is_set():
+            got[i] += consumers[i].poll()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(consumers))]
+    for thread in threads:
+        thread.start()
+    try:
+        while not done():
+            assert time.monotonic() < deadline, [c.assignment for c in consumers]
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
     return got
 
 

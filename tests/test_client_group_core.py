@@ -155,58 +155,37 @@ def test_the_first_poll_joins_then_fetches_and_hands_out_in_order() -> None:
     assert core.generation == 1 and core.consumed == {("orders", 0): 2, ("orders", 1): 5}
 
 
-def test_a_new_generation_commits_then_revokes_then_assigns() -> None:
+def test_a_new_generation_revokes_then_assigns_and_commits_nothing_stale() -> None:
     t = Transcript()
     core, _ = _member(t, auto_commit_interval_ms=60_000)
     t.run(core.polled(), [_joined(1, 0, 1), _fetched(1, {0: 3, 1: 1}, [(0, 2), (1, 0)])])
     t.events.clear()
     # The next fetch answers in generation 2: partition 1 moved away, partition 2 came.
-    got = t.run(
-        core.polled(),
-        [
-            _fetched(2, {0: 4, 2: 7}, [(0, 3), (2, 6)]),
-            _json({}),  # the commit, with generation 1
-        ],
-    )
-    assert t.events[0][:2] == ("GET", MESSAGES)
-    assert t.events[1] == (
-        "POST",
-        OFFSETS,
-        {
-            "member_id": MEMBER,
-            "generation": 1,
-            "offsets": [
-                {"topic": "orders", "partition": 0, "offset": 3},
-                {"topic": "orders", "partition": 1, "offset": 1},
-            ],
-        },
-    )
-    assert t.events[2] == ("on_revoke", [("orders", 1)])
-    assert t.events[3] == ("on_assign", [("orders", 2)])
+    got = t.run(core.polled(), [_fetched(2, {0: 4, 2: 7}, [(0, 3), (2, 6)])])
+    # No commit with generation 1: the group would refuse it as stale.
+    assert [e[:2] for e in t.events if len(e) == 3] == [("GET", MESSAGES)]
+    assert t.events[1] == ("on_revoke", [("orders", 1)])
+    assert t.events[2] == ("on_assign", [("orders", 2)])
     assert [(m.partition, m.offset) for m in got] == [(0, 3), (2, 6)]
     assert core.generation == 2
     assert core.assignment == [("orders", 0), ("orders", 2)]
     assert ("orders", 1) not in core.consumed
 
 
-def test_a_commit_made_in_on_revoke_still_carries_the_old_generation() -> None:
+def test_a_rebalance_announced_in_the_generation_commits_before_the_next_answer() -> None:
     t = Transcript()
-    core, _ = _member(t)  # manual commits
-    t.run(core.polled(), [_joined(3, 0, 1), _fetched(3, {0: 1, 1: 9}, [(1, 8)])])
-    revoked: list[Any] = []
-
-    def on_revoke(partitions: list[tuple[str, int]]) -> None:
-        revoked.append((partitions, core.generation))
-        t.run(core.committing(raise_errors=True), [_json({})])
-
-    core.on_revoke = on_revoke
+    core, _ = _member(t, auto_commit_interval_ms=60_000)
+    t.run(core.polled(), [_joined(1, 0, 1), _fetched(1, {0: 3, 1: 1}, [(0, 2), (1, 0)])])
+    announced = json.loads(_fetched(1, {0: 3, 1: 1}, []).raw) | {"rebalancing": True}
+    t.run(core.polled(), [_json(announced)])
     t.events.clear()
-    t.run(core.polled(), [_fetched(4, {0: 1}, [])])
-    assert revoked == [([("orders", 1)], 3)]
-    commit = [e for e in t.events if e[:2] == ("POST", OFFSETS)]
-    assert commit[0][2]["generation"] == 3
-    assert {"topic": "orders", "partition": 1, "offset": 9} in commit[0][2]["offsets"]
-    assert core.generation == 4
+    beat = _json({"generation": 2, "assignment": _parts(0), "rebalancing": False})
+    t.run(core.polled(), [_json({}), beat, _fetched(2, {0: 3}, [])])
+    commit, heartbeat = t.events[0], t.events[1]
+    assert commit[:2] == ("POST", OFFSETS) and commit[2]["generation"] == 1
+    assert {"topic": "orders", "partition": 1, "offset": 1} in commit[2]["offsets"]
+    assert heartbeat[:2] == ("POST", f"/v1/groups/{GROUP}/members/{MEMBER}/heartbeat")
+    assert core.generation == 2
 
 
 def test_buffered_messages_of_a_revoked_partition_are_not_handed_out() -> None:
@@ -251,22 +230,25 @@ def test_auto_commit_goes_out_when_due_and_only_with_news() -> None:
     assert t.calls() == [("GET", MESSAGES)]
 
 
-def test_stale_generation_on_commit_raises_then_the_next_poll_rejoins() -> None:
+def test_stale_generation_on_commit_raises_then_kept_partitions_commit_again() -> None:
     t = Transcript()
-    core, _ = _member(t)
+    core, clock = _member(t, auto_commit_interval_ms=1000)
     t.run(core.polled(), [_joined(1, 0, 1), _fetched(1, {0: 1, 1: 1}, [(0, 0), (1, 0)])])
     with pytest.raises(RaftlineError) as raised:
         t.run(core.committing(raise_errors=True), [_error("stale_generation", 409)])
+    clock.now += 2  # the next auto-commit is due
     assert raised.value.code == "stale_generation"
     t.events.clear()
-    got = t.run(core.polled(), [_joined(5, 1), _fetched(5, {1: 0}, [(1, 0)])])
-    # Lost partitions: on_revoke runs, nothing is committed, then the join with the same id.
-    assert t.events[0] == ("on_revoke", [("orders", 0), ("orders", 1)])
-    assert t.events[1][:2] == ("POST", f"/v1/groups/{GROUP}/members")
-    assert t.events[1][2]["member_id"] == MEMBER
-    assert t.events[2] == ("on_assign", [("orders", 1)])
-    assert [(m.partition, m.offset) for m in got] == [(1, 0)]  # delivered again
-    assert core.generation == 5
+    beat = _json({"generation": 2, "assignment": _parts(1), "rebalancing": False})
+    t.run(core.polled(), [beat, _json({}), _fetched(2, {1: 1}, [])])
+    # The next poll asks for the generation, gives up partition 0 and commits partition 1
+    # (still this member's) with generation 2; no join.
+    assert t.events[0][:2] == ("POST", f"/v1/groups/{GROUP}/members/{MEMBER}/heartbeat")
+    assert t.events[1] == ("on_revoke", [("orders", 0)])
+    commit = t.events[2]
+    assert commit[:2] == ("POST", OFFSETS) and commit[2]["generation"] == 2
+    assert commit[2]["offsets"] == [{"topic": "orders", "partition": 1, "offset": 1}]
+    assert core.generation == 2
 
 
 def test_unknown_member_on_fetch_rejoins_with_the_same_member_id() -> None:

@@ -238,7 +238,7 @@ class CoordinatorState:
             raise GroupError(
                 "stale_generation",
                 f"generation {generation} is not the current generation of {group.name!r} "
-                f"({group.generation}): join again to learn the assignment",
+                f"({group.generation})",
             )
         held = set(group.assignment.get(member_id, ()))
         for tp, _ in offsets:
