@@ -48,15 +48,6 @@ def _member_id(value: Any) -> str:
     return value
 
 
-def _body(raw: Any, allowed: frozenset[str], what: str) -> dict[str, Any]:
-    if not isinstance(raw, dict):
-        raise invalid(f"{what} must be a JSON object")
-    unknown = sorted(str(k) for k in raw if k not in allowed)
-    if unknown:
-        raise invalid(f"unknown field(s) in {what}: {', '.join(unknown)}")
-    return raw
-
-
 def _int_field(body: dict[str, Any], name: str, low: int = 0) -> int:
     value = body.get(name)
     if not validation.is_int(value) or value < low:
@@ -76,7 +67,7 @@ def _assignment(items: list[Any]) -> list[dict[str, Any]]:
 
 async def join(request: web.Request) -> web.Response:
     group = _group(request)
-    body = _body(await read_body(request), JOIN_FIELDS, "the join request")
+    body = validation.fields_of(await read_body(request), JOIN_FIELDS, "the join request")
     topics = body.get("topics")
     if not isinstance(topics, list) or not topics:
         raise invalid("topics must be a non-empty list of topic names")
@@ -307,7 +298,7 @@ async def member_messages(request: web.Request) -> web.Response:
 
 async def commit(request: web.Request) -> web.Response:
     group = _group(request)
-    body = _body(await read_body(request), COMMIT_FIELDS, "the commit request")
+    body = validation.fields_of(await read_body(request), COMMIT_FIELDS, "the commit request")
     member = _member_id(body.get("member_id"))
     generation = _int_field(body, "generation")
     raw = body.get("offsets")
@@ -316,7 +307,9 @@ async def commit(request: web.Request) -> web.Response:
     offsets = []
     seen = set()
     for index, item in enumerate(raw):
-        item = _body(item, frozenset({"topic", "partition", "offset"}), f"offsets[{index}]")
+        item = validation.fields_of(
+            item, frozenset({"topic", "partition", "offset"}), f"offsets[{index}]"
+        )
         topic = validation.topic_name(item.get("topic"))
         partition = _int_field(item, "partition")
         offset = item.get("offset")
@@ -339,7 +332,7 @@ async def offsets(request: web.Request) -> web.Response:
 
 async def reset(request: web.Request) -> web.Response:
     group = _group(request)
-    body = _body(await read_body(request), RESET_FIELDS, "the reset request")
+    body = validation.fields_of(await read_body(request), RESET_FIELDS, "the reset request")
     topic = validation.topic_name(body.get("topic"))
     to = body.get("to")
     valid = to in ("earliest", "latest") or (

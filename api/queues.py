@@ -38,15 +38,6 @@ def _queue(name: Any) -> str:
     return name
 
 
-def _body(raw: Any, allowed: frozenset[str], what: str) -> dict[str, Any]:
-    if not isinstance(raw, dict):
-        raise invalid(f"{what} must be a JSON object")
-    unknown = sorted(str(k) for k in raw if k not in allowed)
-    if unknown:
-        raise invalid(f"unknown field(s) in {what}: {', '.join(unknown)}")
-    return raw
-
-
 def _int(body: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
     value = body.get(name, default)
     if not validation.is_int(value) or not low <= value <= high:
@@ -66,7 +57,7 @@ def _receipts(body: dict[str, Any]) -> list[str]:
 
 
 async def create(request: web.Request) -> web.Response:
-    body = _body(await read_body(request), CREATE_FIELDS, "the queue")
+    body = validation.fields_of(await read_body(request), CREATE_FIELDS, "the queue")
     name = _queue(body.get("name"))
     args: dict[str, Any] = {
         "topic": validation.topic_name(body.get("topic")),
@@ -117,7 +108,7 @@ async def receive(request: web.Request) -> web.Response:
     state = _state(request)
     name = _queue(request.match_info["queue"])
     body = (
-        _body(await read_body(request), RECEIVE_FIELDS, "the receive request")
+        validation.fields_of(await read_body(request), RECEIVE_FIELDS, "the receive request")
         if request.body_exists
         else {}
     )
@@ -142,7 +133,7 @@ async def receive(request: web.Request) -> web.Response:
 
 async def ack(request: web.Request) -> web.Response:
     name = _queue(request.match_info["queue"])
-    body = _body(await read_body(request), ACK_FIELDS, "the ack request")
+    body = validation.fields_of(await read_body(request), ACK_FIELDS, "the ack request")
     outcome = body.get("outcome", "accept")
     if outcome not in OUTCOMES:
         raise invalid(f"outcome must be one of {', '.join(OUTCOMES)}")
@@ -153,7 +144,7 @@ async def ack(request: web.Request) -> web.Response:
 
 async def extend(request: web.Request) -> web.Response:
     name = _queue(request.match_info["queue"])
-    body = _body(await read_body(request), EXTEND_FIELDS, "the extend request")
+    body = validation.fields_of(await read_body(request), EXTEND_FIELDS, "the extend request")
     args: dict[str, Any] = {"receipts": _receipts(body)}
     if body.get("lock_ms") is not None:
         args["lock_ms"] = _int(body, "lock_ms", 0, MIN_LOCK_MS, MAX_LOCK_MS)

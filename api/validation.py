@@ -351,3 +351,13 @@ def max_message_bytes(config: dict[str, Any]) -> int:
         return int(raw) if raw is not None else DEFAULT_MAX_MESSAGE_BYTES
     except (TypeError, ValueError):
         return DEFAULT_MAX_MESSAGE_BYTES
+
+
+def fields_of(raw: Any, allowed: frozenset[str], what: str) -> dict[str, Any]:
+    """A JSON object whose keys are all in `allowed` (`what` names it in the error)."""
+    if not isinstance(raw, dict):
+        raise invalid(f"{what} must be a JSON object")
+    unknown = sorted(str(k) for k in raw if k not in allowed)
+    if unknown:
+        raise invalid(f"unknown field(s) in {what}: {', '.join(unknown)}")
+    return raw

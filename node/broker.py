@@ -135,7 +135,11 @@ class Broker:
         while self._reconcile_again:
             self._reconcile_again = False
             wanted = self.meta.state.groups_of(self.node_id)
-            local = [*self.partitions, *self.coordinator.replicas, *self.queues.replicas]
+            local = [
+                *self.partitions,
+                *self.coordinator.shards.replicas,
+                *self.queues.shards.replicas,
+            ]
             for group in [g for g in local if g not in wanted]:
                 if group in self.partitions:
                     self.partitions.pop(group).close()

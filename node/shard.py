@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 from raftline.node.controller import decode_command, encode_command
 from raftline.node.errors import BrokerError, OutcomeUnknown
@@ -217,3 +218,43 @@ class ShardReplica:
         return OutcomeUnknown(
             f"leadership of {self.shard} changed before the {self._what} command committed"
         )
+
+
+R = TypeVar("R", bound=ShardReplica)
+L = TypeVar("L")
+
+
+class ShardLeadership(Generic[R, L]):
+    """The local replicas of one kind of shard and, for each shard this node leads, the
+    leader-only memory of the current term (made by `fresh(term)`; dropped when the term
+    changes, since a new leader starts from applied state alone)."""
+
+    def __init__(self, fresh: Callable[[int], L]) -> None:
+        self.replicas: dict[str, R] = {}
+        self.leading: dict[str, L] = {}
+        self._fresh = fresh
+
+    def add(self, shard: str, replica: R) -> R:
+        self.replicas[shard] = replica
+        return replica
+
+    def drop(self, shard: str) -> None:
+        replica = self.replicas.pop(shard, None)
+        if replica is not None:
+            replica.close()
+        self.leading.pop(shard, None)
+
+    def drop_all(self) -> None:
+        for shard in list(self.replicas):
+            self.drop(shard)
+
+    def lead(self, shard: str) -> tuple[R, L]:
+        """The shard's replica and leader memory; not_leader where this node does not serve
+        it as leader (nothing was done: the caller may try the leader)."""
+        replica = self.replicas.get(shard)
+        if replica is None or not replica.serving:
+            raise not_leader(shard)
+        leading = self.leading.get(shard)
+        if leading is None or getattr(leading, "term", None) != replica.term:
+            leading = self.leading[shard] = self._fresh(replica.term)
+        return replica, leading

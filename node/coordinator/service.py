@@ -21,7 +21,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from raftline.node.coordinator.replica import CoordinatorReplica, not_leader
+from raftline.node.coordinator.replica import CoordinatorReplica
 from raftline.node.coordinator.state import (
     CoordinatorState,
     Group,
@@ -30,6 +30,7 @@ from raftline.node.coordinator.state import (
     check_member_id,
 )
 from raftline.node.errors import BrokerError
+from raftline.node.shard import ShardLeadership
 
 if TYPE_CHECKING:
     from raftline.node.broker import Broker
@@ -70,8 +71,7 @@ class _Leading:
 class Coordinator:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.replicas: dict[str, CoordinatorReplica] = {}  # Raft group name -> local replica
-        self._leading: dict[str, _Leading] = {}
+        self.shards: ShardLeadership[CoordinatorReplica, _Leading] = ShardLeadership(_Leading)
         self.watermarks: dict[tuple[str, int], int] = {}  # high watermarks (gauges)
         self._refreshed = 0.0
         self._background: set[asyncio.Future[None]] = set()
@@ -87,31 +87,24 @@ class Coordinator:
 
     # replicas come and go with the metadata
 
+    @property
+    def replicas(self) -> dict[str, CoordinatorReplica]:
+        """This node's replicas of the shards, by Raft group name."""
+        return self.shards.replicas
+
     def new_replica(self, shard: str) -> CoordinatorReplica:
-        replica = CoordinatorReplica(self.broker.runtime, shard)
-        self.replicas[shard] = replica
-        return replica
+        return self.shards.add(shard, CoordinatorReplica(self.broker.runtime, shard))
 
     def close(self) -> None:
         for task in list(self._background):
             task.cancel()
-        for shard in list(self.replicas):
-            self.drop_replica(shard)
+        self.shards.drop_all()
 
     def drop_replica(self, shard: str) -> None:
-        replica = self.replicas.pop(shard, None)
-        if replica is not None:
-            replica.close()
-        self._leading.pop(shard, None)
+        self.shards.drop(shard)
 
     def _lead(self, shard: str) -> tuple[CoordinatorReplica, _Leading]:
-        replica = self.replicas.get(shard)
-        if replica is None or not replica.serving:
-            raise not_leader(shard)
-        leading = self._leading.get(shard)
-        if leading is None or leading.term != replica.term:
-            leading = self._leading[shard] = _Leading(replica.term)
-        return replica, leading
+        return self.shards.lead(shard)
 
     # the calls, run on the shard's leader (Broker._on_leader_of brings them here)
 
@@ -360,7 +353,8 @@ class Coordinator:
 
     def _log_generation(self, shard: str, name: str, why: str) -> None:
         """Rare, and what a post-mortem of a rebalance needs first: who holds what, when."""
-        group = self.replicas[shard].state.groups.get(name) if shard in self.replicas else None
+        replica = self.shards.replicas.get(shard)
+        group = replica.state.groups.get(name) if replica is not None else None
         if group is not None:
             holds = {m: [f"{t}/{p}" for t, p in held] for m, held in group.assignment.items()}
             log.info("group %s generation %d (%s): %s", name, group.generation, why, holds)
@@ -511,9 +505,9 @@ class Coordinator:
         refresh = now - self._refreshed >= REFRESH_S
         if refresh:
             self._refreshed = now
-        for shard, replica in list(self.replicas.items()):
+        for shard, replica in list(self.shards.replicas.items()):
             if not replica.serving:
-                self._leading.pop(shard, None)
+                self.shards.leading.pop(shard, None)
                 continue
             _, leading = self._lead(shard)
             for group in list(replica.state.groups.values()):
@@ -584,7 +578,7 @@ class Coordinator:
             "# TYPE raftline_group_generation gauge",
         ]
         node = self.broker.node_id
-        for replica in self.replicas.values():
+        for replica in self.shards.replicas.values():
             if not replica.serving:
                 continue
             for group in replica.state.groups.values():

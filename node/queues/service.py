@@ -54,7 +54,7 @@ from raftline.node.queues.state import (
     spent,
 )
 from raftline.node.runtime import Runtime
-from raftline.node.shard import ShardReplica, not_leader
+from raftline.node.shard import ShardLeadership, ShardReplica, not_leader
 
 if TYPE_CHECKING:
     from raftline.node.broker import Broker
@@ -111,8 +111,7 @@ def now_ms() -> int:
 class QueueService:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.replicas: dict[str, QueueReplica] = {}
-        self._leading: dict[str, _Leading] = {}
+        self.shards: ShardLeadership[QueueReplica, _Leading] = ShardLeadership(_Leading)
         self._background: set[asyncio.Future[Any]] = set()
 
     @property
@@ -121,31 +120,24 @@ class QueueService:
 
     # replicas come and go with the metadata
 
+    @property
+    def replicas(self) -> dict[str, QueueReplica]:
+        """This node's replicas of the shards, by Raft group name."""
+        return self.shards.replicas
+
     def new_replica(self, shard: str) -> QueueReplica:
-        replica = QueueReplica(self.broker.runtime, shard)
-        self.replicas[shard] = replica
-        return replica
+        return self.shards.add(shard, QueueReplica(self.broker.runtime, shard))
 
     def drop_replica(self, shard: str) -> None:
-        replica = self.replicas.pop(shard, None)
-        if replica is not None:
-            replica.close()
-        self._leading.pop(shard, None)
+        self.shards.drop(shard)
 
     def close(self) -> None:
         for task in list(self._background):
             task.cancel()
-        for shard in list(self.replicas):
-            self.drop_replica(shard)
+        self.shards.drop_all()
 
     def _lead(self, shard: str) -> tuple[QueueReplica, _Leading]:
-        replica = self.replicas.get(shard)
-        if replica is None or not replica.serving:
-            raise not_leader(shard)
-        leading = self._leading.get(shard)
-        if leading is None or leading.term != replica.term:
-            leading = self._leading[shard] = _Leading(replica.term)
-        return replica, leading
+        return self.shards.lead(shard)
 
     def _queue(self, replica: QueueReplica, name: Any) -> Queue:
         queue = replica.state.queues.get(check_queue(name))
@@ -690,9 +682,9 @@ class QueueService:
 
     def _round(self) -> None:
         now = now_ms()
-        for shard, replica in list(self.replicas.items()):
+        for shard, replica in list(self.shards.replicas.items()):
             if not replica.serving:
-                self._leading.pop(shard, None)
+                self.shards.leading.pop(shard, None)
                 continue
             _, leading = self._lead(shard)
             if replica.state.secret is None:
@@ -745,8 +737,8 @@ class QueueService:
         names = ("locked", "acknowledged", "dead_lettered", "dropped")
         lines = [f"# TYPE raftline_queue_{name} gauge" for name in names]
         node = self.broker.node_id
-        for shard, replica in self.replicas.items():
-            leading = self._leading.get(shard)
+        for shard, replica in self.shards.replicas.items():
+            leading = self.shards.leading.get(shard)
             if not replica.serving or leading is None:
                 continue
             for queue in replica.state.queues.values():
