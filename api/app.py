@@ -383,16 +383,19 @@ def _assign_partitions(
 
 async def _produce_partition(
     state: ApiState, topic: str, partition: int, batch: bytes, acks: str
-) -> int:
-    async def local() -> int:
+) -> tuple[int, bool]:
+    """(base offset, duplicate): duplicate when an idempotent producer's batch was there."""
+
+    async def local() -> tuple[int, bool]:
         async with asyncio.timeout(PRODUCE_TIMEOUT_S):  # unlike wait_for, no task per request
             # Every batch reaching here was built by codec or passed records.check_batch.
-            return await state.broker.produce(topic, partition, batch, acks, crc_checked=True)
+            return await state.broker.append(topic, partition, batch, acks, crc_checked=True)
 
-    async def remote(leader: str) -> int:
+    async def remote(leader: str) -> tuple[int, bool]:
         return await state.forwarder.produce(leader, topic, partition, batch, acks)
 
-    return await state.with_leader(local, remote, forwarded=False)
+    result: tuple[int, bool] = await state.with_leader(local, remote, forwarded=False)
+    return result
 
 
 async def produce(request: web.Request) -> web.Response:
@@ -403,9 +406,16 @@ async def produce(request: web.Request) -> web.Response:
     spec = validation.produce_request(await read_body(request))
     meta = await state.topic_meta(topic)
     groups = _assign_partitions(state, topic, meta, spec.messages)
+    if spec.producer is not None and len(groups) != 1:
+        raise invalid(
+            "with producer_id, producer_epoch and sequence every message must go to one "
+            f"partition; these go to {sorted(groups)}"
+        )
     now_ms = state.broker.clock.now_ms()
     batches = {
-        partition: codec.encode_batch([spec.messages[i] for i in indexes], meta.compression, now_ms)
+        partition: codec.encode_batch(
+            [spec.messages[i] for i in indexes], meta.compression, now_ms, spec.producer
+        )
         for partition, indexes in groups.items()
     }
     work = [
@@ -417,12 +427,15 @@ async def produce(request: web.Request) -> web.Response:
         state.background.add(task)
         task.add_done_callback(state.background.discard)
         return reply(request, {}, status=202)
-    base_offsets = await asyncio.gather(*work)
+    results = await asyncio.gather(*work)
     offsets: list[dict[str, int] | None] = [None] * len(spec.messages)
-    for (partition, indexes), base in zip(groups.items(), base_offsets, strict=True):
+    for (partition, indexes), (base, _) in zip(groups.items(), results, strict=True):
         for delta, index in enumerate(indexes):
             offsets[index] = {"partition": partition, "offset": base + delta}
-    return reply(request, {"offsets": offsets})
+    answer: dict[str, Any] = {"offsets": offsets}
+    if any(duplicate for _, duplicate in results):
+        answer["duplicate"] = True  # an idempotent retry: nothing written, the original's offsets
+    return reply(request, answer)
 
 
 async def _produce_batch(request: web.Request) -> web.Response:
@@ -451,8 +464,11 @@ async def _produce_batch(request: web.Request) -> web.Response:
         state.background.add(task)
         task.add_done_callback(state.background.discard)
         return reply(request, {}, status=202)
-    base = await work
-    return reply(request, {"partition": partition, "base_offset": base, "count": count})
+    base, duplicate = await work
+    answer: dict[str, Any] = {"partition": partition, "base_offset": base, "count": count}
+    if duplicate:
+        answer["duplicate"] = True
+    return reply(request, answer)
 
 
 async def _fire_and_forget(work: list[Awaitable[int]]) -> None:
@@ -480,12 +496,32 @@ async def internal_batch(request: web.Request) -> web.Response:
         raise invalid(f"body is not one record batch: {exc}") from None
     try:
         async with asyncio.timeout(PRODUCE_TIMEOUT_S):
-            base = await state.broker.produce(topic, partition, batch, acks, crc_checked=True)
+            base, duplicate = await state.broker.append(
+                topic, partition, batch, acks, crc_checked=True
+            )
     except NotLeader as exc:
         error = from_broker_error(exc)
         error.extra["leader_http"] = exc.leader_http
         raise error from None
-    return reply(request, {"base_offset": base})
+    return reply(request, {"base_offset": base, "duplicate": duplicate})
+
+
+async def new_producer(request: web.Request) -> web.Response:
+    """`POST /v1/producers`: a fresh producer id (epoch 0) for an idempotent producer."""
+    raw = await read_raw_body(request)
+    body = None
+    if raw.strip():
+        try:
+            body = (
+                msgpack.unpackb(raw, raw=False)
+                if request.content_type in MSGPACK_TYPES
+                else orjson.loads(raw)
+            )
+        except Exception as exc:
+            raise invalid(f"body is not valid JSON: {exc}") from None
+    validation.new_producer_request(body)
+    producer_id, epoch = await _state(request).broker.new_producer()
+    return reply(request, {"producer_id": producer_id, "producer_epoch": epoch})
 
 
 async def _fetch_local(
@@ -653,6 +689,7 @@ def create_app(broker: Broker, *, self_http: str | None = None) -> web.Applicati
     app.router.add_get("/v1/topics/{topic}", describe_topic)
     app.router.add_delete("/v1/topics/{topic}", delete_topic)
     app.router.add_post("/v1/topics/{topic}/messages", produce)
+    app.router.add_post("/v1/producers", new_producer)
     app.router.add_get("/v1/topics/{topic}/partitions/{partition}/messages", fetch)
     app.router.add_post("/v1/internal/topics/{topic}/partitions/{partition}/batch", internal_batch)
     from raftline.api import groups  # imported late: it builds on this module

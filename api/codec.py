@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import StreamReader
 
 from raftline.api.errors import ApiError, invalid
-from raftline.api.validation import ProduceMessage
+from raftline.api.validation import ProduceMessage, ProducerFields
 from raftline.raftlog.batch import HEADER_SIZE, MAX_BATCH_SIZE, CorruptBatchError, parse_header
 from raftline.raftlog.records import Codec, Record, build_batch, check_batch, decode_batch
 
@@ -75,8 +75,14 @@ def _body_too_large(limit: int) -> ApiError:
     return ApiError("message_too_large", f"request body exceeds {limit} bytes")
 
 
-def encode_batch(messages: list[ProduceMessage], compression: str, now_ms: int) -> bytes:
-    """One batch holding `messages` in order (they get consecutive offsets)."""
+def encode_batch(
+    messages: list[ProduceMessage],
+    compression: str,
+    now_ms: int,
+    producer: ProducerFields | None = None,
+) -> bytes:
+    """One batch holding `messages` in order (they get consecutive offsets); an idempotent
+    producer's id, epoch and first sequence go in its header."""
     # Varint lengths, deltas and attributes: generous upper bounds per record and header.
     bound = HEADER_SIZE + sum(m.size + 40 + 10 * len(m.headers) for m in messages)
     if bound > MAX_BATCH_SIZE:
@@ -89,8 +95,16 @@ def encode_batch(messages: list[ProduceMessage], compression: str, now_ms: int) 
         Record(value=m.value, key=m.key, headers=tuple(m.headers), timestamp=m.timestamp)
         for m in messages
     ]
+    fields: dict[str, int] = {}
+    if producer is not None:
+        fields = {
+            "producer_id": producer.producer_id,
+            "producer_epoch": producer.producer_epoch,
+            "base_sequence": producer.sequence,
+        }
+    codec = CODECS.get(compression, Codec.NONE)
     try:
-        return build_batch(records, codec=CODECS.get(compression, Codec.NONE), timestamp=now_ms)
+        return build_batch(records, codec=codec, timestamp=now_ms, **fields)
     except ValueError as exc:
         raise ApiError("invalid_request", f"messages cannot form a record batch: {exc}") from None
 
@@ -123,7 +137,14 @@ def produced_batch(body: bytes, max_message_bytes: int, compression: str) -> tup
         Record(value=r.value, key=r.key, headers=r.headers, timestamp=r.timestamp)
         for r in decode_batch(body).records
     ]
-    return build_batch(records, codec=codec), header.records_count
+    rebuilt = build_batch(
+        records,
+        codec=codec,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+    )
+    return rebuilt, header.records_count
 
 
 def select_batches(batches: Sequence[Buffer], offset: int, max_messages: int) -> DecodedFetch:

@@ -19,6 +19,8 @@ ERROR_CODES: dict[str, tuple[int, bool]] = {
     "unknown_member": (404, False),
     "stale_generation": (409, False),
     "group_not_empty": (409, False),
+    "out_of_order_sequence": (409, False),
+    "producer_fenced": (409, False),
     "message_too_large": (413, False),
     "unsupported_media_type": (415, False),
     "offset_out_of_range": (416, False),

@@ -56,7 +56,8 @@ class Forwarder:
 
     async def produce(
         self, leader_http: str, topic: str, partition: int, batch: bytes, acks: str
-    ) -> int:
+    ) -> tuple[int, bool]:
+        """(base offset, duplicate) from the leader's internal batch endpoint."""
         url = f"http://{leader_http}/v1/internal/topics/{topic}/partitions/{partition}/batch"
         body = await self._call(
             "POST",
@@ -65,7 +66,7 @@ class Forwarder:
             data=batch,
             headers={"Content-Type": "application/octet-stream", FORWARDED_HEADER: "1"},
         )
-        return int(body["base_offset"])
+        return int(body["base_offset"]), bool(body.get("duplicate", False))
 
     async def fetch(
         self, leader_http: str, topic: str, partition: int, params: dict[str, str]

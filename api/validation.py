@@ -30,7 +30,13 @@ MESSAGE_FIELDS = frozenset(
 )
 # The shape almost every producer sends; such messages skip the field-by-field checks.
 COMMON_MESSAGE_FIELDS = frozenset({"key", "value", "partition"})
-PRODUCE_FIELDS = frozenset({"acks", "messages"})
+PRODUCE_FIELDS = frozenset(
+    {"acks", "messages", "producer_id", "producer_epoch", "sequence", "transactional"}
+)
+PRODUCER_FIELDS = frozenset({"transactional_id", "transaction_timeout_ms"})
+MAX_PRODUCER_ID = 2**63 - 1
+MAX_PRODUCER_EPOCH = 2**15 - 1
+MAX_SEQUENCE = 2**31 - 1
 CREATE_FIELDS = frozenset({"name", "partitions", "replication_factor", "config"})
 
 CLEANUP_POLICIES = frozenset({"delete", "compact", "compact,delete", "delete,compact"})
@@ -56,10 +62,20 @@ class ProduceMessage:
         return size
 
 
+@dataclass(frozen=True, slots=True)
+class ProducerFields:
+    """An idempotent producer's id, epoch and the sequence of the request's first message."""
+
+    producer_id: int
+    producer_epoch: int
+    sequence: int
+
+
 @dataclass(slots=True)
 class ProduceRequest:
     acks: str
     messages: list[ProduceMessage]
+    producer: ProducerFields | None = None
 
 
 @dataclass(slots=True)
@@ -218,7 +234,43 @@ def produce_request(body: Any) -> ProduceRequest:
     messages = obj.get("messages")
     if not isinstance(messages, list) or not messages:
         raise invalid("messages must be a non-empty array")
-    return ProduceRequest(acks=acks, messages=[_message(m, i) for i, m in enumerate(messages)])
+    return ProduceRequest(
+        acks=acks,
+        messages=[_message(m, i) for i, m in enumerate(messages)],
+        producer=producer_fields(obj),
+    )
+
+
+def producer_fields(obj: dict[str, Any]) -> ProducerFields | None:
+    """The idempotent producer fields of a produce body: all three or none."""
+    if obj.get("transactional", False) is not False:
+        raise invalid("transactions are not supported yet")
+    names = ("producer_id", "producer_epoch", "sequence")
+    present = [name for name in names if name in obj]
+    if not present:
+        return None
+    if len(present) != len(names):
+        raise invalid("producer_id, producer_epoch and sequence go together")
+    limits = (MAX_PRODUCER_ID, MAX_PRODUCER_EPOCH, MAX_SEQUENCE)
+    values = []
+    for name, high in zip(names, limits, strict=True):
+        value = obj[name]
+        if type(value) is not int or not 0 <= value <= high:
+            raise invalid(f"{name} must be an integer in 0..{high}")
+        values.append(value)
+    return ProducerFields(*values)
+
+
+def new_producer_request(body: Any) -> None:
+    """`POST /v1/producers`: `{}` for an idempotent producer. A transactional_id is refused
+    until transactions are served."""
+    obj = _object({} if body is None else body, "request body")
+    _no_unknown(obj, PRODUCER_FIELDS, "request body")
+    timeout = obj.get("transaction_timeout_ms")
+    if timeout is not None and (type(timeout) is not int or not 0 < timeout <= 15 * 60 * 1000):
+        raise invalid("transaction_timeout_ms must be an integer in 1..900000")
+    if obj.get("transactional_id") is not None:
+        raise invalid("transactions are not supported yet")
 
 
 def _config_int(key: str, value: str, low: int, high: int | None = None) -> str:

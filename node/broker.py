@@ -34,6 +34,7 @@ from raftline.node.metadata import (
     validate_topic_config,
 )
 from raftline.node.partition import PartitionReplica
+from raftline.node.producers import PartitionProducers
 from raftline.node.runtime import Runtime
 from raftline.node.transport import OUTCOME_UNKNOWN, RemoteError
 from raftline.raftlog.log import LogConfig
@@ -49,6 +50,7 @@ log = logging.getLogger(__name__)
 MAINTAIN_S = 0.2  # period of registration, bootstrap and controller rounds
 BARRIER_S = 3.0  # how long a metadata read waits for the read barrier
 CREATE_WAIT_S = 5.0  # create_topic waits this long for its partitions to elect leaders
+PRODUCER_ID_BLOCK = 100  # producer ids a node asks the controller for at a time
 
 
 class Broker:
@@ -70,7 +72,10 @@ class Broker:
             "fetch_requests": 0,
             "fetch_bytes": 0,
             "leadership_moves": 0,
+            "producer_ids": 0,
         }
+        self._producer_ids: range = range(0)
+        self._producer_ids_lock = asyncio.Lock()
 
     # lifecycle
 
@@ -96,6 +101,10 @@ class Broker:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for replica in self.partitions.values():
             replica.close()
+            try:
+                await self.runtime.run_on_disk(replica.save_producers)
+            except Exception as exc:  # the next start replays more of the log instead
+                log.warning("no producer snapshot for %s: %s", replica.group, exc)
         self.coordinator.close()
         await self.runtime.stop()
 
@@ -160,6 +169,14 @@ class Broker:
             if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
                 self.runtime.campaign(group)
             return
+        producers = PartitionProducers(
+            self._partition_dir(group),
+            expiry_ms=self.config.producer_expiry_ms,
+            snapshot_every=self.config.producer_snapshot_every,
+        )
+        # Producer state replays the committed entries after its snapshot (the runtime hands
+        # them to on_commit as it does after any restart with applied < commit).
+        replay_from = await self.runtime.run_on_disk(producers.load, storage.first_index(), commit)
         replica = PartitionReplica(
             self.runtime,
             group,
@@ -169,9 +186,11 @@ class Broker:
             commit,
             self.not_leader,
             self.config.request_timeout_s,
+            producers,
         )
         self.partitions[group] = replica
-        self.runtime.add_group(group, storage, replicas, replica, applied=commit)
+        applied = min(commit, replay_from - 1)
+        self.runtime.add_group(group, storage, replicas, replica, applied=applied)
         if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
             self.runtime.campaign(group)
 
@@ -295,6 +314,9 @@ class Broker:
                 )
                 command = {"op": "create_topic", "name": name, "config": config}
                 return await self._propose_meta({**command, "replicas": replicas})
+            if method == "allocate_producer_ids":
+                command = {"op": "allocate_producer_ids", "count": int(args["count"])}
+                return await self._propose_meta(command)
             if method == "delete_topic":
                 return await self._propose_meta({"op": "delete_topic", "name": args["name"]})
         except MetadataError as exc:
@@ -548,10 +570,35 @@ class Broker:
     async def produce(
         self, topic: str, partition: int, batch: bytes, acks: str, crc_checked: bool = False
     ) -> int:
+        base, _ = await self.append(topic, partition, batch, acks, crc_checked)
+        return base
+
+    async def append(
+        self, topic: str, partition: int, batch: bytes, acks: str, crc_checked: bool = False
+    ) -> tuple[int, bool]:
+        """Append a batch on this node (its leader): (base offset, duplicate). A duplicate is
+        a retry of an idempotent producer's batch: nothing written, the original's offset."""
         replica = await self._replica(topic, partition)
         self.counters["produce_requests"] += 1
         self.counters["produce_bytes"] += len(batch)
-        return await replica.produce(batch, acks, crc_checked)
+        return await replica.append(batch, acks, crc_checked)
+
+    async def new_producer(self) -> tuple[int, int]:
+        """A producer id never handed out before (and epoch 0), from this node's block of
+        ids; a used-up block is replaced by a new one from the controller (a metadata
+        command, so ids survive controller moves and restarts; a block left unused by a
+        restart is simply skipped)."""
+        async with self._producer_ids_lock:
+            if not self._producer_ids:
+                block = await self._controller(
+                    "allocate_producer_ids", {"count": PRODUCER_ID_BLOCK}
+                )
+                first, count = int(block["first"]), int(block["count"])
+                self._producer_ids = range(first, first + count)
+            producer_id = self._producer_ids[0]
+            self._producer_ids = self._producer_ids[1:]
+        self.counters["producer_ids"] += 1
+        return producer_id, 0
 
     async def fetch(
         self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int

@@ -16,6 +16,8 @@ _DEFAULTS: dict[str, tuple[int, bool]] = {
     "unknown_member": (404, False),
     "stale_generation": (409, False),
     "group_not_empty": (409, False),
+    "out_of_order_sequence": (409, False),
+    "producer_fenced": (409, False),
     "message_too_large": (413, False),
     "offset_out_of_range": (416, False),
     "internal_error": (500, True),

@@ -1,6 +1,8 @@
 """One local replica of a partition: produce through Raft, committed-only fetch and long-poll.
 
-Owns the high watermark, the produce waiters (acks), and the wakeup of long-polling fetches.
+Owns the high watermark, the produce waiters (acks), the wakeup of long-polling fetches, and
+the order of idempotent produce on the leader: check against applied producer state (once an
+entry of its own term has committed), then propose; a retry of a batch in flight awaits it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from raftline.node.eos.producer_state import Outcome
 from raftline.node.errors import BrokerError, NotLeader, OutcomeUnknown
+from raftline.node.producers import PartitionProducers
 from raftline.node.runtime import Runtime
 from raftline.raftlog.batch import CorruptBatchError, check_crc, iter_headers, parse_header
 from raftline.raftlog.records import iter_batches
@@ -35,6 +39,7 @@ class PartitionReplica:
         commit: int,
         not_leader: Callable[[str, str], NotLeader],  # (group, message): where the leader is
         timeout_s: float,
+        producers: PartitionProducers | None = None,
     ) -> None:
         self.runtime = runtime
         self.group = group
@@ -50,11 +55,15 @@ class PartitionReplica:
         self._waiters: dict[int, tuple[int, asyncio.Future[int]]] = {}
         self._new_data = asyncio.Event()
         self._closed = False
+        self.producers = producers
 
     # Raft callbacks
 
     def on_commit(self, entries: list[Entry]) -> None:
+        producers = self.producers
         for entry in entries:
+            if producers is not None:
+                producers.apply(entry)  # before the waiters: a retry's offsets are then known
             waiter = self._waiters.pop(entry.index, None)
             if waiter is not None:
                 term, fut = waiter
@@ -72,13 +81,18 @@ class PartitionReplica:
             term, fut = self._waiters.pop(index)
             if not fut.done():
                 fut.set_exception(self._lost(index, term))
-        self.high_watermark = last + 1
+        # max: a restart replays entries from the producer snapshot on, below the persisted commit
+        self.high_watermark = max(self.high_watermark, last + 1)
+        if producers is not None and producers.snapshot_due():
+            producers.start_snapshot(self.runtime.run_on_disk)
         self._new_data.set()
         self._new_data = asyncio.Event()
 
     def on_role(self, role: str, leader: int | None, term: int) -> None:
         if term != self._term:
             self._term_committed = False
+            if self.producers is not None:
+                self.producers.new_term(self._stepped_down())
         self._role, self._term = role, term
         if role != "leader":
             self._new_data.set()  # long-polls return and the API layer finds the new leader
@@ -93,12 +107,13 @@ class PartitionReplica:
         waiters, self._waiters = self._waiters, {}
         for _, fut in waiters.values():
             if not fut.done():
-                fut.set_exception(
-                    OutcomeUnknown(
-                        f"this node stopped leading {self.topic}/{self.partition} before the "
-                        "write committed; it may still commit under the new leader"
-                    )
-                )
+                fut.set_exception(self._stepped_down())
+
+    def _stepped_down(self) -> OutcomeUnknown:
+        return OutcomeUnknown(
+            f"this node stopped leading {self.topic}/{self.partition} before the "
+            "write committed; it may still commit under the new leader"
+        )
 
     def _lost(self, offset: int, term: int) -> BrokerError:
         # The API layer retries these (safe: the write can never commit); a post-mortem of a
@@ -129,9 +144,15 @@ class PartitionReplica:
     # requests
 
     async def produce(self, batch: bytes, acks: str, crc_checked: bool = False) -> int:
-        """Append one record batch; returns its base offset (-1 for acks=none).
-        `crc_checked`: the caller already verified the batch's CRC (records.check_batch) or
-        built the batch itself, so it is not computed twice."""
+        """Append one record batch; returns its base offset (-1 for acks=none)."""
+        base, _ = await self.append(batch, acks, crc_checked)
+        return base
+
+    async def append(self, batch: bytes, acks: str, crc_checked: bool = False) -> tuple[int, bool]:
+        """Append one record batch; returns its base offset (-1 for acks=none) and whether it
+        is a duplicate of a batch of the same idempotent producer (then nothing was written
+        and the offset is the original's). `crc_checked`: the caller already verified the
+        batch's CRC (records.check_batch) or built the batch itself."""
         if acks not in ACKS:
             raise BrokerError("invalid_request", f"acks must be one of {ACKS}")
         try:
@@ -145,6 +166,30 @@ class PartitionReplica:
         except CorruptBatchError as exc:
             raise BrokerError("invalid_request", f"bad record batch: {exc}") from exc
         self._require_leader()
+        tracked: asyncio.Future[int] | None = None
+        if header.producer_id >= 0:
+            if header.is_transactional:
+                raise BrokerError("invalid_request", "transactions are not supported yet")
+            if self.producers is None:
+                raise BrokerError("invalid_request", "this partition keeps no producer state")
+            # Applied state answers only once everything before this term is applied.
+            await self._await_term_commit()
+            verdict, key = self.producers.check(batch)
+            if verdict.outcome is Outcome.DUPLICATE:
+                assert verdict.base_offset is not None
+                return verdict.base_offset, True
+            if verdict.outcome is Outcome.IN_FLIGHT:
+                original = self.producers.waiter(key)
+                if original is None:  # proposed by this node before a term change
+                    raise self._stepped_down()
+                try:
+                    async with asyncio.timeout(self._timeout):
+                        return await asyncio.shield(original), True
+                except TimeoutError:
+                    raise BrokerError("timeout", "the original did not commit in time") from None
+            if not verdict.accepted:
+                raise _refused(verdict.outcome, header.producer_id, header.producer_epoch)
+            tracked = self.producers.track(key)
         loop = asyncio.get_running_loop()
         committed: asyncio.Future[int] = loop.create_future()
 
@@ -153,9 +198,21 @@ class PartitionReplica:
                 self._waiters[index] = (term, committed)
 
         appended = self.runtime.propose(self.group, batch, header.offset_count, on_accept=accepted)
+        if tracked is not None:
+            producers, key = self.producers, header.producer_id
+
+            def proposal_done(done: asyncio.Future[Any]) -> None:
+                if done.cancelled() or done.exception() is not None:
+                    assert producers is not None
+                    producers.fail(
+                        (key, header.producer_epoch, header.base_sequence),
+                        OutcomeUnknown("the proposal of the original write failed"),
+                    )
+
+            appended.add_done_callback(proposal_done)
         if acks == "none":
             appended.add_done_callback(_consume_error)
-            return -1
+            return -1, False
         if acks == "all":
             # Commit means a quorum holds the batch durably, the leader's own write possibly
             # still under way; a proposal the core refused fails `committed` instead.
@@ -164,8 +221,8 @@ class PartitionReplica:
             async with asyncio.timeout(self._timeout):
                 if acks == "leader":
                     index, _ = await appended
-                    return index
-                return await committed
+                    return index, False
+                return await committed, False
         except TimeoutError:
             raise BrokerError("timeout", "the write did not commit in time") from None
         except BrokerError:
@@ -242,6 +299,11 @@ class PartitionReplica:
                 extra={"log_start_offset": start, "high_watermark": high_watermark},
             )
 
+    def save_producers(self) -> None:
+        """Blocking: snapshot producer state now (a clean stop), so a restart replays nothing."""
+        if self.producers is not None and self.producers.path.parent.is_dir():
+            self.producers.write_snapshot(self.producers.snapshot_bytes())
+
     def close(self) -> None:
         self._closed = True
         for _, fut in self._waiters.values():
@@ -249,6 +311,19 @@ class PartitionReplica:
                 fut.set_exception(OutcomeUnknown("the partition was closed"))
         self._waiters.clear()
         self._new_data.set()
+
+
+def _refused(outcome: Outcome, producer_id: int, epoch: int) -> BrokerError:
+    if outcome is Outcome.OUT_OF_ORDER:
+        return BrokerError(
+            "out_of_order_sequence",
+            f"producer {producer_id}: the sequence does not follow its last batch's",
+        )
+    if outcome is Outcome.FENCED:
+        return BrokerError(
+            "producer_fenced", f"producer {producer_id}: epoch {epoch} is older than its current"
+        )
+    return BrokerError("invalid_request", f"producer {producer_id}: refused ({outcome})")
 
 
 def _consume_error(fut: asyncio.Future[Any]) -> None:
