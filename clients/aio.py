@@ -17,7 +17,7 @@ import aiohttp
 from raftline.api.codec import read_whole_body
 from raftline.clients import wire
 from raftline.clients.consuming import ConsumerApi
-from raftline.clients.core import ClientApi, Op, Step
+from raftline.clients.core import ClientApi, Op, Pause, Step
 from raftline.clients.producing import ProducerApi
 from raftline.clients.wire import Message
 
@@ -70,6 +70,10 @@ class AsyncClient(ClientApi):
         """`op` to its end: each request it yields is made (with retries) and answered."""
         step = Step(op)
         while (call := step.call) is not None:
+            if isinstance(call, Pause):  # a producer waiting before it sends a batch again
+                await asyncio.sleep(call.seconds)
+                step.send(None)  # type: ignore[arg-type]  # a Pause is answered with None
+                continue
             try:
                 result = await self.exchange(call.method, call.path, call.request, call.url)
             except Exception as error:  # the Op decides: a producer fails its batch's futures
@@ -99,8 +103,13 @@ class AsyncProducer(ProducerApi):
         super().__init__(client, topic, **options)
         self._timer: asyncio.TimerHandle | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
+        self._identifying: asyncio.Task[None] | None = None
 
     async def _queued(self, add: Callable[[int, Any], bool]) -> asyncio.Future[Any]:
+        if self._core.needs_identity:  # an idempotent producer's id, asked for once
+            if self._identifying is None or self._identifying.done():
+                self._identifying = asyncio.ensure_future(self.client._run(self._core.identified()))
+            await asyncio.shield(self._identifying)
         metadata = self.client.metadata
         if metadata.fresh(self.topic):  # skips a coroutine per message on the common path
             partitions = metadata.partitions[self.topic]

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from raftline.clients import wire
 from raftline.clients.consuming import ConsumerApi
-from raftline.clients.core import ClientApi, Op, Step
+from raftline.clients.core import ClientApi, Op, Pause, Step
 from raftline.clients.producing import Batch, ProducerApi
 from raftline.clients.wire import Message
 
@@ -115,6 +115,10 @@ class Client(ClientApi):
         """`op` to its end: each request it yields is made (with retries) and answered."""
         step = Step(op)
         while (call := step.call) is not None:
+            if isinstance(call, Pause):  # a producer waiting before it sends a batch again
+                time.sleep(call.seconds)
+                step.send(None)  # type: ignore[arg-type]  # a Pause is answered with None
+                continue
             try:
                 result = self.exchange(call.method, call.path, call.request, call.url)
             except Exception as error:  # the Op decides: a producer fails its batch's futures
@@ -144,6 +148,8 @@ class Producer(ProducerApi):
 
     def __init__(self, client: Client, topic: str, **options: Any) -> None:
         super().__init__(client, topic, **options)
+        if self._core.needs_identity:
+            client._run(self._core.identified())
         self._wake = threading.Condition()
         self._closed = False
         self._flush_requested = False

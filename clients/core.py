@@ -62,6 +62,13 @@ class Call:
     url: str | None = None
 
 
+@dataclass(slots=True)
+class Pause:
+    """Wait `seconds` before the Op goes on (the shell sleeps; the Op is then sent None)."""
+
+    seconds: float
+
+
 Op = Generator[Call, Answer, _T]
 # What a public call gives: the value from the blocking Client, an awaitable of it from
 # AsyncClient (the same method drives the same Op in either shell).

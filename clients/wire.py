@@ -113,6 +113,21 @@ class FetchResult:
     high_watermark: int
 
 
+class ProducerFields(NamedTuple):
+    """An idempotent producer's numbers for one batch: id, epoch, first sequence."""
+
+    producer_id: int
+    producer_epoch: int
+    sequence: int
+
+    def json_fields(self) -> dict[str, int]:
+        return {
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+            "sequence": self.sequence,
+        }
+
+
 class Acked(NamedTuple):
     """Where a produced message landed (a named tuple: one is made per acknowledged message)."""
 
@@ -260,12 +275,23 @@ def json_request(body: Any, params: dict[str, str] | None = None) -> Request:
 
 
 def batch_request(
-    partition: int, records: Sequence[Record | bytes], acks: str, codec: int = Codec.NONE
+    partition: int,
+    records: Sequence[Record | bytes],
+    acks: str,
+    codec: int = Codec.NONE,
+    producer: ProducerFields | None = None,
 ) -> Request:
     params = {"partition": str(partition), "acks": acks}
     headers = {"Content-Type": BATCH_CONTENT_TYPE}
+    fields: dict[str, int] = {}
+    if producer is not None:
+        fields = {
+            "producer_id": producer.producer_id,
+            "producer_epoch": producer.producer_epoch,
+            "base_sequence": producer.sequence,
+        }
     # The bytearray the batch was built in goes out as it is: no copy of the values into bytes.
-    return Request(params, build_batch_buffer(records, codec=codec), headers)
+    return Request(params, build_batch_buffer(records, codec=codec, **fields), headers)
 
 
 def values_request(
@@ -274,6 +300,7 @@ def values_request(
     key: bytes | str | None,
     acks: str,
     codec: int = Codec.NONE,
+    producer: ProducerFields | None = None,
 ) -> Request:
     if not values:
         raise ValueError("a batch needs at least one value")
@@ -283,7 +310,7 @@ def values_request(
     else:
         raw_key = _as_bytes(key)
         items = [Record(_as_bytes(value), raw_key) for value in values]
-    return batch_request(partition, items, acks, codec)
+    return batch_request(partition, items, acks, codec, producer)
 
 
 def fetch_request(
