@@ -167,6 +167,7 @@ class PartitionReplica:
             raise BrokerError("invalid_request", f"bad record batch: {exc}") from exc
         self._require_leader()
         tracked: asyncio.Future[int] | None = None
+        key = (header.producer_id, header.producer_epoch, header.base_sequence)
         if header.producer_id >= 0:
             if header.is_transactional:
                 raise BrokerError("invalid_request", "transactions are not supported yet")
@@ -174,7 +175,7 @@ class PartitionReplica:
                 raise BrokerError("invalid_request", "this partition keeps no producer state")
             # Applied state answers only once everything before this term is applied.
             await self._await_term_commit()
-            verdict, key = self.producers.check(batch)
+            verdict, key = self.producers.check(header)
             if verdict.outcome is Outcome.DUPLICATE:
                 assert verdict.base_offset is not None
                 return verdict.base_offset, True
@@ -197,17 +198,22 @@ class PartitionReplica:
             if acks == "all":
                 self._waiters[index] = (term, committed)
 
-        appended = self.runtime.propose(self.group, batch, header.offset_count, on_accept=accepted)
+        try:
+            appended = self.runtime.propose(
+                self.group, batch, header.offset_count, on_accept=accepted
+            )
+        except Exception as exc:  # the group went away: the batch was never proposed
+            if tracked is not None and self.producers is not None:
+                self.producers.fail(key, OutcomeUnknown("the original write was not proposed"))
+            raise self._not_leader(self.group, str(exc) or "not the leader") from exc
         if tracked is not None:
-            producers, key = self.producers, header.producer_id
+            producers = self.producers
+            assert producers is not None
 
             def proposal_done(done: asyncio.Future[Any]) -> None:
                 if done.cancelled() or done.exception() is not None:
-                    assert producers is not None
-                    producers.fail(
-                        (key, header.producer_epoch, header.base_sequence),
-                        OutcomeUnknown("the proposal of the original write failed"),
-                    )
+                    error = OutcomeUnknown("the proposal of the original write failed")
+                    producers.fail(key, error)
 
             appended.add_done_callback(proposal_done)
         if acks == "none":

@@ -25,9 +25,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from raftline.node.eos.markers import meta_of_batch
+from raftline.node.eos.markers import BatchMeta, meta_of_batch
 from raftline.node.eos.producer_state import BatchKey, Outcome, ProducerStateMachine, Verdict
-from raftline.raftlog.batch import CorruptBatchError
+from raftline.raftlog.batch import BatchHeader, CorruptBatchError
 from raftline.raftlog.types import Entry, EntryKind
 
 log = logging.getLogger(__name__)
@@ -168,8 +168,10 @@ class PartitionProducers:
 
     # ------------------------------------------------------------------ leader's view
 
-    def check(self, batch: bytes) -> tuple[Verdict, BatchKey]:
-        meta = meta_of_batch(batch)
+    def check(self, header: BatchHeader) -> tuple[Verdict, BatchKey]:
+        """The leader's verdict on a data batch (its parsed header) before proposing it."""
+        assert not header.is_control, "producers never write control batches"
+        meta = BatchMeta.of(header)
         return self.state.check(meta), meta.key
 
     def track(self, key: BatchKey) -> asyncio.Future[int]:
