@@ -219,3 +219,51 @@ async def test_idle_producers_expire_into_unknown(tmp_path: Path) -> None:
         status, body = await _produce(api, _body(pid, epoch, 4, "after"))
         assert status == 200 and "duplicate" not in body, body
         assert (await _produce(api, _body(pid, epoch, 5, "next")))[0] == 200
+
+
+async def _retry_writes_once(data: Path, restart: bool) -> bool:
+    """What the tests above check, as a predicate: a retried batch is stored once (the retry
+    sent after a restart when `restart`)."""
+    async with serving(data) as (api, broker):
+        await _topic(api, "planted", partitions=1)
+        pid, epoch = await _producer(api)
+        batch = build_batch(
+            [Record(value=b"p")], producer_id=pid, producer_epoch=epoch, base_sequence=0
+        )
+        await broker.append("planted", 0, batch, "all")
+        if not restart:
+            await broker.append("planted", 0, batch, "all")
+            return await _values(api, "planted") == ["p"]
+    async with serving(data) as (api, broker):
+        for _ in range(100):
+            try:
+                await broker.append("planted", 0, batch, "all")
+                break
+            except Exception:  # the restarted node is electing itself
+                await asyncio.sleep(0.05)
+        return await _values(api, "planted") == ["p"]
+
+
+@pytest.mark.parametrize("bug", [None, "no leader check", "no replay on restart"])
+async def test_planted_bugs_in_the_wiring_are_caught(
+    tmp_path: Path, bug: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dedup checks are not vacuous: a leader that proposes without checking, or a replica
+    that restarts without its snapshot and without replaying the log, writes a retry twice."""
+    from raftline.node.eos.producer_state import NEW, ProducerStateMachine
+    from raftline.node.producers import PartitionProducers
+
+    if bug == "no leader check":
+        monkeypatch.setattr(
+            PartitionProducers, "check", lambda self, header: (NEW, (header.producer_id, 0, 0))
+        )
+    restart = bug != "no leader check"
+    if bug == "no replay on restart":
+
+        def forgetful_load(self: PartitionProducers, first_index: int, commit: int) -> int:
+            self.state = ProducerStateMachine(commit + 1)
+            return commit + 1
+
+        monkeypatch.setattr(PartitionProducers, "load", forgetful_load)
+    once = await _retry_writes_once(tmp_path / "d", restart)
+    assert once is (bug is None)

@@ -86,7 +86,8 @@ def test_retries_across_a_leader_kill_store_every_message_once(tmp_path: Path) -
             f"{node.url}/v1/topics/idem/messages", "POST", body(35), timeout=10.0
         )
         assert status == 409 and answer["error"]["code"] == "out_of_order_sequence", answer
-        messages = read_partition(cluster.nodes[0], "idem", 0)
+        cluster.wait_ready([cluster.node(leader)])
+        messages = read_partition(cluster.node(leader), "idem", 0)
         values = [m["value"] for m in messages]
         assert values == [f"v{seq}" for seq in range(120)], f"retried {retried} requests"
         offsets = {m["value"]: m["offset"] for m in messages}
