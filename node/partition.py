@@ -166,7 +166,7 @@ class PartitionReplica:
         except CorruptBatchError as exc:
             raise BrokerError("invalid_request", f"bad record batch: {exc}") from exc
         self._require_leader()
-        tracked: asyncio.Future[int] | None = None
+        tracked = False  # an idempotent producer's batch, in the in-flight view once proposed
         key = (header.producer_id, header.producer_epoch, header.base_sequence)
         if header.producer_id >= 0:
             if header.is_transactional:
@@ -181,8 +181,6 @@ class PartitionReplica:
                 return verdict.base_offset, True
             if verdict.outcome is Outcome.IN_FLIGHT:
                 original = self.producers.waiter(key)
-                if original is None:  # proposed by this node before a term change
-                    raise self._stepped_down()
                 try:
                     async with asyncio.timeout(self._timeout):
                         return await asyncio.shield(original), True
@@ -190,7 +188,7 @@ class PartitionReplica:
                     raise BrokerError("timeout", "the original did not commit in time") from None
             if not verdict.accepted:
                 raise _refused(verdict.outcome, header.producer_id, header.producer_epoch)
-            tracked = self.producers.track(key)
+            tracked = True
         loop = asyncio.get_running_loop()
         committed: asyncio.Future[int] = loop.create_future()
 
@@ -203,10 +201,10 @@ class PartitionReplica:
                 self.group, batch, header.offset_count, on_accept=accepted
             )
         except Exception as exc:  # the group went away: the batch was never proposed
-            if tracked is not None and self.producers is not None:
+            if tracked and self.producers is not None:
                 self.producers.fail(key, OutcomeUnknown("the original write was not proposed"))
             raise self._not_leader(self.group, str(exc) or "not the leader") from exc
-        if tracked is not None:
+        if tracked:
             producers = self.producers
             assert producers is not None
 

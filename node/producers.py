@@ -32,6 +32,12 @@ from raftline.raftlog.types import Entry, EntryKind
 
 log = logging.getLogger(__name__)
 
+# Kafka v2 batch header fields read by the fast path (see raftlog/batch.py for the layout).
+_MAX_TIMESTAMP = slice(35, 43)
+_PRODUCER_ID = slice(43, 51)
+_HEADER_END = 61
+_NO_PRODUCER = b"\xff" * 8  # producer id -1
+
 SNAPSHOT_FILE = "producer_state.json"
 SNAPSHOT_FORMAT = 1
 DEFAULT_EXPIRY_MS = 24 * 3600 * 1000  # Kafka's producer.id.expiration.ms
@@ -56,7 +62,7 @@ class PartitionProducers:
         self.expired = 0
         self._since_snapshot = 0
         self._writing: asyncio.Future[None] | None = None
-        # key of a batch proposed by this leader -> its base offset once committed
+        # key of a batch in flight from this leader that a retry awaits -> its base offset
         self._pending: dict[BatchKey, asyncio.Future[int]] = {}
 
     @property
@@ -125,21 +131,26 @@ class PartitionProducers:
         """Apply one committed entry (called in log order)."""
         if entry.kind != EntryKind.DATA or entry.index < self.state.next_offset:
             return  # NOOP / config entries take offsets but carry no batch; replayed twice: skip
+        data = entry.data
+        if len(data) >= _HEADER_END and data[_PRODUCER_ID] == _NO_PRODUCER:
+            # The common case, a batch of no idempotent producer: only the end of the log and
+            # the clock move (read straight from the header, as meta_of_batch would).
+            self._tick(int.from_bytes(data[_MAX_TIMESTAMP], "big", signed=True))
+            self.state.next_offset = entry.last_index + 1
+            self._since_snapshot += 1
+            return
         try:
             meta = meta_of_batch(entry.data)
         except CorruptBatchError:
             log.error("%s: committed entry %d is not a batch", self.path.parent, entry.index)
             return
-        if meta.max_timestamp > self.clock_ms and not meta.is_control:
-            before = self.clock_ms // self._period
-            self.clock_ms = meta.max_timestamp
-            if self.clock_ms // self._period != before:
-                self.expired += len(self.state.expire(self.clock_ms, self.expiry_ms))
+        if not meta.is_control:
+            self._tick(meta.max_timestamp)
         verdict = self.state.apply_batch(entry.index, meta)
         self._since_snapshot += 1
         if meta.producer_id < 0:
             return
-        waiter = self._pending.pop(meta.key, None)
+        waiter = self._pending.pop(meta.key, None) if self._pending else None
         if verdict.outcome is not Outcome.NEW:
             # The leader checked it before proposing, after applying all of the log before
             # its term: only a leader that broke that rule gets here. The batch is in the log
@@ -153,6 +164,15 @@ class PartitionProducers:
             )
         if waiter is not None and not waiter.done():
             waiter.set_result(entry.index)
+
+    def _tick(self, timestamp: int) -> None:
+        """Move the committed clock to a data batch's max timestamp; expire producers each
+        time it enters a new period (a point that depends on the log alone)."""
+        if timestamp > self.clock_ms:
+            before = self.clock_ms // self._period
+            self.clock_ms = timestamp
+            if timestamp // self._period != before:
+                self.expired += len(self.state.expire(timestamp, self.expiry_ms))
 
     def snapshot_due(self) -> bool:
         return self._since_snapshot >= self.snapshot_every and (
@@ -174,15 +194,16 @@ class PartitionProducers:
         meta = BatchMeta.of(header)
         return self.state.check(meta), meta.key
 
-    def track(self, key: BatchKey) -> asyncio.Future[int]:
-        """A future for the base offset of the batch `key` this leader is about to propose."""
-        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        fut.add_done_callback(_consume)
-        self._pending[key] = fut
+    def waiter(self, key: BatchKey) -> asyncio.Future[int]:
+        """A future for the base offset of batch `key`, in flight from this leader (a retry
+        found it so): set when it is applied, failed when its proposal fails or the term
+        ends. Made only for retries, so a first try costs no future."""
+        fut = self._pending.get(key)
+        if fut is None:
+            fut = asyncio.get_running_loop().create_future()
+            fut.add_done_callback(_consume)
+            self._pending[key] = fut
         return fut
-
-    def waiter(self, key: BatchKey) -> asyncio.Future[int] | None:
-        return self._pending.get(key)
 
     def fail(self, key: BatchKey, error: BaseException) -> None:
         """The proposal of `key` failed: later batches of its producer cannot commit either."""
