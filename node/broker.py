@@ -777,6 +777,15 @@ class Broker:
                 g.role == "leader" for g in runtime.groups.values()
             ),
             "raftline_ready": int(self.ready()),
+            # producer state of the local replicas (every replica applies it, leader or not)
+            "raftline_idempotent_producers": sum(
+                len(r.producers.state.producers)
+                for r in self.partitions.values()
+                if r.producers is not None
+            ),
+            "raftline_producers_expired_total": sum(
+                r.producers.expired for r in self.partitions.values() if r.producers is not None
+            ),
         }
         lines = []
         for name, value in values.items():

@@ -219,6 +219,9 @@ async def test_idle_producers_expire_into_unknown(tmp_path: Path) -> None:
         status, body = await _produce(api, _body(pid, epoch, 4, "after"))
         assert status == 200 and "duplicate" not in body, body
         assert (await _produce(api, _body(pid, epoch, 5, "next")))[0] == 200
+        metrics = await (await api.get("/metrics")).text()
+        assert 'raftline_producers_expired_total{node="1"} 1' in metrics
+        assert 'raftline_idempotent_producers{node="1"} 2' in metrics
 
 
 async def _retry_writes_once(data: Path, restart: bool) -> bool:
