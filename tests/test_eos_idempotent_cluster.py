@@ -18,7 +18,9 @@ from cluster_harness import Cluster, http_json, read_partition, running_cluster
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(150)]
 
 
-def _send_until_acked(cluster: Cluster, body: dict[str, Any], turn: int) -> tuple[Any, int]:
+def _send_until_acked(
+    cluster: Cluster, body: dict[str, Any], turn: int, topic: str = "idem"
+) -> tuple[Any, int]:
     """Resend `body` unchanged until a node answers 200; returns (answer, attempts)."""
     deadline = time.monotonic() + 60
     attempts = 0
@@ -28,7 +30,7 @@ def _send_until_acked(cluster: Cluster, body: dict[str, Any], turn: int) -> tupl
         attempts += 1
         try:
             status, answer = http_json(
-                f"{node.url}/v1/topics/idem/messages", "POST", body, timeout=10.0
+                f"{node.url}/v1/topics/{topic}/messages", "POST", body, timeout=10.0
             )
         except OSError:
             time.sleep(0.05)
@@ -93,3 +95,66 @@ def test_retries_across_a_leader_kill_store_every_message_once(tmp_path: Path) -
         offsets = {m["value"]: m["offset"] for m in messages}
         assert all(offsets[f"v{seq}"] == offset for seq, offset in acked.items())
         print(f"\n{retried} requests needed a retry across the leader kill")
+
+
+def test_concurrent_producers_across_a_leader_kill_write_every_batch_once(
+    tmp_path: Path,
+) -> None:
+    """Four producers, each sending numbered 3-message requests to any node and resending every
+    request that fails or goes unanswered, while the partition leader is SIGKILLed mid-stream
+    (some requests are then in flight: written or not, their outcome is unknown) and restarted:
+    every message is stored exactly once, in each producer's order, where its answer said."""
+    with running_cluster(tmp_path) as cluster:
+        cluster.create_topic("idem4")
+        leader = cluster.wait_for_leader("idem4", 0)
+        producers = []
+        for _ in range(4):
+            status, producer = http_json(f"{cluster.nodes[0].url}/v1/producers", "POST", {})
+            assert status == 200, producer
+            producers.append(producer["producer_id"])
+        acked: dict[str, int] = {}
+        retries = [0]
+        duplicates = [0]  # retries of requests the old leader had written
+        errors: list[BaseException] = []
+
+        def run(index: int, pid: int) -> None:
+            try:
+                for n in range(40):
+                    values = [f"p{index}-{n}-{i}" for i in range(3)]
+                    body = {
+                        "producer_id": pid,
+                        "producer_epoch": 0,
+                        "sequence": 3 * n,
+                        "messages": [{"value": v, "partition": 0} for v in values],
+                    }
+                    answer, attempts = _send_until_acked(cluster, body, index + n, "idem4")
+                    retries[0] += attempts - 1
+                    duplicates[0] += bool(answer.get("duplicate"))
+                    for value, where in zip(values, answer["offsets"], strict=True):
+                        acked[value] = where["offset"]
+            except BaseException as exc:  # reported by the main thread
+                errors.append(exc)
+
+        import threading
+
+        threads = [threading.Thread(target=run, args=(i, pid)) for i, pid in enumerate(producers)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while len(acked) < 120 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        cluster.node(leader).kill()
+        time.sleep(1.0)
+        cluster.node(leader).start()
+        for thread in threads:
+            thread.join(90)
+        assert not errors, errors
+        cluster.wait_ready([cluster.node(leader)])
+        messages = read_partition(cluster.node(leader), "idem4", 0)
+        values = [m["value"] for m in messages]
+        assert len(values) == len(set(values)) == 4 * 40 * 3, f"{retries[0]} retries"
+        for index in range(4):
+            mine = [v for v in values if v.startswith(f"p{index}-")]
+            assert mine == [f"p{index}-{n}-{i}" for n in range(40) for i in range(3)]
+        assert {m["value"]: m["offset"] for m in messages} == acked
+        print(f"\n{retries[0]} retries, {duplicates[0]} answered as duplicates")
