@@ -382,17 +382,26 @@ def _assign_partitions(
 
 
 async def _produce_partition(
-    state: ApiState, topic: str, partition: int, batch: bytes, acks: str
+    state: ApiState,
+    topic: str,
+    partition: int,
+    batch: bytes,
+    acks: str,
+    transactional_id: str | None = None,
 ) -> tuple[int, bool]:
     """(base offset, duplicate): duplicate when an idempotent producer's batch was there."""
 
     async def local() -> tuple[int, bool]:
         async with asyncio.timeout(PRODUCE_TIMEOUT_S):  # unlike wait_for, no task per request
             # Every batch reaching here was built by codec or passed records.check_batch.
-            return await state.broker.append(topic, partition, batch, acks, crc_checked=True)
+            return await state.broker.append(
+                topic, partition, batch, acks, crc_checked=True, transactional_id=transactional_id
+            )
 
     async def remote(leader: str) -> tuple[int, bool]:
-        return await state.forwarder.produce(leader, topic, partition, batch, acks)
+        return await state.forwarder.produce(
+            leader, topic, partition, batch, acks, transactional_id
+        )
 
     result: tuple[int, bool] = await state.with_leader(local, remote, forwarded=False)
     return result
@@ -418,8 +427,9 @@ async def produce(request: web.Request) -> web.Response:
         )
         for partition, indexes in groups.items()
     }
+    tid = spec.producer.transactional_id if spec.producer is not None else None
     work = [
-        _produce_partition(state, topic, partition, batch, spec.acks)
+        _produce_partition(state, topic, partition, batch, spec.acks, tid)
         for partition, batch in batches.items()
     ]
     if spec.acks == "none":
@@ -450,6 +460,9 @@ async def _produce_batch(request: web.Request) -> web.Response:
     acks = request.query.get("acks", "all")
     if acks not in validation.ACKS:
         raise invalid(f"acks must be one of {', '.join(validation.ACKS)}")
+    tid = request.query.get("transactional_id")
+    if tid is not None:
+        tid = validation.transactional_id(tid)
     body = await read_raw_body(request)
     meta = await state.topic_meta(topic)
     if partition >= meta.partitions:
@@ -457,8 +470,10 @@ async def _produce_batch(request: web.Request) -> web.Response:
             "unknown_partition",
             f"topic {topic!r} has no partition {partition} ({meta.partitions} partitions)",
         )
-    batch, count = codec.produced_batch(body, meta.max_message_bytes, meta.compression)
-    work = _produce_partition(state, topic, partition, batch, acks)
+    batch, count = codec.produced_batch(
+        body, meta.max_message_bytes, meta.compression, transactional=tid is not None
+    )
+    work = _produce_partition(state, topic, partition, batch, acks, tid)
     if acks == "none":
         task = asyncio.ensure_future(_fire_and_forget([work]))
         state.background.add(task)
@@ -486,6 +501,7 @@ async def internal_batch(request: web.Request) -> web.Response:
     acks = request.query.get("acks", "all")
     if acks not in validation.ACKS:
         raise invalid("acks must be one of all, leader, none")
+    tid = request.query.get("transactional_id")
     batch = await read_raw_body(request)
     try:
         header = parse_header(batch)
@@ -497,7 +513,7 @@ async def internal_batch(request: web.Request) -> web.Response:
     try:
         async with asyncio.timeout(PRODUCE_TIMEOUT_S):
             base, duplicate = await state.broker.append(
-                topic, partition, batch, acks, crc_checked=True
+                topic, partition, batch, acks, crc_checked=True, transactional_id=tid
             )
     except NotLeader as exc:
         error = from_broker_error(exc)
@@ -507,7 +523,9 @@ async def internal_batch(request: web.Request) -> web.Response:
 
 
 async def new_producer(request: web.Request) -> web.Response:
-    """`POST /v1/producers`: a fresh producer id (epoch 0) for an idempotent producer."""
+    """`POST /v1/producers`: a fresh producer id (epoch 0) for an idempotent producer; with a
+    transactional_id, the id's producer with its epoch bumped: every earlier epoch is fenced
+    and its open transaction aborted (markers written) before the answer."""
     raw = await read_raw_body(request)
     body = None
     if raw.strip():
@@ -519,9 +537,30 @@ async def new_producer(request: web.Request) -> web.Response:
             )
         except Exception as exc:
             raise invalid(f"body is not valid JSON: {exc}") from None
-    validation.new_producer_request(body)
-    producer_id, epoch = await _state(request).broker.new_producer()
+    tid, timeout_ms = validation.new_producer_request(body)
+    broker = _state(request).broker
+    if tid is not None:
+        answer = await broker.txn_call(tid, "txn_init", {"timeout_ms": timeout_ms})
+        return reply(request, answer)
+    producer_id, epoch = await broker.new_producer()
     return reply(request, {"producer_id": producer_id, "producer_epoch": epoch})
+
+
+async def end_transaction(request: web.Request) -> web.Response:
+    """`POST /v1/transactions/{tid}/commit|abort`: decide, write the markers to every partition
+    of the transaction, answer the (bumped) producer id and epoch for the next one."""
+    tid = validation.transactional_id(request.match_info["transactional_id"])
+    action = request.match_info["action"]
+    if action not in ("commit", "abort"):
+        raise ApiError("not_found", f"no transaction action {action!r}")
+    producer_id, epoch = validation.end_txn_request(await read_body(request))
+    args = {"producer_id": producer_id, "producer_epoch": epoch, "commit": action == "commit"}
+    answer = await _state(request).broker.txn_call(tid, "txn_end", args)
+    return reply(request, answer)
+
+
+async def transaction_offsets(request: web.Request) -> web.Response:
+    raise invalid("consumer offsets in transactions are not supported yet")
 
 
 async def _fetch_local(
@@ -530,36 +569,60 @@ async def _fetch_local(
     """The JSON answer's fields; with `raw`, whole batches under "batches" instead of
     "messages"."""
     deadline = time.monotonic() + spec.wait_ms / 1000
+    committed_only = spec.isolation == "read_committed"
     if spec.timestamp is not None:
         offset = await state.broker.local_offset_for_timestamp(topic, partition, spec.timestamp)
     else:
-        offset = await _resolve_offset(state, topic, partition, spec.offset)
+        offset = await _resolve_offset(state, topic, partition, spec.offset, committed_only)
     while True:
         wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
-        batches, log_start, high_watermark = await state.broker.fetch(
-            topic, partition, offset, spec.max_bytes, wait_ms
-        )
+        if committed_only:
+            batches, log_start, high_watermark, stable, end = await state.broker.fetch_stable(
+                topic, partition, offset, spec.max_bytes, wait_ms
+            )
+        else:
+            batches, log_start, high_watermark = await state.broker.fetch(
+                topic, partition, offset, spec.max_bytes, wait_ms
+            )
+            stable = end = high_watermark
         if raw:
             decoded = codec.select_batches(batches, offset, spec.max_messages)
         else:
             decoded = codec.decode_batches(
                 batches, partition, offset, spec.max_messages, spec.max_bytes
             )
+        next_offset = decoded.next_offset
+        if committed_only and (not batches or next_offset >= _batch_end(batches[-1])):
+            # everything kept was read: skip the aborted and control batches read after it
+            next_offset = max(next_offset, end)
         # Batches holding only control records move the offset on: read (and wait) past them.
-        caught_up = decoded.next_offset >= high_watermark and wait_ms == 0
-        if decoded.messages or decoded.next_offset == offset or caught_up:
-            return {
+        caught_up = next_offset >= stable and wait_ms == 0
+        if decoded.messages or next_offset == offset or caught_up:
+            answer = {
                 "batches" if raw else "messages": decoded.messages,
-                "next_offset": decoded.next_offset,
+                "next_offset": next_offset,
                 "log_start_offset": log_start,
                 "high_watermark": high_watermark,
             }
-        offset = decoded.next_offset
+            if committed_only:
+                answer["last_stable_offset"] = stable
+            return answer
+        offset = next_offset
 
 
-async def _resolve_offset(state: ApiState, topic: str, partition: int, offset: int | str) -> int:
+def _batch_end(batch: codec.Buffer) -> int:
+    header = parse_header(batch)
+    return int(header.base_offset + header.last_offset_delta + 1)
+
+
+async def _resolve_offset(
+    state: ApiState, topic: str, partition: int, offset: int | str, committed_only: bool = False
+) -> int:
     if isinstance(offset, int):
         return offset
+    if committed_only and offset == "latest":
+        _, _, _, stable, _ = await state.broker.fetch_stable(topic, partition, 0, 1, 0)
+        return stable
     try:
         _, log_start, high_watermark = await state.broker.fetch(topic, partition, 0, 1, 0)
     except BrokerError as exc:
@@ -587,6 +650,7 @@ async def fetch(request: web.Request) -> web.Response:
             "max_messages": str(spec.max_messages),
             "max_bytes": str(spec.max_bytes),
             "wait_ms": str(spec.wait_ms),
+            "isolation": spec.isolation,
         }
         if spec.timestamp is not None:  # the leader looks it up in its time index
             del params["offset"]
@@ -600,10 +664,6 @@ async def fetch(request: web.Request) -> web.Response:
         if forwarded and exc.code == "leader_unavailable":
             exc.extra.setdefault("leader_http", None)
         raise
-    if spec.isolation == "read_committed":
-        # No producer can write transactionally yet: every committed message is stable, so
-        # the last stable offset is the high watermark.
-        body["last_stable_offset"] = body["high_watermark"]
     if raw and "batches" in body:
         return _batches_response(body)
     if wants_msgpack(request):
@@ -690,6 +750,8 @@ def create_app(broker: Broker, *, self_http: str | None = None) -> web.Applicati
     app.router.add_delete("/v1/topics/{topic}", delete_topic)
     app.router.add_post("/v1/topics/{topic}/messages", produce)
     app.router.add_post("/v1/producers", new_producer)
+    app.router.add_post("/v1/transactions/{transactional_id}/offsets", transaction_offsets)
+    app.router.add_post("/v1/transactions/{transactional_id}/{action}", end_transaction)
     app.router.add_get("/v1/topics/{topic}/partitions/{partition}/messages", fetch)
     app.router.add_post("/v1/internal/topics/{topic}/partitions/{partition}/batch", internal_batch)
     from raftline.api import groups  # imported late: it builds on this module

@@ -95,12 +95,13 @@ def encode_batch(
         Record(value=m.value, key=m.key, headers=tuple(m.headers), timestamp=m.timestamp)
         for m in messages
     ]
-    fields: dict[str, int] = {}
+    fields: dict[str, Any] = {}
     if producer is not None:
         fields = {
             "producer_id": producer.producer_id,
             "producer_epoch": producer.producer_epoch,
             "base_sequence": producer.sequence,
+            "transactional": producer.transactional_id is not None,
         }
     codec = CODECS.get(compression, Codec.NONE)
     try:
@@ -109,7 +110,9 @@ def encode_batch(
         raise ApiError("invalid_request", f"messages cannot form a record batch: {exc}") from None
 
 
-def produced_batch(body: bytes, max_message_bytes: int, compression: str) -> tuple[bytes, int]:
+def produced_batch(
+    body: bytes, max_message_bytes: int, compression: str, transactional: bool = False
+) -> tuple[bytes, int]:
     """The batch to store for a producer-built `body`, and its record count.
 
     The body is checked as strictly as a fetch would decode it (CRC and every record field),
@@ -120,8 +123,12 @@ def produced_batch(body: bytes, max_message_bytes: int, compression: str) -> tup
         header, largest = check_batch(body)
     except CorruptBatchError as exc:
         raise invalid(f"body is not one valid record batch: {exc}") from None
-    if header.is_control or header.is_transactional:
-        raise invalid("producers cannot write control or transactional batches")
+    if header.is_control:
+        raise invalid("producers cannot write control batches")
+    if header.is_transactional != transactional:
+        raise invalid(
+            "a transactional batch goes with the transactional_id query parameter (and only it)"
+        )
     if header.records_count != header.offset_count:
         raise invalid("record offset deltas must run 0, 1, 2, ... without gaps")
     if largest > max_message_bytes:
@@ -143,6 +150,7 @@ def produced_batch(body: bytes, max_message_bytes: int, compression: str) -> tup
         producer_id=header.producer_id,
         producer_epoch=header.producer_epoch,
         base_sequence=header.base_sequence,
+        transactional=header.is_transactional,
     )
     return rebuilt, header.records_count
 

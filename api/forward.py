@@ -55,14 +55,23 @@ class Forwarder:
             await self._session.close()
 
     async def produce(
-        self, leader_http: str, topic: str, partition: int, batch: bytes, acks: str
+        self,
+        leader_http: str,
+        topic: str,
+        partition: int,
+        batch: bytes,
+        acks: str,
+        transactional_id: str | None = None,
     ) -> tuple[int, bool]:
         """(base offset, duplicate) from the leader's internal batch endpoint."""
         url = f"http://{leader_http}/v1/internal/topics/{topic}/partitions/{partition}/batch"
+        params = {"acks": acks}
+        if transactional_id is not None:
+            params["transactional_id"] = transactional_id
         body = await self._call(
             "POST",
             url,
-            params={"acks": acks},
+            params=params,
             data=batch,
             headers={"Content-Type": "application/octet-stream", FORWARDED_HEADER: "1"},
         )

@@ -206,8 +206,13 @@ _SCHEMAS: dict[str, Any] = {
             },
             "transactional": {
                 "type": "boolean",
-                "enum": [False],
-                "description": "transactions are not supported yet (400)",
+                "description": "true: the messages join the open transaction of "
+                "transactional_id (opened by this write if none is; the partition checks with "
+                "the transaction coordinator before a transaction's first write to it)",
+            },
+            "transactional_id": {
+                "type": "string",
+                "description": "with transactional: true, the id POST /v1/producers was given",
             },
         },
     },
@@ -217,9 +222,25 @@ _SCHEMAS: dict[str, Any] = {
         "properties": {
             "transactional_id": {
                 "type": "string",
-                "description": "transactions are not supported yet: a body with one gets 400",
+                "description": "a transactional producer: the answer's epoch fences every "
+                "earlier one of this id, whose open transaction is aborted first",
             },
-            "transaction_timeout_ms": {"type": "integer", "minimum": 1, "maximum": 900000},
+            "transaction_timeout_ms": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 900000,
+                "default": 60000,
+                "description": "a transaction open longer is aborted by the coordinator",
+            },
+        },
+    },
+    "EndTransaction": {
+        "type": "object",
+        "required": ["producer_id", "producer_epoch"],
+        "additionalProperties": False,
+        "properties": {
+            "producer_id": {"type": "integer"},
+            "producer_epoch": {"type": "integer"},
         },
     },
     "NewProducer": {
@@ -401,7 +422,8 @@ def openapi_document() -> dict[str, Any]:
                     "the producer for the `partition` query parameter; it is checked and stored "
                     'as sent, and the answer is {"partition", "base_offset", "count"} (plus '
                     '"duplicate": true for a repeated idempotent batch). The batch header\'s '
-                    "producer id, epoch and base sequence make it idempotent, as in a JSON body."
+                    "producer id, epoch and base sequence make it idempotent, as in a JSON body; "
+                    "a transactional batch needs the transactional_id query parameter."
                 ),
                 "operationId": "produce",
                 "parameters": [
@@ -411,6 +433,11 @@ def openapi_document() -> dict[str, Any]:
                         "acks",
                         {"type": "string", "enum": ["all", "leader", "none"]},
                         f"with a {BATCH} body",
+                    ),
+                    _query(
+                        "transactional_id",
+                        {"type": "string"},
+                        f"with a transactional {BATCH} body",
                     ),
                 ],
                 "requestBody": {
@@ -442,6 +469,53 @@ def openapi_document() -> dict[str, Any]:
                     "200": _body("NewProducer", "a new producer id and its epoch"),
                     **_errors(400, 503, 504),
                 },
+            }
+        },
+        "/v1/transactions/{transactional_id}/{action}": {
+            "post": {
+                "summary": "Commit or abort the open transaction (action: commit | abort)",
+                "description": (
+                    "The decision is made durable, then a marker (a Kafka control batch) is "
+                    "written to every partition of the transaction; the answer comes after "
+                    "that: read_committed fetches of every partition then see the outcome. "
+                    "The answer's epoch (bumped) is the one for the next transaction; "
+                    "sequences start again at 0. An older epoch: 409 producer_fenced."
+                ),
+                "operationId": "endTransaction",
+                "parameters": [
+                    {
+                        "name": "transactional_id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                    },
+                    {
+                        "name": "action",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "enum": ["commit", "abort"]},
+                    },
+                ],
+                "requestBody": {"required": True, **_body("EndTransaction", "the producer")},
+                "responses": {
+                    "200": _body("NewProducer", "the producer id and epoch for the next one"),
+                    **_errors(400, 404, 409, 503, 504),
+                },
+            }
+        },
+        "/v1/transactions/{transactional_id}/offsets": {
+            "post": {
+                "summary": "Consumer offsets inside a transaction: not supported yet (400)",
+                "operationId": "transactionOffsets",
+                "parameters": [
+                    {
+                        "name": "transactional_id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                    }
+                ],
+                "responses": {**_errors(400)},
             }
         },
         "/v1/topics/{topic}/partitions/{partition}/messages": {

@@ -31,8 +31,18 @@ MESSAGE_FIELDS = frozenset(
 # The shape almost every producer sends; such messages skip the field-by-field checks.
 COMMON_MESSAGE_FIELDS = frozenset({"key", "value", "partition"})
 PRODUCE_FIELDS = frozenset(
-    {"acks", "messages", "producer_id", "producer_epoch", "sequence", "transactional"}
+    {
+        "acks",
+        "messages",
+        "producer_id",
+        "producer_epoch",
+        "sequence",
+        "transactional",
+        "transactional_id",
+    }
 )
+TRANSACTIONAL_ID = re.compile(r"^[A-Za-z0-9._~:@-]{1,249}$")
+END_TXN_FIELDS = frozenset({"producer_id", "producer_epoch"})
 PRODUCER_FIELDS = frozenset({"transactional_id", "transaction_timeout_ms"})
 MAX_PRODUCER_ID = 2**63 - 1
 MAX_PRODUCER_EPOCH = 2**15 - 1
@@ -69,6 +79,7 @@ class ProducerFields:
     producer_id: int
     producer_epoch: int
     sequence: int
+    transactional_id: str | None = None  # set: the request writes inside its transaction
 
 
 @dataclass(slots=True)
@@ -242,11 +253,23 @@ def produce_request(body: Any) -> ProduceRequest:
 
 
 def producer_fields(obj: dict[str, Any]) -> ProducerFields | None:
-    """The idempotent producer fields of a produce body: all three or none."""
-    if obj.get("transactional", False) is not False:
-        raise invalid("transactions are not supported yet")
+    """The idempotent producer fields of a produce body: all three or none; with
+    "transactional": true also the transactional_id the producer was initialised with."""
+    transactional = obj.get("transactional", False)
+    if not isinstance(transactional, bool):
+        raise invalid("transactional must be true or false")
     names = ("producer_id", "producer_epoch", "sequence")
     present = [name for name in names if name in obj]
+    tid = obj.get("transactional_id")
+    if transactional:
+        if len(present) != len(names) or tid is None:
+            raise invalid(
+                "a transactional request carries transactional_id, producer_id, "
+                "producer_epoch and sequence"
+            )
+        tid = transactional_id(tid)
+    elif tid is not None:
+        raise invalid('transactional_id goes with "transactional": true')
     if not present:
         return None
     if len(present) != len(names):
@@ -258,19 +281,36 @@ def producer_fields(obj: dict[str, Any]) -> ProducerFields | None:
         if type(value) is not int or not 0 <= value <= high:
             raise invalid(f"{name} must be an integer in 0..{high}")
         values.append(value)
-    return ProducerFields(*values)
+    return ProducerFields(*values, transactional_id=tid)
 
 
-def new_producer_request(body: Any) -> None:
-    """`POST /v1/producers`: `{}` for an idempotent producer. A transactional_id is refused
-    until transactions are served."""
+def transactional_id(value: Any) -> str:
+    if not isinstance(value, str) or not TRANSACTIONAL_ID.match(value):
+        raise invalid("transactional_id must be 1-249 of [A-Za-z0-9._~:@-]")
+    return value
+
+
+def new_producer_request(body: Any) -> tuple[str | None, int]:
+    """`POST /v1/producers`: `{}` for an idempotent producer, or a transactional_id (and its
+    transaction_timeout_ms, default 60000) for a transactional one."""
     obj = _object({} if body is None else body, "request body")
     _no_unknown(obj, PRODUCER_FIELDS, "request body")
-    timeout = obj.get("transaction_timeout_ms")
-    if timeout is not None and (type(timeout) is not int or not 0 < timeout <= 15 * 60 * 1000):
+    timeout = obj.get("transaction_timeout_ms", 60_000)
+    if type(timeout) is not int or not 0 < timeout <= 15 * 60 * 1000:
         raise invalid("transaction_timeout_ms must be an integer in 1..900000")
-    if obj.get("transactional_id") is not None:
-        raise invalid("transactions are not supported yet")
+    tid = obj.get("transactional_id")
+    return (None if tid is None else transactional_id(tid)), timeout
+
+
+def end_txn_request(body: Any) -> tuple[int, int]:
+    obj = _object(body, "request body")
+    _no_unknown(obj, END_TXN_FIELDS, "request body")
+    pid, epoch = obj.get("producer_id"), obj.get("producer_epoch")
+    if type(pid) is not int or not 0 <= pid <= MAX_PRODUCER_ID:
+        raise invalid(f"producer_id must be an integer in 0..{MAX_PRODUCER_ID}")
+    if type(epoch) is not int or not 0 <= epoch <= MAX_PRODUCER_EPOCH:
+        raise invalid(f"producer_epoch must be an integer in 0..{MAX_PRODUCER_EPOCH}")
+    return pid, epoch
 
 
 def _config_int(key: str, value: str, low: int, high: int | None = None) -> str:

@@ -36,6 +36,17 @@ from raftline.node.metadata import (
 from raftline.node.partition import PartitionReplica
 from raftline.node.producers import PartitionProducers
 from raftline.node.runtime import Runtime
+from raftline.node.transactions.service import (
+    SHARDS as TXN_SHARDS,
+)
+from raftline.node.transactions.service import (
+    TXN_TOPIC,
+    TXN_TOPIC_CONFIG,
+    TxnService,
+)
+from raftline.node.transactions.service import (
+    shard_of as txn_shard_of,
+)
 from raftline.node.transport import OUTCOME_UNKNOWN, RemoteError
 from raftline.raftlog.log import LogConfig
 from raftline.raftlog.raft import NotLeaderError
@@ -62,6 +73,7 @@ class Broker:
         self.meta = MetaReplica(on_change=self._metadata_changed)
         self.partitions: dict[str, PartitionReplica] = {}
         self.coordinator = Coordinator(self)  # consumer groups: shards of the __groups topic
+        self.transactions = TxnService(self)  # transaction coordinator: shards of __transactions
         self._reconciling: asyncio.Task[None] | None = None
         self._reconcile_again = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -92,6 +104,7 @@ class Broker:
         self._tasks.append(asyncio.ensure_future(self._maintain()))
         self._tasks.append(asyncio.ensure_future(self._enforce_retention()))
         self._tasks.append(asyncio.ensure_future(self.coordinator.run()))
+        self._tasks.append(asyncio.ensure_future(self.transactions.run()))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -106,6 +119,7 @@ class Broker:
             except Exception as exc:  # the next start replays more of the log instead
                 log.warning("no producer snapshot for %s: %s", replica.group, exc)
         self.coordinator.close()
+        self.transactions.close()
         await self.runtime.stop()
 
     def _open_storage(self, path: Any, topic_config: dict[str, str]) -> RaftStorage:
@@ -134,15 +148,20 @@ class Broker:
         while self._reconcile_again:
             self._reconcile_again = False
             wanted = self.meta.state.groups_of(self.node_id)
-            local = [*self.partitions, *self.coordinator.replicas]
+            local = [*self.partitions, *self.coordinator.replicas, *self.transactions.replicas]
             for group in [g for g in local if g not in wanted]:
                 if group in self.partitions:
                     self.partitions.pop(group).close()
                 self.coordinator.drop_replica(group)
+                self.transactions.drop_replica(group)
                 await self.runtime.remove_group(group)
                 await self.runtime.run_on_disk(shutil.rmtree, self._partition_dir(group), True)
             for group, (topic, partition) in wanted.items():
-                if group not in self.partitions and group not in self.coordinator.replicas:
+                if (
+                    group not in self.partitions
+                    and group not in self.coordinator.replicas
+                    and group not in self.transactions.replicas
+                ):
                     await self._start_partition(group, topic, partition)
 
     def _partition_dir(self, group: str) -> Any:
@@ -162,9 +181,10 @@ class Broker:
         commit = storage.hard_state.commit
         replicas = topic.replicas[partition]
         fresh = storage.last_index() < 0
-        if topic.name == GROUPS_TOPIC:
+        if topic.name in (GROUPS_TOPIC, TXN_TOPIC):
             # A coordinator shard replays its whole log, which starts with a checkpoint.
-            shard = self.coordinator.new_replica(group)
+            service = self.coordinator if topic.name == GROUPS_TOPIC else self.transactions
+            shard = service.new_replica(group)
             self.runtime.add_group(group, storage, replicas, shard, applied=-1)
             if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
                 self.runtime.campaign(group)
@@ -187,6 +207,7 @@ class Broker:
             self.not_leader,
             self.config.request_timeout_s,
             producers,
+            self._verifier(topic.name, partition),
         )
         self.partitions[group] = replica
         applied = min(commit, replay_from - 1)
@@ -288,6 +309,10 @@ class Broker:
             return {g: self._local_offsets(g) for g in args if g in self.partitions}
         if method.startswith("group_"):
             return await self.coordinator.handle(method, args)
+        if method.startswith("txn_"):
+            return await self.transactions.handle(method, args)
+        if method == "marker":
+            return await self._local_marker(args)
         if method == "offset_for_timestamp":
             topic, partition, timestamp = args
             return await self.local_offset_for_timestamp(str(topic), int(partition), int(timestamp))
@@ -472,7 +497,7 @@ class Broker:
                 "replication_factor": t.replication_factor,
             }
             for t in sorted(self.meta.state.topics.values(), key=lambda t: t.name)
-            if t.name != GROUPS_TOPIC
+            if t.name not in (GROUPS_TOPIC, TXN_TOPIC)
         ]
 
     async def describe_topic(self, name: str) -> dict[str, Any]:
@@ -574,14 +599,20 @@ class Broker:
         return base
 
     async def append(
-        self, topic: str, partition: int, batch: bytes, acks: str, crc_checked: bool = False
+        self,
+        topic: str,
+        partition: int,
+        batch: bytes,
+        acks: str,
+        crc_checked: bool = False,
+        transactional_id: str | None = None,
     ) -> tuple[int, bool]:
         """Append a batch on this node (its leader): (base offset, duplicate). A duplicate is
         a retry of an idempotent producer's batch: nothing written, the original's offset."""
         replica = await self._replica(topic, partition)
         self.counters["produce_requests"] += 1
         self.counters["produce_bytes"] += len(batch)
-        return await replica.append(batch, acks, crc_checked)
+        return await replica.append(batch, acks, crc_checked, transactional_id)
 
     async def new_producer(self) -> tuple[int, int]:
         """A producer id never handed out before (and epoch 0), from this node's block of
@@ -609,6 +640,16 @@ class Broker:
         self.counters["fetch_bytes"] += sum(len(b) for b in batches)
         return batches, log_start, high_watermark
 
+    async def fetch_stable(
+        self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int
+    ) -> tuple[list[memoryview], int, int, int, int]:
+        """A read_committed fetch on this node (the leader): see PartitionReplica.fetch_stable."""
+        replica = await self._replica(topic, partition)
+        self.counters["fetch_requests"] += 1
+        answer = await replica.fetch_stable(offset, max_bytes, wait_ms)
+        self.counters["fetch_bytes"] += sum(len(b) for b in answer[0])
+        return answer
+
     async def local_offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int:
         """On the partition's leader: the first offset whose message is at or after `timestamp`
         (the high watermark when none is); NotLeader elsewhere."""
@@ -619,23 +660,27 @@ class Broker:
 
     async def _groups_topic(self) -> TopicInfo:
         """The internal topic of coordinator shards, created on the first group call."""
-        topic = self.meta.state.topics.get(GROUPS_TOPIC)
+        return await self._internal_topic(GROUPS_TOPIC, SHARDS, GROUPS_TOPIC_CONFIG)
+
+    async def _internal_topic(self, name: str, shards: int, config: dict[str, str]) -> TopicInfo:
+        """An internal topic of coordinator shards, created on first use."""
+        topic = self.meta.state.topics.get(name)
         if topic is None:
             await self._barrier()
-            topic = self.meta.state.topics.get(GROUPS_TOPIC)
+            topic = self.meta.state.topics.get(name)
         if topic is None:
             args = {
-                "name": GROUPS_TOPIC,
-                "partitions": SHARDS,
+                "name": name,
+                "partitions": shards,
                 "replication_factor": min(3, len(self.config.members())),
-                "config": dict(GROUPS_TOPIC_CONFIG),
+                "config": dict(config),
             }
             try:
                 await self._controller("create_topic", args)
             except BrokerError as exc:
                 if exc.code != "topic_exists":
                     raise
-            topic = await self._topic(GROUPS_TOPIC, current=True)
+            topic = await self._topic(name, current=True)
             deadline = time.monotonic() + CREATE_WAIT_S
             shards = [topic.group(p) for p in range(len(topic.replicas))]
             while time.monotonic() < deadline and any(self._live_leader(g) is None for g in shards):
@@ -649,6 +694,57 @@ class Broker:
         voters = topic.replicas[shard_of(group, len(topic.replicas))]
         return await self._on_leader_of(
             shard, method, {**args, "group": group, "shard": shard}, voters
+        )
+
+    # transactions: the coordinator shards are the partitions of the internal __transactions
+
+    async def txn_call(self, transactional_id: str, method: str, args: dict[str, Any]) -> Any:
+        """Run a transaction call (TxnService.handle) on the leader of the id's shard."""
+        topic = await self._internal_topic(TXN_TOPIC, TXN_SHARDS, TXN_TOPIC_CONFIG)
+        index = txn_shard_of(transactional_id)
+        shard = topic.group(index)
+        args = {**args, "transactional_id": transactional_id, "shard": shard}
+        return await self._on_leader_of(shard, method, args, topic.replicas[index])
+
+    async def allocate_producer_ids(self, count: int) -> dict[str, int]:
+        block = await self._controller("allocate_producer_ids", {"count": count})
+        return {"first": int(block["first"]), "count": int(block["count"])}
+
+    async def write_marker(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> None:
+        """Write a transaction marker on the partition's leader (wherever it is)."""
+        info = await self._topic(topic, current=False)
+        if not 0 <= partition < len(info.replicas):
+            return  # the topic shrank or was re-created: nothing of the transaction is there
+        args = [topic, partition, producer_id, producer_epoch, commit, coordinator_epoch]
+        await self._on_leader_of(info.group(partition), "marker", args, info.replicas[partition])
+
+    def _verifier(self, topic: str, partition: int) -> Any:
+        """What a partition leader calls before a transaction's first write to it."""
+
+        async def verify(transactional_id: str, producer_id: int, epoch: int) -> None:
+            args = {
+                "producer_id": producer_id,
+                "producer_epoch": epoch,
+                "partitions": [[topic, partition]],
+            }
+            await self.txn_call(transactional_id, "txn_add_partitions", args)
+
+        return verify
+
+    async def _local_marker(self, args: Any) -> None:
+        topic, partition, producer_id, epoch, commit, coordinator_epoch = args
+        replica = await self._replica(str(topic), int(partition))
+        await replica.write_marker(
+            int(producer_id), int(epoch), bool(commit), int(coordinator_epoch), self.clock.now_ms()
         )
 
     async def list_groups(self) -> list[dict[str, Any]]:
@@ -691,7 +787,7 @@ class Broker:
     @staticmethod
     def _user_topic(name: str) -> str:
         """Users see no internal topic: they can neither create, read nor write one."""
-        if name == GROUPS_TOPIC:
+        if name in (GROUPS_TOPIC, TXN_TOPIC):
             raise BrokerError("unknown_topic", f"{name!r} is an internal topic")
         return name
 

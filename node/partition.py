@@ -11,16 +11,18 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from raftline.node.eos.isolation import read_committed
+from raftline.node.eos.markers import build_marker, marker_meta, meta_of_batch
 from raftline.node.eos.producer_state import Outcome
 from raftline.node.errors import BrokerError, NotLeader, OutcomeUnknown
 from raftline.node.producers import PartitionProducers
 from raftline.node.runtime import Runtime
 from raftline.raftlog.batch import CorruptBatchError, check_crc, iter_headers, parse_header
 from raftline.raftlog.records import iter_batches
-from raftline.raftlog.types import Entry
+from raftline.raftlog.types import Entry, EntryKind
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,9 @@ class PartitionReplica:
         not_leader: Callable[[str, str], NotLeader],  # (group, message): where the leader is
         timeout_s: float,
         producers: PartitionProducers | None = None,
+        # (transactional id, producer id, epoch): the coordinator confirms the transaction is
+        # open and holds this partition, or raises (KIP-890 verification)
+        verify: Callable[[str, int, int], Awaitable[None]] | None = None,
     ) -> None:
         self.runtime = runtime
         self.group = group
@@ -56,6 +61,7 @@ class PartitionReplica:
         self._new_data = asyncio.Event()
         self._closed = False
         self.producers = producers
+        self._verify = verify
 
     # Raft callbacks
 
@@ -148,7 +154,13 @@ class PartitionReplica:
         base, _ = await self.append(batch, acks, crc_checked)
         return base
 
-    async def append(self, batch: bytes, acks: str, crc_checked: bool = False) -> tuple[int, bool]:
+    async def append(
+        self,
+        batch: bytes,
+        acks: str,
+        crc_checked: bool = False,
+        transactional_id: str | None = None,
+    ) -> tuple[int, bool]:
         """Append one record batch; returns its base offset (-1 for acks=none) and whether it
         is a duplicate of a batch of the same idempotent producer (then nothing was written
         and the offset is the original's). `crc_checked`: the caller already verified the
@@ -168,14 +180,25 @@ class PartitionReplica:
         self._require_leader()
         tracked = False  # an idempotent producer's batch, in the in-flight view once proposed
         key = (header.producer_id, header.producer_epoch, header.base_sequence)
+        if header.is_transactional and header.producer_id < 0:
+            raise BrokerError("invalid_request", "a transactional batch needs a producer id")
         if header.producer_id >= 0:
-            if header.is_transactional:
-                raise BrokerError("invalid_request", "transactions are not supported yet")
             if self.producers is None:
                 raise BrokerError("invalid_request", "this partition keeps no producer state")
             # Applied state answers only once everything before this term is applied.
             await self._await_term_commit()
             verdict, key = self.producers.check(header)
+            if verdict.outcome is Outcome.NEEDS_VERIFICATION:
+                # The transaction's first write here: the coordinator must hold it open with
+                # this partition, at this epoch, before it may start here (no hanging ones).
+                if transactional_id is None or self._verify is None:
+                    raise BrokerError(
+                        "invalid_request", "a transactional write needs its transactional_id"
+                    )
+                await self._verify(transactional_id, header.producer_id, header.producer_epoch)
+                self._require_leader()
+                await self._await_term_commit()
+                verdict, key = self.producers.check(header, verified=True)
             if verdict.outcome is Outcome.DUPLICATE:
                 assert verdict.base_offset is not None
                 return verdict.base_offset, True
@@ -262,6 +285,98 @@ class PartitionReplica:
         batches = [view[pos : pos + h.size] for pos, h in iter_headers(view)]
         return batches, self.log_start_offset, high_watermark
 
+    async def write_marker(
+        self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int, now_ms: int
+    ) -> None:
+        """Leader: append a transaction marker (a control batch) and wait until it commits.
+        A marker this partition has moved past (fenced) counts as written."""
+        self._require_leader()
+        if self.producers is None:
+            raise BrokerError("invalid_request", "this partition keeps no producer state")
+        await self._await_term_commit()
+        fields = {
+            "producer_id": producer_id,
+            "producer_epoch": epoch,
+            "coordinator_epoch": coordinator_epoch,
+            "timestamp": now_ms,
+        }
+        verdict = self.producers.state.check(marker_meta(commit, **fields))
+        if verdict.outcome in (Outcome.FENCED, Outcome.COORDINATOR_FENCED):
+            return
+        if not verdict.accepted:
+            raise BrokerError("internal_error", f"marker refused: {verdict.outcome}")
+        batch = build_marker(commit, **fields)
+        loop = asyncio.get_running_loop()
+        committed: asyncio.Future[int] = loop.create_future()
+
+        def accepted(index: int, term: int) -> None:
+            self._waiters[index] = (term, committed)
+
+        producers = self.producers
+        try:
+            appended = self.runtime.propose(
+                self.group, batch, 1, kind=EntryKind.CONTROL, on_accept=accepted
+            )
+        except Exception as exc:
+            producers.state.abandon(producer_id)
+            raise self._not_leader(self.group, str(exc) or "not the leader") from exc
+
+        def proposal_done(done: asyncio.Future[Any]) -> None:
+            if done.cancelled() or done.exception() is not None:
+                producers.state.abandon(producer_id)
+            _fail_with(committed, done)
+
+        appended.add_done_callback(proposal_done)
+        try:
+            async with asyncio.timeout(self._timeout):
+                await committed
+        except TimeoutError:
+            raise BrokerError("timeout", "the marker did not commit in time") from None
+        except BrokerError:
+            raise
+        except Exception as exc:
+            raise self._not_leader(self.group, str(exc) or "not the leader") from exc
+
+    async def fetch_stable(
+        self, offset: int, max_bytes: int, wait_ms: int
+    ) -> tuple[list[memoryview], int, int, int, int]:
+        """A read_committed fetch: (batches, log start, high watermark, last stable offset,
+        end of what was read). Reads below the LSO only (leader, once its term committed, so
+        producer state holds everything committed); batches of aborted transactions and
+        control batches are left out; `end` lets the reader move past them."""
+        self._require_leader()
+        await self._await_term_commit()
+        self._check_offset(offset)
+        producers = self.producers
+        assert producers is not None
+        lso = producers.state.last_stable_offset(self.high_watermark)
+        if offset >= lso and wait_ms > 0:
+            deadline = time.monotonic() + wait_ms / 1000
+            while offset >= lso and (remaining := deadline - time.monotonic()) > 0:
+                event = self._new_data
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(remaining):
+                        await event.wait()
+                self._require_leader()
+                lso = producers.state.last_stable_offset(self.high_watermark)
+            self._check_offset(offset)
+        high_watermark = self.high_watermark
+        if offset >= lso:
+            return [], self.log_start_offset, high_watermark, lso, offset
+        data = await self.runtime.read_log(self.group, self.log, offset, max(max_bytes, 1), lso)
+        view = memoryview(data)
+        raw = [view[pos : pos + h.size] for pos, h in iter_headers(view)]
+        end = offset
+        batches = []
+        for batch in raw:
+            meta = meta_of_batch(batch)
+            base = parse_header(batch).base_offset
+            end = max(end, base + meta.last_offset_delta + 1)
+            batches.append((base, meta, batch))
+        aborted = producers.state.aborted_in(offset, lso)
+        kept = list(read_committed(batches, aborted))
+        return kept, self.log_start_offset, high_watermark, lso, end
+
     async def offset_for_timestamp(self, timestamp: int) -> int:
         """Offset of the first committed message whose timestamp is >= `timestamp` (the time
         index finds its batch; the batch is read to find the record), else the high watermark."""
@@ -318,6 +433,12 @@ class PartitionReplica:
 
 
 def _refused(outcome: Outcome, producer_id: int, epoch: int) -> BrokerError:
+    if outcome is Outcome.INVALID_TXN_STATE:
+        return BrokerError(
+            "invalid_txn_state",
+            f"producer {producer_id}: the write does not fit the transaction open on this "
+            "partition (a write outside it, or of another epoch before its marker)",
+        )
     if outcome is Outcome.OUT_OF_ORDER:
         return BrokerError(
             "out_of_order_sequence",

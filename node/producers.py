@@ -38,6 +38,8 @@ _PRODUCER_ID = slice(43, 51)
 _HEADER_END = 61
 _NO_PRODUCER = b"\xff" * 8  # producer id -1
 
+_BATCHES = (EntryKind.DATA, EntryKind.CONTROL)  # producers' batches and transaction markers
+
 SNAPSHOT_FILE = "producer_state.json"
 SNAPSHOT_FORMAT = 1
 DEFAULT_EXPIRY_MS = 24 * 3600 * 1000  # Kafka's producer.id.expiration.ms
@@ -129,7 +131,7 @@ class PartitionProducers:
 
     def apply(self, entry: Entry) -> None:
         """Apply one committed entry (called in log order)."""
-        if entry.kind != EntryKind.DATA or entry.index < self.state.next_offset:
+        if entry.kind not in _BATCHES or entry.index < self.state.next_offset:
             return  # NOOP / config entries take offsets but carry no batch; replayed twice: skip
         data = entry.data
         if len(data) >= _HEADER_END and data[_PRODUCER_ID] == _NO_PRODUCER:
@@ -188,11 +190,12 @@ class PartitionProducers:
 
     # ------------------------------------------------------------------ leader's view
 
-    def check(self, header: BatchHeader) -> tuple[Verdict, BatchKey]:
-        """The leader's verdict on a data batch (its parsed header) before proposing it."""
+    def check(self, header: BatchHeader, verified: bool = False) -> tuple[Verdict, BatchKey]:
+        """The leader's verdict on a data batch (its parsed header) before proposing it;
+        `verified`: the coordinator confirmed the transaction a transactional batch starts."""
         assert not header.is_control, "producers never write control batches"
         meta = BatchMeta.of(header)
-        return self.state.check(meta), meta.key
+        return self.state.check(meta, verified=verified), meta.key
 
     def waiter(self, key: BatchKey) -> asyncio.Future[int]:
         """A future for the base offset of batch `key`, in flight from this leader (a retry

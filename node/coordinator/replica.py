@@ -37,10 +37,14 @@ def not_leader(shard: str) -> BrokerError:
 
 
 class CoordinatorReplica:
-    def __init__(self, runtime: Runtime, shard: str) -> None:
+    """`state` is the shard's state machine: CoordinatorState for consumer groups, or any
+    object with the same apply(command) -> dict (op "checkpoint" restores a snapshot),
+    snapshot() and applied_commands (the transaction coordinator's shards use this too)."""
+
+    def __init__(self, runtime: Runtime, shard: str, state: Any = None) -> None:
         self.runtime = runtime
         self.shard = shard  # the Raft group name
-        self.state = CoordinatorState()
+        self.state = CoordinatorState() if state is None else state
         self.role = "follower"
         self.term = 0
         self.applied_index = -1
