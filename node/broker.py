@@ -888,4 +888,5 @@ class Broker:
             kind = "counter" if name.endswith("_total") else "gauge"
             lines += [f"# TYPE {name} {kind}", f'{name}{{node="{self.node_id}"}} {value}']
         lines += self.coordinator.metrics_lines()
+        lines += self.transactions.metrics_lines()
         return "\n".join(lines) + "\n"

@@ -236,6 +236,26 @@ class TxnService:
             raise txn_error(str(result["error"]))
         return {"producer_id": result["producer_id"], "producer_epoch": result["producer_epoch"]}
 
+    def metrics_lines(self) -> list[str]:
+        """Per shard this node leads: that it does, and its transactions by state."""
+        lines = [
+            "# TYPE raftline_txn_shard_leading gauge",
+            "# TYPE raftline_txn_transactions gauge",
+        ]
+        node = self.broker.node_id
+        for name, replica in sorted(self.replicas.items()):
+            if not replica.serving:
+                continue
+            shard = name.rsplit("~", 1)[-1]
+            lines.append(f'raftline_txn_shard_leading{{node="{node}",shard="{shard}"}} 1')
+            counts: dict[str, int] = {}
+            for meta in replica.state.coordinator.txns.values():
+                counts[meta.state.value] = counts.get(meta.state.value, 0) + 1
+            for state, count in sorted(counts.items()):
+                labels = f'node="{node}",shard="{shard}",state="{state}"'
+                lines.append(f"raftline_txn_transactions{{{labels}}} {count}")
+        return lines
+
 
 def _forget(
     tasks: dict[tuple[str, str], asyncio.Task[None]],
