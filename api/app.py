@@ -560,7 +560,13 @@ async def end_transaction(request: web.Request) -> web.Response:
 
 
 async def transaction_offsets(request: web.Request) -> web.Response:
-    raise invalid("consumer offsets in transactions are not supported yet")
+    """`POST /v1/transactions/{tid}/offsets`: consumer offsets that the group gets if and when
+    the transaction commits (consume-transform-produce); never with an abort."""
+    tid = validation.transactional_id(request.match_info["transactional_id"])
+    pid, epoch, group, offsets = validation.txn_offsets_request(await read_body(request))
+    args = {"producer_id": pid, "producer_epoch": epoch, "group": group, "offsets": offsets}
+    await _state(request).broker.txn_call(tid, "txn_add_offsets", args)
+    return web.Response(status=204)
 
 
 async def _fetch_local(

@@ -505,7 +505,14 @@ def openapi_document() -> dict[str, Any]:
         },
         "/v1/transactions/{transactional_id}/offsets": {
             "post": {
-                "summary": "Consumer offsets inside a transaction: not supported yet (400)",
+                "summary": "Commit consumer offsets inside the open transaction",
+                "description": (
+                    'Body {"producer_id", "producer_epoch", "group", "offsets": [{"topic", '
+                    '"partition", "offset"}]}: the group\'s committed offsets move to these '
+                    "(never back) when the transaction commits, after its markers are written; "
+                    "never when it aborts. Fenced by the producer epoch (409 producer_fenced), "
+                    "not by the group's generations."
+                ),
                 "operationId": "transactionOffsets",
                 "parameters": [
                     {
@@ -515,7 +522,10 @@ def openapi_document() -> dict[str, Any]:
                         "schema": {"type": "string"},
                     }
                 ],
-                "responses": {**_errors(400)},
+                "responses": {
+                    "204": {"description": "joined the transaction"},
+                    **_errors(400, 404, 409, 503, 504),
+                },
             }
         },
         "/v1/topics/{topic}/partitions/{partition}/messages": {

@@ -302,6 +302,38 @@ def new_producer_request(body: Any) -> tuple[str | None, int]:
     return (None if tid is None else transactional_id(tid)), timeout
 
 
+TXN_OFFSETS_FIELDS = frozenset({"producer_id", "producer_epoch", "group", "offsets"})
+GROUP_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+def txn_offsets_request(body: Any) -> tuple[int, int, str, list[list[Any]]]:
+    """`POST /v1/transactions/{id}/offsets`: (producer id, epoch, group, [[t, p, offset]])."""
+    obj = _object(body, "request body")
+    _no_unknown(obj, TXN_OFFSETS_FIELDS, "request body")
+    pid, epoch = end_txn_request({k: obj.get(k) for k in END_TXN_FIELDS})
+    group = obj.get("group")
+    if not isinstance(group, str) or not GROUP_NAME.match(group):
+        raise invalid("group must be 1-249 of [A-Za-z0-9._-]")
+    items = obj.get("offsets")
+    if not isinstance(items, list) or not items:
+        raise invalid("offsets must be a non-empty array")
+    offsets = []
+    seen = set()
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise invalid(f"offsets[{i}] must be an object")
+        _no_unknown(item, frozenset({"topic", "partition", "offset"}), f"offsets[{i}]")
+        topic = topic_name(item.get("topic"))
+        partition, offset = item.get("partition"), item.get("offset")
+        if type(partition) is not int or type(offset) is not int or partition < 0 or offset < 0:
+            raise invalid(f"offsets[{i}]: partition and offset must be non-negative integers")
+        if (topic, partition) in seen:
+            raise invalid(f"offsets names {topic}/{partition} twice")
+        seen.add((topic, partition))
+        offsets.append([topic, partition, offset])
+    return pid, epoch, group, offsets
+
+
 def end_txn_request(body: Any) -> tuple[int, int]:
     obj = _object(body, "request body")
     _no_unknown(obj, END_TXN_FIELDS, "request body")

@@ -258,3 +258,40 @@ async def test_group_fetch_read_committed(tmp_path: Path) -> None:
         assert await poll("read_committed") == []
         await _ok(await _end(api, "tx-7", pid, epoch, commit=True))
         assert await poll("read_committed") == ["t1", "p2"]
+
+
+async def test_offsets_in_a_transaction_reach_the_group_only_with_a_commit(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path / "d") as (api, _):
+        await _topic(api, partitions=1)
+        pid, epoch = await _init(api, "tx-8")
+
+        async def committed() -> dict[tuple[str, int], int]:
+            body = await _ok(await api.get("/v1/groups/cg/offsets"))
+            return {(o["topic"], o["partition"]): o["offset"] for o in body["offsets"]}
+
+        async def add(offset: int, epoch: int) -> Any:
+            return await api.post(
+                "/v1/transactions/tx-8/offsets",
+                json={
+                    "producer_id": pid,
+                    "producer_epoch": epoch,
+                    "group": "cg",
+                    "offsets": [{"topic": "t", "partition": 0, "offset": offset}],
+                },
+            )
+
+        produce = "/v1/topics/t/messages"
+        await _ok(await api.post(produce, json=_txn_body("tx-8", pid, epoch, 0, 0, "out1")))
+        assert (await add(5, epoch)).status == 204
+        await _ok(await _end(api, "tx-8", pid, epoch, commit=False))
+        response = await api.get("/v1/groups/cg/offsets")
+        assert response.status == 404 or await committed() == {}
+        epoch += 1
+        await _ok(await api.post(produce, json=_txn_body("tx-8", pid, epoch, 0, 0, "out2")))
+        assert (await add(7, epoch)).status == 204
+        assert (await add(8, epoch - 1)).status == 409  # fenced
+        await _ok(await _end(api, "tx-8", pid, epoch, commit=True))
+        assert await committed() == {("t", 0): 7}
+        assert _values(await _read(api, 0, "read_committed")) == ["out2"]

@@ -164,6 +164,11 @@ class TxnService:
                 for topic, partition in markers["partitions"]
             )
         )
+        by_group: dict[str, list[list[Any]]] = {}
+        for group, topic, partition, offset in markers.get("offsets", ()):
+            by_group.setdefault(str(group), []).append([str(topic), int(partition), int(offset)])
+        for group, offsets in by_group.items():  # a commit's offsets, once its markers are in
+            await self.broker.group_call(group, "group_txn_offsets", {"offsets": offsets})
         command = {
             "op": "markers_written",
             "transactional_id": markers["transactional_id"],
@@ -187,6 +192,16 @@ class TxnService:
                 "producer_id": int(args["producer_id"]),
                 "producer_epoch": int(args["producer_epoch"]),
                 "partitions": [[str(t), int(p)] for t, p in args["partitions"]],
+            }
+            return self._answer(await self._propose(shard, command))
+        if method == "txn_add_offsets":
+            command = {
+                "op": "add_offsets",
+                "transactional_id": tid,
+                "producer_id": int(args["producer_id"]),
+                "producer_epoch": int(args["producer_epoch"]),
+                "group": str(args["group"]),
+                "offsets": [[str(t), int(p), int(o)] for t, p, o in args["offsets"]],
             }
             return self._answer(await self._propose(shard, command))
         if method == "txn_end":
