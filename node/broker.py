@@ -229,6 +229,10 @@ class Broker:
                 point = storage.retention_point()
                 if point >= storage.first_index():
                     self.runtime.trim(group, point)
+                    replica = self.partitions.get(group)
+                    if replica is not None and replica.producers is not None:
+                        # aborted transactions wholly below the log start are read by nobody
+                        replica.producers.state.forget_aborted_before(point + 1)
 
     async def _maintain(self) -> None:
         while True:
