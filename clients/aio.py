@@ -143,6 +143,22 @@ class AsyncProducer(ProducerApi):
         self._in_flight.discard(task)
         self._dispatch(everything=False)  # the partition's next batch may go now
 
+    def begin(self) -> None:
+        """Start a transaction (one opens implicitly with the first message; for symmetry)."""
+
+    async def send_offsets_to_transaction(
+        self, offsets: dict[tuple[str, int], int], group: str
+    ) -> None:
+        await self.client._run(self._core.offsets_sent(group, offsets))
+
+    async def commit(self) -> None:
+        await self.flush()
+        await self.client._run(self._core.ended(commit=True))
+
+    async def abort(self) -> None:
+        await self.flush()
+        await self.client._run(self._core.ended(commit=False))
+
     async def flush(self) -> None:
         self._dispatch(everything=True)
         while self._in_flight:

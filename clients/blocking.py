@@ -168,6 +168,23 @@ class Producer(ProducerApi):
             self._wake.notify()
         return future
 
+    def begin(self) -> None:
+        """Start a transaction (one opens implicitly with the first message; for symmetry)."""
+
+    def send_offsets_to_transaction(self, offsets: dict[tuple[str, int], int], group: str) -> None:
+        """Consumer offsets that `group` commits if and only if the transaction commits."""
+        self.client._run(self._core.offsets_sent(group, offsets))
+
+    def commit(self) -> None:
+        """Send everything queued, then commit the transaction (all or nothing)."""
+        self.flush()
+        self.client._run(self._core.ended(commit=True))
+
+    def abort(self) -> None:
+        """Send everything queued, then abort the transaction: read_committed never sees it."""
+        self.flush()
+        self.client._run(self._core.ended(commit=False))
+
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued and wait for the answers."""
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -181,9 +181,10 @@ class ClientCore:
         wait_ms: int,
         url: str | None,
         values: bool,
+        isolation: str = "read_uncommitted",
     ) -> Op[FetchResult | FetchedValues]:
         """One fetch; with `values`, only the values."""
-        request = fetch_request(self.wire, offset, max_messages, max_bytes, wait_ms)
+        request = fetch_request(self.wire, offset, max_messages, max_bytes, wait_ms, isolation)
         answer = yield Call("GET", messages_path(topic, partition), request, url)
         if values:
             return fetched_values(answer, offset, max_messages)

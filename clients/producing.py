@@ -38,6 +38,7 @@ from raftline.clients.wire import (
     encode_record,
     json_acks,
     messages_path,
+    transactional_fields,
     values_request,
 )
 from raftline.raftlog.compression import Codec
@@ -141,10 +142,16 @@ class MessageBatch:
             body: dict[str, Any] = {"acks": producer.acks, "messages": messages}
             if self.producer is not None:
                 body.update(self.producer.json_fields())
+                body.update(transactional_fields(producer.transactional_id))
             return json_acks((yield from json_call("POST", path, body, url=url)))
         if self.request is None:
             self.request = batch_request(
-                self.partition, messages, producer.acks, producer.codec, self.producer
+                self.partition,
+                messages,
+                producer.acks,
+                producer.codec,
+                self.producer,
+                producer.transactional_id,
             )
         return batch_acks((yield Call("POST", path, self.request, url)).json())
 
@@ -178,7 +185,13 @@ class ValuesBatch:
     def sent(self, producer: ProducerCore, url: str | None) -> Op[BatchAcked]:
         if self.request is None:
             self.request = values_request(
-                self.partition, self.values, self.key, producer.acks, producer.codec, self.producer
+                self.partition,
+                self.values,
+                self.key,
+                producer.acks,
+                producer.codec,
+                self.producer,
+                producer.transactional_id,
             )
         answer = yield Call("POST", messages_path(producer.topic), self.request, url)
         return batch_acked(answer.json(), self.partition, len(self.values))
@@ -210,11 +223,17 @@ class ProducerCore:
         batch_messages: int,
         idempotent: bool = False,
         delivery_timeout_ms: float = 120_000,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
     ) -> None:
         self.client = client
         self.topic = topic
         self.acks = acks
         self.codec = codec_of(compression, client.wire)
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.txn_error: BaseException | None = None  # a batch of the open transaction failed
+        idempotent = idempotent or transactional_id is not None
         self._partitioner = Partitioner()
         self._accumulator = Accumulator(linger_ms, batch_bytes, batch_messages)
         self._waiting: dict[int, deque[Batch]] = {}
@@ -239,7 +258,13 @@ class ProducerCore:
 
     def identified(self) -> Op[None]:
         """Get a producer id (once; a second answer, from a racing call, is dropped)."""
-        answer = yield from json_call("POST", "/v1/producers", {})
+        body: dict[str, Any] = {}
+        if self.transactional_id is not None:
+            body = {
+                "transactional_id": self.transactional_id,
+                "transaction_timeout_ms": self.transaction_timeout_ms,
+            }
+        answer = yield from json_call("POST", "/v1/producers", body)
         if self.producer_id is None:
             self.producer_id = int(answer["producer_id"])
             self._base_epoch = int(answer["producer_epoch"])
@@ -382,11 +407,58 @@ class ProducerCore:
 
     def _failed_for_good(self, partition: int, fields: ProducerFields) -> None:
         """A numbered batch failed: later numbers of its epoch can never be accepted, so the
-        partition's next batch starts a new epoch at 0 (once per failed epoch)."""
+        partition's next batch starts a new epoch at 0 (once per failed epoch). In a
+        transaction the epoch is the coordinator's: the transaction can only be aborted."""
+        if self.transactional_id is not None:
+            self.txn_error = self.txn_error or RuntimeError(
+                f"a batch of the transaction failed for good on partition {partition}"
+            )
+            return
         if self._epochs.get(partition) == fields.producer_epoch:
             self._epochs[partition] = fields.producer_epoch + 1
             self._next_sequence[partition] = 0
             self._confirmed.discard(partition)
+
+    # transactions (the shell flushes before ending one)
+
+    def _txn_path(self, action: str) -> str:
+        if self.transactional_id is None:
+            raise RuntimeError("not a transactional producer (give transactional_id=...)")
+        return f"/v1/transactions/{self.transactional_id}/{action}"
+
+    def ended(self, commit: bool) -> Op[None]:
+        """Commit or abort the open transaction (everything sent is acknowledged first: the
+        shell flushes); the next transaction uses the epoch answered, from sequence 0."""
+        path = self._txn_path("commit" if commit else "abort")
+        assert self.idle(), "a transaction ends once its batches are acknowledged"
+        if commit and self.txn_error is not None:
+            raise RuntimeError(f"cannot commit: {self.txn_error}; abort the transaction")
+        if self.producer_id is None:
+            return  # nothing was ever sent
+        body = {"producer_id": self.producer_id, "producer_epoch": self._base_epoch}
+        answer = yield from json_call("POST", path, body)
+        self.producer_id = int(answer["producer_id"])
+        self._base_epoch = int(answer["producer_epoch"])
+        self._epochs.clear()
+        self._next_sequence.clear()
+        self._confirmed.clear()
+        self.txn_error = None
+
+    def offsets_sent(self, group: str, offsets: dict[tuple[str, int], int]) -> Op[None]:
+        """Consumer offsets (next offset to read per (topic, partition)) that `group` commits
+        with the open transaction (consume-transform-produce)."""
+        path = self._txn_path("offsets")
+        if self.producer_id is None:
+            yield from self.identified()
+        body = {
+            "producer_id": self.producer_id,
+            "producer_epoch": self._base_epoch,
+            "group": group,
+            "offsets": [
+                {"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(offsets.items())
+            ],
+        }
+        yield from json_call("POST", path, body)
 
     def next_deadline(self) -> float | None:
         """When the oldest open batch is due (monotonic seconds), if any is open."""
@@ -413,10 +485,15 @@ class ProducerApi:
         compression: str = "none",
         idempotent: bool = False,
         delivery_timeout_ms: float = 120_000,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
     ) -> None:
         """`idempotent`: get a producer id and number every batch, so that resending a batch
         after any retryable failure (until `delivery_timeout_ms`) never writes it twice; up
-        to 5 batches per partition are then in flight."""
+        to 5 batches per partition are then in flight. `transactional_id`: a transactional
+        (and idempotent) producer: every message sent belongs to the open transaction, which
+        commit() or abort() ends (send_offsets_to_transaction adds consumer offsets); a new
+        producer with the same id fences this one."""
         self.client = client
         self.topic = topic
         self.acks = acks
@@ -430,6 +507,8 @@ class ProducerApi:
             batch_messages,
             idempotent,
             delivery_timeout_ms,
+            transactional_id,
+            transaction_timeout_ms,
         )
 
     def _queued(self, add: Callable[[int, Any], bool]) -> Any:

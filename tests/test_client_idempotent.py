@@ -224,3 +224,39 @@ def test_the_blocking_producer_is_idempotent_on_a_real_node(
         assert stored == [f"v{i}".encode() for i in range(partition, 30, 3)]
         for i, message in zip(range(partition, 30, 3), fetched.messages, strict=True):
             assert acked[i] == (partition, message.offset)
+
+
+@pytest.mark.cluster
+def test_the_transactional_producer_and_a_read_committed_consumer(
+    client: Any, new_topic: Any
+) -> None:
+    topic = new_topic(2)
+    with client.producer(topic, transactional_id=f"{topic}-tx") as producer:
+        producer.begin()
+        for i in range(6):
+            producer.send(f"c{i}", partition=i % 2)
+        producer.commit()
+        producer.begin()
+        for i in range(4):
+            producer.send(f"a{i}", partition=i % 2)
+        producer.abort()
+        producer.begin()
+        producer.send("last", partition=0)
+        producer.send_offsets_to_transaction({(topic, 0): 3}, group=f"{topic}-g")
+        producer.commit()
+
+    def read(isolation: str) -> list[str]:
+        consumer = client.consumer(topic, isolation=isolation, wait_ms=0)
+        values: list[str] = []
+        for _ in range(10):
+            got = [m.value.decode() for m in consumer.poll()]
+            if not got:
+                break
+            values += got
+        return sorted(values)
+
+    committed = sorted([f"c{i}" for i in range(6)] + ["last"])
+    assert read("read_committed") == committed
+    assert read("read_uncommitted") == sorted(committed + [f"a{i}" for i in range(4)])
+    offsets = client.call("GET", f"/v1/groups/{topic}-g/offsets")["offsets"]
+    assert [(o["topic"], o["partition"], o["offset"]) for o in offsets] == [(topic, 0, 3)]
