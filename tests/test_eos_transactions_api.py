@@ -295,3 +295,34 @@ async def test_offsets_in_a_transaction_reach_the_group_only_with_a_commit(
         await _ok(await _end(api, "tx-8", pid, epoch, commit=True))
         assert await committed() == {("t", 0): 7}
         assert _values(await _read(api, 0, "read_committed")) == ["out2"]
+
+
+async def test_kafka_python_reads_the_segments_with_their_markers(tmp_path: Path) -> None:
+    from kafka.record.memory_records import MemoryRecords
+
+    async with serving(tmp_path / "d") as (api, _):
+        await _topic(api, partitions=1)
+        pid, epoch = await _init(api, "tx-9")
+        produce = "/v1/topics/t/messages"
+        await _ok(await api.post(produce, json=_txn_body("tx-9", pid, epoch, 0, 0, "c")))
+        await _ok(await _end(api, "tx-9", pid, epoch, commit=True))
+        await _ok(await api.post(produce, json=_txn_body("tx-9", pid, epoch + 1, 0, 0, "a")))
+        await _ok(await _end(api, "tx-9", pid, epoch + 1, commit=False))
+    segments = sorted((tmp_path / "d" / "partitions").glob("t~*/*.log"))
+    assert segments
+    seen = []
+    for segment in segments:
+        memory = MemoryRecords(segment.read_bytes())
+        while memory.has_next():
+            batch = memory.next_batch()
+            if batch is None:
+                break
+            assert batch.validate_crc()
+            if batch.producer_id == pid:
+                seen.append((batch.is_transactional, batch.is_control_batch, batch.producer_epoch))
+    assert seen == [
+        (True, False, epoch),
+        (True, True, epoch + 1),  # commit marker, at the bumped epoch
+        (True, False, epoch + 1),
+        (True, True, epoch + 2),  # abort marker
+    ]
