@@ -626,8 +626,14 @@ async def _resolve_offset(
 ) -> int:
     if isinstance(offset, int):
         return offset
-    if committed_only and offset == "latest":
-        _, _, _, stable, _ = await state.broker.fetch_stable(topic, partition, 0, 1, 0)
+    if committed_only and offset == "latest":  # Kafka's: the last stable offset
+        try:
+            _, _, _, stable, _ = await state.broker.fetch_stable(topic, partition, 0, 1, 0)
+        except BrokerError as exc:
+            if exc.code != "offset_out_of_range":
+                raise
+            start = int(exc.extra["log_start_offset"])
+            _, _, _, stable, _ = await state.broker.fetch_stable(topic, partition, start, 1, 0)
         return stable
     try:
         _, log_start, high_watermark = await state.broker.fetch(topic, partition, 0, 1, 0)

@@ -724,8 +724,14 @@ class Broker:
         commit: bool,
         coordinator_epoch: int,
     ) -> None:
-        """Write a transaction marker on the partition's leader (wherever it is)."""
-        info = await self._topic(topic, current=False)
+        """Write a transaction marker on the partition's leader (wherever it is). A deleted
+        topic needs none (nothing of the transaction is left to read)."""
+        try:
+            info = await self._topic(topic, current=False)
+        except BrokerError as exc:
+            if exc.code == "unknown_topic":
+                return
+            raise
         if not 0 <= partition < len(info.replicas):
             return  # the topic shrank or was re-created: nothing of the transaction is there
         args = [topic, partition, producer_id, producer_epoch, commit, coordinator_epoch]

@@ -326,3 +326,26 @@ async def test_kafka_python_reads_the_segments_with_their_markers(tmp_path: Path
         (True, False, epoch + 1),
         (True, True, epoch + 2),  # abort marker
     ]
+
+
+async def test_latest_is_the_last_stable_offset_and_a_deleted_topic_needs_no_marker(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path / "d") as (api, _):
+        await _topic(api, partitions=1)
+        await _ok(await api.post("/v1/topics", json={"name": "gone", "partitions": 1}), 201)
+        pid, epoch = await _init(api, "tx-10")
+        produce = "/v1/topics/t/messages"
+        await _ok(await api.post(produce, json={"messages": [{"value": "p", "partition": 0}]}))
+        await _ok(await api.post(produce, json=_txn_body("tx-10", pid, epoch, 0, 0, "open")))
+        answer = await _ok(
+            await api.get(
+                "/v1/topics/t/partitions/0/messages?offset=latest&isolation=read_committed"
+            )
+        )
+        assert answer["next_offset"] == answer["last_stable_offset"] < answer["high_watermark"]
+        body = _txn_body("tx-10", pid, epoch, 0, 0, "x")
+        await _ok(await api.post("/v1/topics/gone/messages", json=body))
+        assert (await api.delete("/v1/topics/gone")).status == 204
+        await _ok(await _end(api, "tx-10", pid, epoch, commit=True))
+        assert _values(await _read(api, 0, "read_committed")) == ["p", "open"]
