@@ -769,6 +769,9 @@ def create_app(broker: Broker, *, self_http: str | None = None) -> web.Applicati
     from raftline.api import groups  # imported late: it builds on this module
 
     groups.add_routes(app)
+    from raftline.api import queues
+
+    queues.add_routes(app)
     if broker.config.test_hooks:
         app.router.add_post("/v1/admin/clock", set_clock_offset)
         app.router.add_post("/v1/admin/network", set_network_faults)

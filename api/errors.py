@@ -24,6 +24,8 @@ ERROR_CODES: dict[str, tuple[int, bool]] = {
     "invalid_txn_state": (409, False),
     "concurrent_transactions": (409, True),
     "unknown_transactional_id": (404, False),
+    "unknown_queue": (404, False),
+    "queue_exists": (409, False),
     "message_too_large": (413, False),
     "unsupported_media_type": (415, False),
     "offset_out_of_range": (416, False),

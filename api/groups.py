@@ -239,16 +239,21 @@ async def member_messages(request: web.Request) -> web.Response:
     if not starts and wait_ms > 0:  # nothing assigned: come back a little later, not at once
         await asyncio.sleep(min(wait_ms, NO_ASSIGNMENT_WAIT_MS) / 1000)
 
+    answered = asyncio.Event()  # stops the watch even where a cancellation got lost (3.11)
+
     async def watch() -> None:
         """While the long-poll waits: keep the member's session alive, and end the wait when
-        a new generation starts (the member should learn its new assignment)."""
+        a new generation starts (the member should learn its new assignment) or the member
+        must give partitions up (it should commit first)."""
         every = min(WATCH_S, int(plan["session_timeout_ms"]) / 3000)
-        while True:
+        while not answered.is_set():
             await asyncio.sleep(every)
+            if answered.is_set():
+                return
             view = await broker.group_call(
                 group, "group_heartbeat", {"member_id": member, "watch": True}
             )
-            if view["generation"] != plan["generation"]:
+            if view["generation"] != plan["generation"] or view.get("revoke"):
                 return
 
     tasks = [asyncio.ensure_future(one(t, p, s)) for t, p, s in starts]
@@ -268,10 +273,13 @@ async def member_messages(request: web.Request) -> web.Response:
             if any((r := t.result()) is not None and r["messages"] for t in done if t in tasks):
                 break  # data is there: answer now, the others' long-polls end unread
     finally:
+        answered.set()
         for task in [*pending, *([watcher] if watcher is not None else [])]:
             task.cancel()
-        if pending or watcher is not None:
-            await asyncio.gather(*pending, *([watcher] if watcher else []), return_exceptions=True)
+        if watcher is not None:  # not awaited: a call of its in flight must not hold the answer
+            watcher.add_done_callback(_consume_outcome)
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
     messages: list[dict[str, Any]] = []
     positions = []
     budget = spec.max_messages
@@ -398,3 +406,8 @@ def add_routes(app: web.Application) -> None:
     router.add_post("/v1/groups/{group}/offsets", commit)
     router.add_get("/v1/groups/{group}/offsets", offsets)
     router.add_post("/v1/groups/{group}/offsets/reset", reset)
+
+
+def _consume_outcome(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()

@@ -376,9 +376,11 @@ def group_paths() -> dict[str, Any]:
         "/v1/groups/{group}/offsets": {
             "post": {
                 "summary": "Commit offsets (all or nothing), fenced by generation",
-                "description": "Each partition must be held by the member since a generation "
-                "no later than the one given, or the member must have been its last owner in "
-                "that generation (commit of what it processed before the partition moved).",
+                "description": "The generation must be the group's current one and every "
+                "partition must be assigned to the member in it; else nothing is committed. "
+                "Before a join takes partitions from a member, the member's heartbeat and fetch "
+                "answers say rebalancing: true in its current generation, so it can commit what "
+                "it processed first.",
                 "operationId": "commitOffsets",
                 "parameters": [_GROUP],
                 "requestBody": {"required": True, **_body("CommitOffsets", "offsets")},

@@ -42,6 +42,20 @@ def _parser() -> argparse.ArgumentParser:
     go.add_argument("--producers", type=int, default=8)
     go.add_argument("--consumers", type=int, default=4)
     go.add_argument("--seed", type=int, default=0)
+    go.add_argument(
+        "--workload",
+        choices=("queue", "group"),
+        default="queue",
+        help="queue: producers, partition consumers and metadata ops (default);"
+        " group: producers and the members of one consumer group",
+    )
+    go.add_argument("--members", type=int, default=4, help="group members (--workload group)")
+    go.add_argument(
+        "--session-timeout-ms",
+        type=int,
+        default=6000,
+        help="the group members' session timeout (--workload group)",
+    )
     go.add_argument("--no-up", action="store_true", help="use an already running cluster")
     go.add_argument("--keep", action="store_true", help="leave the cluster running afterwards")
     check = commands.add_parser("check", help="check a recorded history.jsonl again")
@@ -63,9 +77,11 @@ def main(argv: list[str] | None = None) -> int:
                 or args.recovery < 0
                 or args.partitions < 1
                 or args.producers < 1
+                or args.members < 1
             ):
                 raise ValueError(
-                    "--time-limit, --partitions, --producers must be positive; --recovery >= 0"
+                    "--time-limit, --partitions, --producers, --members must be positive;"
+                    " --recovery >= 0"
                 )
             config = RunConfig(
                 nodes=args.nodes,
@@ -80,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
                 producers=args.producers,
                 consumers=args.consumers,
                 seed=args.seed,
+                workload=args.workload,
+                members=args.members,
+                session_timeout_ms=args.session_timeout_ms,
                 bring_up=not args.no_up,
                 tear_down=not args.keep,
             )

@@ -9,13 +9,30 @@ import json
 from pathlib import Path
 from typing import Any
 
-from raftline.chaos import availability, linearizability, queue_checker
+from raftline.chaos import availability, group_checker, linearizability, queue_checker
 from raftline.chaos.history import Op
 
 
 def analyse(ops: list[Op], allowed: tuple[str, ...] = ()) -> dict[str, Any]:
     """Runs the queue, linearizability and availability checks; `valid` only if both safety
-    checks pass (an "unknown" linearizability verdict, a search timeout, is not a pass)."""
+    checks pass (an "unknown" linearizability verdict, a search timeout, is not a pass).
+
+    A history with consumer-group ops is also checked by the group checker (which must pass
+    too), and the queue checker then reads the group fetches as its polls."""
+    if group_checker.has_group_ops(ops):
+        group = group_checker.check(ops, [a for a in allowed if a in group_checker.ANOMALY_TYPES])
+        queue_allowed = tuple(a for a in allowed if a in queue_checker.ANOMALY_TYPES)
+        queue = queue_checker.check(group_checker.queue_view(ops), queue_allowed)
+        metadata = linearizability.check_topics(ops)
+        return {
+            "valid": queue["valid"] and metadata["valid"] and group["valid"],
+            "queue": queue,
+            "group": group,
+            "metadata_linearizability": metadata,
+            "availability": availability.availability(
+                ops, fs=("send", "group-fetch", "group-commit", "group-heartbeat", "group-join")
+            ),
+        }
     queue = queue_checker.check(ops, allowed)
     metadata = linearizability.check_topics(ops)
     return {
@@ -38,6 +55,19 @@ def summary_text(result: dict[str, Any]) -> str:
         lines += [f"  {kind}: {n}" for kind, n in queue["anomaly_counts"].items()]
     else:
         lines.append("anomalies: none")
+    group = result.get("group")
+    if group is not None:
+        stats = group["stats"]
+        lines.append(
+            f"groups: {stats['acknowledged']} acknowledged, {stats['consumed']} values fetched by"
+            f" {stats['members']} members over {stats['generations']} generations;"
+            f" {stats['commits_ok']} commits ok, {stats['commits_refused']} refused"
+        )
+        if group["anomaly_types"]:
+            lines.append("group anomalies:")
+            lines += [f"  {kind}: {n}" for kind, n in group["anomaly_counts"].items()]
+        else:
+            lines.append("group anomalies: none")
     lines.append(f"metadata linearizability: {meta['verdict']} over {meta['keys']} topics")
     for failure in meta["failures"]:
         lines.append(

@@ -16,6 +16,7 @@ from typing import Any
 
 from raftline.chaos import report
 from raftline.chaos.cluster import Cluster, ClusterError, ComposeCluster, StaticCluster
+from raftline.chaos.group_workload import GroupWorkload
 from raftline.chaos.history import Recorder
 from raftline.chaos.nemesis import Schedule, make_faults
 from raftline.chaos.workload import Workload, session
@@ -40,6 +41,10 @@ class RunConfig:
     tear_down: bool = True
     ready_timeout_s: float = 120.0
     final_read_s: float = 180.0
+    workload: str = "queue"  # "queue": producers, consumers, metadata; "group": a consumer group
+    members: int = 4  # group members (workload "group")
+    group: str = "chaos-group"
+    session_timeout_ms: int = 6000
 
 
 def _heal(cluster: Cluster) -> None:
@@ -72,6 +77,9 @@ async def _workload(
         # The clients go on through a quiet recovery period after the last heal.
         until = faults_until + config.recovery_s
         clients = [work.produce(http, p, until) for p in range(config.producers)]
+        if config.workload == "group":
+            group = _group_clients(config, cluster, work, http, schedule, clients, faults_until)
+            return await group
         clients += [
             work.consume(http, config.producers + c, c % config.partitions, until)
             for c in range(config.consumers)
@@ -84,6 +92,32 @@ async def _workload(
             http, config.producers + config.consumers + 1, time.monotonic() + config.final_read_s
         )
     return {"ready_after_heal": ready, "final_reads_complete": complete}
+
+
+async def _group_clients(
+    config: RunConfig,
+    cluster: Cluster,
+    work: Workload,
+    http: Any,
+    schedule: Schedule,
+    producers: list[Any],
+    faults_until: float,
+) -> dict[str, Any]:
+    """The group workload's members next to the producers, then its final phase."""
+    until = faults_until + config.recovery_s
+    group = GroupWorkload(work, config.group, session_timeout_ms=config.session_timeout_ms)
+    members = [group.member(http, config.producers + m, m, until) for m in range(config.members)]
+    observer = group.observe(http, config.producers + config.members, until)
+    helpers = [work.nodes.probe(http, until), work.watch_leaders(http, until)]
+    await asyncio.gather(
+        _faults(cluster, schedule, faults_until), *producers, *members, observer, *helpers
+    )
+    ready = await asyncio.to_thread(cluster.wait_ready, config.ready_timeout_s)
+    final = await group.final_phase(
+        http, config.producers + config.members + 1, time.monotonic() + config.final_read_s
+    )
+    done = final["consumed_to_end"] and final["offsets_read"]
+    return {"ready_after_heal": ready, "final_reads_complete": {"group": done}, "group": final}
 
 
 def run(config: RunConfig) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from the core modules; this file only sends, waits and sleeps.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
@@ -17,8 +18,10 @@ import aiohttp
 from raftline.api.codec import read_whole_body
 from raftline.clients import wire
 from raftline.clients.consuming import ConsumerApi
-from raftline.clients.core import ClientApi, Op, Pause, Step
+from raftline.clients.core import ClientApi, Hook, Op, Pause, Step
+from raftline.clients.grouping import GroupConsumerApi
 from raftline.clients.producing import ProducerApi
+from raftline.clients.queueing import QueueApi, QueueMessage
 from raftline.clients.wire import Message
 
 _T = TypeVar("_T")
@@ -75,7 +78,10 @@ class AsyncClient(ClientApi):
                 step.send(None)  # type: ignore[arg-type]  # a Pause is answered with None
                 continue
             try:
-                result = await self.exchange(call.method, call.path, call.request, call.url)
+                if isinstance(call, Hook):  # an application callback, awaited if async
+                    result = await call.awaited()
+                else:
+                    result = await self.exchange(call.method, call.path, call.request, call.url)
             except Exception as error:  # the Op decides: a producer fails its batch's futures
                 step.throw(error)
             else:
@@ -86,7 +92,7 @@ class AsyncClient(ClientApi):
         self, method: str, path: str, request: wire.Request, url: str | None = None
     ) -> wire.Answer:
         """One request of any body format, with retries on retryable errors."""
-        tries = self._tries(url)
+        tries = self._tries(url, request)
         while True:
             try:
                 return await self._once(method, path, request, tries.url)
@@ -185,5 +191,58 @@ class AsyncConsumer(ConsumerApi):
                 yield message
 
 
+class AsyncQueue(QueueApi):
+    """asyncio twin of Queue: `async for message in queue`, `async with message:`."""
+
+    client: AsyncClient
+
+    async def __aiter__(self) -> AsyncIterator[QueueMessage]:
+        while True:
+            for message in await self.receive():  # type: ignore[misc]  # awaitable here
+                yield message
+
+
+class AsyncGroupConsumer(GroupConsumerApi):
+    """asyncio twin of GroupConsumer: `await poll()`, `async for`, `await commit()`; a task
+    heartbeats while the application is busy between polls. Callbacks may be coroutines."""
+
+    client: AsyncClient
+    _heart: asyncio.Task[None] | None = None
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_delay())
+            await self.client._run(self.heartbeated())
+
+    def _beating(self) -> None:
+        if self._heart is None:
+            self._heart = asyncio.ensure_future(self._beat())
+
+    async def poll(self) -> list[Message]:  # type: ignore[override]  # awaitable here
+        self._beating()
+        return await self.client._run(self.polled())
+
+    async def __aiter__(self) -> AsyncIterator[Message]:
+        self._beating()
+        while True:
+            yield await self.client._run(self.next_message())
+
+    async def close(self) -> None:
+        """Commit (with auto-commit), call on_revoke, leave the group."""
+        if self._heart is not None:
+            self._heart.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heart
+        await self.client._run(self.leaving())
+
+    async def __aenter__(self) -> AsyncGroupConsumer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
 AsyncClient.producer_class = AsyncProducer
+AsyncClient.queue_class = AsyncQueue
 AsyncClient.consumer_class = AsyncConsumer
+AsyncClient.group_consumer_class = AsyncGroupConsumer

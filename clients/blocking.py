@@ -17,8 +17,10 @@ from typing import Any, TypeVar
 
 from raftline.clients import wire
 from raftline.clients.consuming import ConsumerApi
-from raftline.clients.core import ClientApi, Op, Pause, Step
+from raftline.clients.core import ClientApi, Hook, Op, Pause, Step
+from raftline.clients.grouping import GroupConsumerApi
 from raftline.clients.producing import Batch, ProducerApi
+from raftline.clients.queueing import QueueApi, QueueMessage
 from raftline.clients.wire import Message
 
 _T = TypeVar("_T")
@@ -120,7 +122,10 @@ class Client(ClientApi):
                 step.send(None)  # type: ignore[arg-type]  # a Pause is answered with None
                 continue
             try:
-                result = self.exchange(call.method, call.path, call.request, call.url)
+                if isinstance(call, Hook):  # an application callback, in this thread
+                    result = call.run()
+                else:
+                    result = self.exchange(call.method, call.path, call.request, call.url)
             except Exception as error:  # the Op decides: a producer fails its batch's futures
                 step.throw(error)
             else:
@@ -131,7 +136,7 @@ class Client(ClientApi):
         self, method: str, path: str, request: wire.Request, url: str | None = None
     ) -> wire.Answer:
         """One request of any body format, with retries on retryable errors."""
-        tries = self._tries(url)
+        tries = self._tries(url, request)
         while True:
             try:
                 return self._once(method, path, request, tries.url)
@@ -244,5 +249,52 @@ class Consumer(ConsumerApi):
             yield from self.poll()  # type: ignore[misc]  # a list from the blocking client
 
 
+class Queue(QueueApi):
+    """A queue's receiver and admin; `for message in queue` long-polls forever, and `with
+    message:` acknowledges it when the block ends normally, releases it when it raises."""
+
+    client: Client
+
+    def __iter__(self) -> Iterator[QueueMessage]:
+        while True:
+            yield from self.receive()  # type: ignore[misc]  # a list here
+
+
+class GroupConsumer(GroupConsumerApi):
+    """A member of a consumer group (options as GroupConsumerCore); iterating long-polls
+    forever. A background thread heartbeats while the application is busy between polls;
+    callbacks run in the polling thread."""
+
+    client: Client
+
+    def __init__(self, client: Client, topic: str | list[str], **options: Any) -> None:
+        super().__init__(client, topic, **options)
+        self._stop = threading.Event()
+        self._heart = threading.Thread(target=self._beat, name="raftline-heartbeat", daemon=True)
+        self._heart.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat_delay()):
+            self.client._run(self.heartbeated())
+
+    def __iter__(self) -> Iterator[Message]:
+        while True:
+            yield self.client._run(self.next_message())
+
+    def close(self) -> None:
+        """Commit (with auto-commit), call on_revoke, leave the group."""
+        self._stop.set()
+        self._heart.join(self.client.timeout)
+        self.client._run(self.leaving())
+
+    def __enter__(self) -> GroupConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 Client.producer_class = Producer
+Client.queue_class = Queue
 Client.consumer_class = Consumer
+Client.group_consumer_class = GroupConsumer

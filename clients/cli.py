@@ -1,6 +1,6 @@
 """The `raftline` command line: `serve` (flags and RAFTLINE_* env into NodeConfig) and the clients.
 
-Owns argument parsing, the topic/produce/consume commands, their tables and progress bars.
+Owns argument parsing, the topic/produce/consume/group commands, their tables and progress bars.
 """
 
 from __future__ import annotations
@@ -264,6 +264,8 @@ def _format(message: Message, style: str) -> str:
 
 
 def cmd_consume(args: argparse.Namespace, client: Client, out: TextIO) -> int:
+    if args.group is not None:
+        return _consume_group(args, client, out)
     partitions = (
         [args.partition]
         if args.partition is not None
@@ -283,6 +285,30 @@ def cmd_consume(args: argparse.Namespace, client: Client, out: TextIO) -> int:
             pass
         return 0
     return _consume_to_end(args, client, partitions, offset, emit)
+
+
+def _consume_group(args: argparse.Namespace, client: Client, out: TextIO) -> int:
+    """Join the group and print what it hands this member until Ctrl-C (or -n): what was
+    printed is committed every second and when leaving, which happens on the way out."""
+    consumer = client.consumer(
+        args.topic,
+        group=args.group,
+        auto_offset_reset=args.offset,
+        member_id=args.member_id,
+        session_timeout_ms=args.session_timeout_ms,
+        auto_commit_interval_ms=1000,
+    )
+    try:
+        for count, message in enumerate(consumer, start=1):
+            out.write(_format(message, args.format) + "\n")
+            out.flush()
+            if args.max_messages and count >= args.max_messages:
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.close()
+    return 0
 
 
 def _consume_to_end(
@@ -319,6 +345,75 @@ def _consume_to_end(
             position = result.next_offset
         progress.finish()
     return 0
+
+
+def cmd_group_list(args: argparse.Namespace, client: Client, out: TextIO) -> int:
+    groups = sorted(client.list_groups(), key=lambda g: g["group"])
+    table([(g["group"], g.get("state"), g.get("members")) for g in groups],
+          ("GROUP", "STATE", "MEMBERS"), out)  # fmt: skip
+    return 0
+
+
+def _partition_names(items: Iterable[dict[str, Any]]) -> str:
+    return ",".join(f"{a['topic']}/{a['partition']}" for a in items) or "-"
+
+
+def cmd_group_describe(args: argparse.Namespace, client: Client, out: TextIO) -> int:
+    info = client.describe_group(args.group)
+    out.write(
+        f"group: {info.get('group', args.group)}  state: {info.get('state')}  "
+        f"generation: {info.get('generation')}  assignor: {info.get('assignor', '-')}\n\n"
+    )
+    members = info.get("members", [])
+    owner = {(a["topic"], a["partition"]): m["member_id"] for m in members for a in m["assignment"]}
+    rows = [
+        (m["member_id"], m.get("client"), m.get("session_timeout_ms"),
+         _partition_names(m.get("assignment", [])))
+        for m in members
+    ]  # fmt: skip
+    table(rows, ("MEMBER", "CLIENT", "SESSION_MS", "PARTITIONS"), out)
+    out.write("\n")
+    offsets = {(o["topic"], o["partition"]): o for o in info.get("offsets", [])}
+    lines = []
+    for tp in sorted(set(offsets) | set(owner)):
+        o = offsets.get(tp, {})
+        lines.append(
+            (tp[0], tp[1], owner.get(tp), o.get("offset"), o.get("high_watermark"), o.get("lag"))
+        )
+    table(lines, ("TOPIC", "PARTITION", "MEMBER", "OFFSET", "HIGH_WATERMARK", "LAG"), out)
+    total = sum(o["lag"] for o in offsets.values() if o.get("lag") is not None)
+    out.write(f"\ntotal lag: {total}\n")
+    return 0
+
+
+def cmd_group_reset_offsets(args: argparse.Namespace, client: Client, out: TextIO) -> int:
+    to: str | dict[str, int]
+    if args.to_earliest:
+        to = "earliest"
+    elif args.to_latest:
+        to = "latest"
+    elif args.to_timestamp is not None:
+        to = {"timestamp": args.to_timestamp}
+    else:
+        to = {"offset": args.to_offset}
+    offsets = client.reset_group_offsets(args.group, args.topic, to)
+    rows = [(o["topic"], o["partition"], o["offset"]) for o in offsets]
+    table(rows, ("TOPIC", "PARTITION", "OFFSET"), out)
+    return 0
+
+
+def cmd_group_remove_members(args: argparse.Namespace, client: Client, out: TextIO) -> int:
+    removed = client.remove_group_members(args.group, args.member or None)
+    for member_id in removed:
+        out.write(f"removed {member_id}\n")
+    return 0
+
+
+def non_negative(text: str) -> int:
+    """An argparse type: a non-negative integer (else argparse's usage error)."""
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return int(text)
 
 
 # ---- parser --------------------------------------------------------------------------------
@@ -404,12 +499,60 @@ def build_parser() -> argparse.ArgumentParser:
     )
     consume.add_argument("-n", "--max-messages", type=int, default=0, help="stop after N")
     consume.add_argument(
+        "-g",
+        "--group",
+        help="read as a member of this consumer group: its share of the partitions, from the "
+        "group's committed offsets (--offset: where partitions without one start); prints until "
+        "Ctrl-C, committing what it printed, then leaves",
+    )
+    consume.add_argument("--member-id", help="with --group: a stable member id (default random)")
+    consume.add_argument(
+        "--session-timeout-ms",
+        type=non_negative,
+        default=10_000,
+        help="with --group: the member is dropped after this long without contact",
+    )
+    consume.add_argument(
         "--format",
         choices=("value", "kv", "json"),
         default="value",
         help="value only, key<TAB>value, or JSON lines",
     )
     consume.set_defaults(handler=cmd_consume)
+    from raftline.clients.cli_queues import add_queue_commands  # it builds on this module
+
+    add_queue_commands(commands, client_command)
+
+    group = commands.add_parser("group", help="list, describe or reset consumer groups")
+    groups = group.add_subparsers(dest="group_command", metavar="ACTION", required=True)
+    client_command("list", "list consumer groups", groups).set_defaults(handler=cmd_group_list)
+    describe_group = client_command(
+        "describe", "show a group's members, their partitions, committed offsets and lag", groups
+    )
+    describe_group.add_argument("group")
+    describe_group.set_defaults(handler=cmd_group_describe)
+    reset = client_command(
+        "reset-offsets",
+        "move a group's committed offsets of a topic (group without members)",
+        groups,
+    )
+    reset.add_argument("group")
+    reset.add_argument("--topic", "-t", required=True)
+    target = reset.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-earliest", action="store_true", help="the log start")
+    target.add_argument("--to-latest", action="store_true", help="the high watermark")
+    target.add_argument(
+        "--to-timestamp", type=non_negative, metavar="MS",
+        help="the first message at or after MS (ms since the epoch)",
+    )  # fmt: skip
+    target.add_argument("--to-offset", type=non_negative, metavar="N", help="offset N")
+    reset.set_defaults(handler=cmd_group_reset_offsets)
+    remove = client_command(
+        "remove-members", "remove members as if they had left (all when none is named)", groups
+    )
+    remove.add_argument("group")
+    remove.add_argument("member", nargs="*", help="member ids (default: every member)")
+    remove.set_defaults(handler=cmd_group_remove_members)
     return parser
 
 
@@ -422,6 +565,11 @@ def main(argv: list[str] | None = None) -> int:
         args.offset in ("earliest", "latest") or args.offset.isdigit()
     ):
         parser.error("--offset must be earliest, latest or a non-negative integer")
+    if args.command == "consume" and args.group is not None:
+        if args.offset not in ("earliest", "latest"):
+            parser.error("with --group, --offset must be earliest or latest")
+        if args.partition is not None:
+            parser.error("--partition and --group do not go together: the group assigns them")
     client = Client(args.url, retry=RetryPolicy(retries=5))
     try:
         return args.handler(args, client, sys.stdout)

@@ -9,6 +9,7 @@ blocking shell returns the result, the asyncio shell an awaitable of it. No I/O 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -31,8 +32,10 @@ from raftline.clients.wire import (
     fetch_answer,
     fetch_request,
     fetched_values,
+    group_path,
     json_acks,
     json_request,
+    member_path,
     messages_path,
     topic_body,
     topic_path,
@@ -43,18 +46,22 @@ from raftline.raftlog.speedups import keep_large_buffers
 
 if TYPE_CHECKING:
     from raftline.clients.consuming import ConsumerApi
+    from raftline.clients.grouping import GroupConsumerApi
     from raftline.clients.producing import ProducerApi
+    from raftline.clients.queueing import QueueApi
 
 _T = TypeVar("_T")
 _S = TypeVar("_S")
 
 DEFAULT_URL = "http://127.0.0.1:8080"
+NO_RETRY = RetryPolicy(retries=0)
 
 
 @dataclass(slots=True)
 class Call:
-    """One request for the shell to make, with the client's retries: to `url` first, or to a
-    bootstrap node when it is None. The shell sends the Op the Answer or throws it the error."""
+    """One request for the shell to make, with the client's retries (unless the request says
+    `retry=False`): to `url` first, or to a bootstrap node when it is None. The shell sends the
+    Op the Answer or throws it the error."""
 
     method: str
     path: str
@@ -69,7 +76,26 @@ class Pause:
     seconds: float
 
 
-Op = Generator[Call, Answer, _T]
+@dataclass(slots=True)
+class Hook:
+    """An application callback (a group consumer's on_assign or on_revoke) for the shell to
+    run between two requests of an Op, in the caller's thread or task: the blocking shell
+    calls it, the asyncio shell also awaits what it returns when that is awaitable. The Op is
+    sent its result, or thrown its error."""
+
+    function: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+
+    def run(self) -> Any:
+        return self.function(*self.args)
+
+    async def awaited(self) -> Any:
+        result = self.function(*self.args)
+        return (await result) if inspect.isawaitable(result) else result
+
+
+# sent an Answer after a Call, the result after a Hook, None after a Pause
+Op = Generator[Call | Hook | Pause, Any, _T]
 # What a public call gives: the value from the blocking Client, an awaitable of it from
 # AsyncClient (the same method drives the same Op in either shell).
 Returns = _T | Awaitable[_T]
@@ -82,7 +108,7 @@ class Step(Generic[_T]):
 
     def __init__(self, op: Op[_T]) -> None:
         self._op = op
-        self.call: Call | None = None
+        self.call: Call | Hook | None = None
         self.result: _T | None = None
         self._resume(op.send, None)
 
@@ -92,7 +118,7 @@ class Step(Generic[_T]):
     def throw(self, error: BaseException) -> None:
         self._resume(self._op.throw, error)
 
-    def _resume(self, how: Callable[[Any], Call], arg: Any) -> None:
+    def _resume(self, how: Callable[[Any], Call | Hook], arg: Any) -> None:
         try:
             self.call = how(arg)
         except StopIteration as stop:
@@ -120,6 +146,28 @@ def _exchange(method: str, path: str, request: Request, url: str | None) -> Op[A
     return (yield Call(method, path, request, url))
 
 
+def _nothing(_: Any) -> None:
+    return None
+
+
+def removed_members(group: str, member_ids: Sequence[str] | None) -> Op[list[str]]:
+    """DELETE each member (every current one when `member_ids` is None); the ids removed. A
+    member already gone is no error."""
+    if member_ids is None:
+        described = yield from json_call("GET", group_path(group))
+        member_ids = [m["member_id"] for m in described.get("members", [])]
+    removed = []
+    for member_id in member_ids:
+        try:
+            yield from json_call("DELETE", member_path(group, member_id))
+        except RaftlineError as error:
+            if error.code != "unknown_member":
+                raise
+        else:
+            removed.append(member_id)
+    return removed
+
+
 class ClientCore:
     """The I/O-free state of both clients and the steps their producers and consumers share."""
 
@@ -144,8 +192,10 @@ class ClientCore:
     def _base_url(self, url: str | None) -> str:
         return self.nodes.base_url(url)
 
-    def _tries(self, url: str | None) -> Tries:
-        return Tries(self.retry, self.nodes, url)
+    def _tries(self, url: str | None, request: Request | None = None) -> Tries:
+        """The tries of `request`: the client's retry policy, or one try when it says so."""
+        policy = NO_RETRY if request is not None and not request.retry else self.retry
+        return Tries(policy, self.nodes, url)
 
     def refreshed(self, topic: str) -> Op[None]:
         """Look the topic's partitions, their leaders and the nodes' addresses up again."""
@@ -197,6 +247,8 @@ class ClientApi(ClientCore):
 
     producer_class: type[ProducerApi]
     consumer_class: type[ConsumerApi]
+    queue_class: type[QueueApi]
+    group_consumer_class: type[GroupConsumerApi]
 
     def _run(self, op: Op[_T]) -> Returns[_T]:
         raise NotImplementedError
@@ -205,9 +257,21 @@ class ClientApi(ClientCore):
         """A producer of `topic` (Producer or AsyncProducer); options as ProducerApi."""
         return self.producer_class(self, topic, **options)
 
-    def consumer(self, topic: str, **options: Any) -> Any:
-        """A consumer of `topic` (Consumer or AsyncConsumer); options as ConsumerCore."""
+    def consumer(self, topic: str | Sequence[str], **options: Any) -> Any:
+        """A consumer of `topic` (Consumer or AsyncConsumer; options as ConsumerCore), or with
+        `group=`, a member of that consumer group reading the topic (or list of topics) from
+        the group's committed offsets (GroupConsumer or AsyncGroupConsumer; options as
+        GroupConsumerCore)."""
+        if options.get("group") is not None:
+            return self.group_consumer_class(self, topic, **options)
+        if not isinstance(topic, str):
+            raise ValueError("a consumer without a group reads one topic")
         return self.consumer_class(self, topic, **options)
+
+    def queue(self, name: str, **options: Any) -> Any:
+        """A queue (Queue or AsyncQueue): receive messages and ack, release or reject each;
+        options as QueueCore."""
+        return self.queue_class(self, name, **options)
 
     def call(
         self,
@@ -237,7 +301,7 @@ class ClientApi(ClientCore):
         return self._run(json_call("GET", topic_path(name)))
 
     def delete_topic(self, name: str) -> Returns[None]:
-        return self._run(_then(json_call("DELETE", topic_path(name)), lambda _: None))
+        return self._run(_then(json_call("DELETE", topic_path(name)), _nothing))
 
     def cluster(self) -> Returns[dict[str, Any]]:
         return self._run(json_call("GET", "/v1/cluster"))
@@ -310,6 +374,41 @@ class ClientApi(ClientCore):
         return self._run(
             self.fetched(topic, partition, offset, max_messages, max_bytes, wait_ms, url, True)
         )
+
+    # ---- consumer groups (admin) --------------------------------------------------------------
+
+    def list_groups(self) -> Returns[list[dict[str, Any]]]:
+        """Every group: `{"group", "state", "members"}`."""
+        return self._run(_then(json_call("GET", "/v1/groups"), itemgetter("groups")))
+
+    def describe_group(self, group: str) -> Returns[dict[str, Any]]:
+        """State, generation, members with their assignments, and committed offsets with lag."""
+        return self._run(json_call("GET", group_path(group)))
+
+    def group_offsets(self, group: str) -> Returns[list[dict[str, Any]]]:
+        """Committed offsets: `{"topic", "partition", "offset", "high_watermark", "lag"}`."""
+        op = json_call("GET", group_path(group, "offsets"))
+        return self._run(_then(op, itemgetter("offsets")))
+
+    def reset_group_offsets(
+        self, group: str, topic: str, to: str | dict[str, int]
+    ) -> Returns[list[dict[str, Any]]]:
+        """Move the group's committed offsets of `topic` to "earliest", "latest",
+        {"timestamp": ms} or {"offset": n}; only while the group has no members (else
+        RaftlineError group_not_empty). Returns the new offsets."""
+        op = json_call("POST", group_path(group, "offsets", "reset"), {"topic": topic, "to": to})
+        return self._run(_then(op, itemgetter("offsets")))
+
+    def remove_group_members(
+        self, group: str, member_ids: Sequence[str] | None = None
+    ) -> Returns[list[str]]:
+        """Remove members (every member when `member_ids` is None), as if they had left: their
+        partitions go to the others. Returns the ids removed."""
+        return self._run(removed_members(group, member_ids))
+
+    def delete_group(self, group: str) -> Returns[None]:
+        """Forget a group without members, committed offsets included."""
+        return self._run(_then(json_call("DELETE", group_path(group)), _nothing))
 
     def refresh_metadata(self, topic: str) -> Returns[None]:
         return self._run(self.refreshed(topic))

@@ -72,9 +72,10 @@ class Tries:
 
     def failed(self, error: RaftlineError) -> float:
         """Seconds to wait before the next try after `error`; re-raises it when none is due."""
+        if error.retryable:
+            self._nodes.failed(self.url, error)  # also when none is due: the next call moves on
         if not error.retryable or self._attempt >= self._policy.retries:
             raise error
-        self._nodes.failed(self.url, error)
         self.url = None  # after a failure, ask a bootstrap node (it forwards to the leader)
         delay = self._policy.delay(self._attempt, _retry_after(error))
         self._attempt += 1

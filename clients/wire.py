@@ -91,7 +91,8 @@ def connection_error(url: str, exc: BaseException) -> RaftlineError:
 @dataclass(slots=True)
 class Message:
     """One fetched message. `key`/`value` are bytes (None when absent or a tombstone); header
-    values are text when they are UTF-8, else bytes."""
+    values are text when they are UTF-8, else bytes. `topic` is set by group consumers (they
+    may read several topics) and None otherwise."""
 
     partition: int
     offset: int
@@ -99,6 +100,7 @@ class Message:
     key: bytes | None
     value: bytes | None
     headers: dict[str, HeaderValue] = field(default_factory=dict)
+    topic: str | None = None
 
     @property
     def text(self) -> str | None:
@@ -180,11 +182,13 @@ class Answer:
 
 @dataclass(slots=True)
 class Request:
-    """What goes with one HTTP request besides its method and path."""
+    """What goes with one HTTP request besides its method and path; `retry=False`: one try
+    only (its caller decides what a failure means)."""
 
     params: dict[str, str] | None = None
     payload: bytes | bytearray | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    retry: bool = True
 
 
 def answer(status: int, headers: dict[str, str], raw: bytes, node: str) -> Answer:
@@ -355,6 +359,14 @@ def messages_path(topic: str, partition: int | None = None) -> str:
     return topic_path(topic, "partitions", str(partition), "messages")
 
 
+def group_path(group: str, *rest: str) -> str:
+    return "/".join(["/v1/groups", urllib.parse.quote(group, safe=""), *rest])
+
+
+def member_path(group: str, member_id: str, *rest: str) -> str:
+    return group_path(group, "members", urllib.parse.quote(member_id, safe=""), *rest)
+
+
 def topic_body(
     name: str, partitions: int, replication_factor: int | None, config: dict[str, Any] | None
 ) -> dict[str, Any]:
@@ -400,18 +412,21 @@ def _json_headers(obj: dict[str, Any]) -> dict[str, HeaderValue]:
     return headers
 
 
+def json_message(m: dict[str, Any]) -> Message:
+    """One message of a JSON fetch answer (a group fetch's carry their topic)."""
+    return Message(
+        partition=int(m["partition"]),
+        offset=int(m["offset"]),
+        timestamp=int(m.get("timestamp") or 0),
+        key=_decoded(m, "key"),
+        value=_decoded(m, "value"),
+        headers=_json_headers(m),
+        topic=m.get("topic"),
+    )
+
+
 def parse_fetch(body: dict[str, Any]) -> FetchResult:
-    messages = [
-        Message(
-            partition=int(m["partition"]),
-            offset=int(m["offset"]),
-            timestamp=int(m.get("timestamp") or 0),
-            key=_decoded(m, "key"),
-            value=_decoded(m, "value"),
-            headers=_json_headers(m),
-        )
-        for m in body.get("messages", [])
-    ]
+    messages = [json_message(m) for m in body.get("messages", [])]
     return FetchResult(
         messages,
         int(body["next_offset"]),

@@ -35,6 +35,12 @@ from raftline.node.metadata import (
 )
 from raftline.node.partition import PartitionReplica
 from raftline.node.producers import PartitionProducers
+from raftline.node.queues.service import (
+    QUEUES_SHARDS,
+    QUEUES_TOPIC,
+    QUEUES_TOPIC_CONFIG,
+    QueueService,
+)
 from raftline.node.runtime import Runtime
 from raftline.node.transactions.service import (
     SHARDS as TXN_SHARDS,
@@ -58,6 +64,7 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
+INTERNAL_TOPICS = (GROUPS_TOPIC, QUEUES_TOPIC, TXN_TOPIC)
 MAINTAIN_S = 0.2  # period of registration, bootstrap and controller rounds
 BARRIER_S = 3.0  # how long a metadata read waits for the read barrier
 CREATE_WAIT_S = 5.0  # create_topic waits this long for its partitions to elect leaders
@@ -74,6 +81,7 @@ class Broker:
         self.partitions: dict[str, PartitionReplica] = {}
         self.coordinator = Coordinator(self)  # consumer groups: shards of the __groups topic
         self.transactions = TxnService(self)  # transaction coordinator: shards of __transactions
+        self.queues = QueueService(self)  # queues: shards of the __queues topic
         self._reconciling: asyncio.Task[None] | None = None
         self._reconcile_again = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -105,6 +113,7 @@ class Broker:
         self._tasks.append(asyncio.ensure_future(self._enforce_retention()))
         self._tasks.append(asyncio.ensure_future(self.coordinator.run()))
         self._tasks.append(asyncio.ensure_future(self.transactions.run()))
+        self._tasks.append(asyncio.ensure_future(self.queues.run()))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -120,6 +129,7 @@ class Broker:
                 log.warning("no producer snapshot for %s: %s", replica.group, exc)
         self.coordinator.close()
         self.transactions.close()
+        self.queues.close()
         await self.runtime.stop()
 
     def _open_storage(self, path: Any, topic_config: dict[str, str]) -> RaftStorage:
@@ -148,20 +158,27 @@ class Broker:
         while self._reconcile_again:
             self._reconcile_again = False
             wanted = self.meta.state.groups_of(self.node_id)
-            local = [*self.partitions, *self.coordinator.replicas, *self.transactions.replicas]
+            local = [
+                *self.partitions,
+                *self.coordinator.replicas,
+                *self.queues.replicas,
+                *self.transactions.replicas,
+            ]
             for group in [g for g in local if g not in wanted]:
                 if group in self.partitions:
                     self.partitions.pop(group).close()
                 self.coordinator.drop_replica(group)
+                self.queues.drop_replica(group)
                 self.transactions.drop_replica(group)
                 await self.runtime.remove_group(group)
                 await self.runtime.run_on_disk(shutil.rmtree, self._partition_dir(group), True)
             for group, (topic, partition) in wanted.items():
-                if (
-                    group not in self.partitions
-                    and group not in self.coordinator.replicas
-                    and group not in self.transactions.replicas
-                ):
+                shards = (
+                    self.coordinator.replicas,
+                    self.queues.replicas,
+                    self.transactions.replicas,
+                )
+                if group not in self.partitions and not any(group in s for s in shards):
                     await self._start_partition(group, topic, partition)
 
     def _partition_dir(self, group: str) -> Any:
@@ -181,10 +198,14 @@ class Broker:
         commit = storage.hard_state.commit
         replicas = topic.replicas[partition]
         fresh = storage.last_index() < 0
-        if topic.name in (GROUPS_TOPIC, TXN_TOPIC):
-            # A coordinator shard replays its whole log, which starts with a checkpoint.
-            service = self.coordinator if topic.name == GROUPS_TOPIC else self.transactions
-            shard = service.new_replica(group)
+        if topic.name in INTERNAL_TOPICS:
+            # A coordinator or queue shard replays its whole log, which starts with a checkpoint.
+            if topic.name == GROUPS_TOPIC:
+                shard: Any = self.coordinator.new_replica(group)
+            elif topic.name == TXN_TOPIC:
+                shard = self.transactions.new_replica(group)
+            else:
+                shard = self.queues.new_replica(group)
             self.runtime.add_group(group, storage, replicas, shard, applied=-1)
             if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
                 self.runtime.campaign(group)
@@ -317,6 +338,8 @@ class Broker:
             return await self.transactions.handle(method, args)
         if method == "marker":
             return await self._local_marker(args)
+        if method.startswith("queue_"):
+            return await self.queues.handle(method, args)
         if method == "offset_for_timestamp":
             topic, partition, timestamp = args
             return await self.local_offset_for_timestamp(str(topic), int(partition), int(timestamp))
@@ -501,7 +524,7 @@ class Broker:
                 "replication_factor": t.replication_factor,
             }
             for t in sorted(self.meta.state.topics.values(), key=lambda t: t.name)
-            if t.name not in (GROUPS_TOPIC, TXN_TOPIC)
+            if t.name not in INTERNAL_TOPICS
         ]
 
     async def describe_topic(self, name: str) -> dict[str, Any]:
@@ -667,7 +690,7 @@ class Broker:
         return await self._internal_topic(GROUPS_TOPIC, SHARDS, GROUPS_TOPIC_CONFIG)
 
     async def _internal_topic(self, name: str, shards: int, config: dict[str, str]) -> TopicInfo:
-        """An internal topic of coordinator shards, created on first use."""
+        """An internal topic whose partitions are state-machine shards, created on first use."""
         topic = self.meta.state.topics.get(name)
         if topic is None:
             await self._barrier()
@@ -794,10 +817,39 @@ class Broker:
         )
         return result
 
+    # queues: the queue shards are the partitions of the internal __queues topic
+
+    async def queue_call(self, queue: str, method: str, args: dict[str, Any]) -> Any:
+        """Run a queue call (QueueService._call_*) on the leader of the queue's shard."""
+        topic = await self._internal_topic(QUEUES_TOPIC, QUEUES_SHARDS, QUEUES_TOPIC_CONFIG)
+        index = shard_of(queue, len(topic.replicas))
+        shard = topic.group(index)
+        return await self._on_leader_of(
+            shard, method, {**args, "queue": queue, "shard": shard}, topic.replicas[index]
+        )
+
+    async def list_queues(self) -> list[dict[str, Any]]:
+        topic = await self._internal_topic(QUEUES_TOPIC, QUEUES_SHARDS, QUEUES_TOPIC_CONFIG)
+        queues: list[dict[str, Any]] = []
+        for index, voters in enumerate(topic.replicas):
+            shard = topic.group(index)
+            answer = await self._on_leader_of(shard, "queue_list", {"shard": shard}, voters)
+            queues.extend(answer["queues"])
+        return sorted(queues, key=lambda q: str(q["name"]))
+
+    async def partition_call(self, topic: str, partition: int, method: str, args: Any) -> Any:
+        """Run the node RPC `method` on the leader of a user topic's partition."""
+        info = await self._topic(self._user_topic(topic), current=False)
+        if not 0 <= partition < len(info.replicas):
+            raise BrokerError("unknown_partition", f"topic {topic!r} has no partition {partition}")
+        return await self._on_leader_of(
+            info.group(partition), method, args, info.replicas[partition]
+        )
+
     @staticmethod
     def _user_topic(name: str) -> str:
         """Users see no internal topic: they can neither create, read nor write one."""
-        if name in (GROUPS_TOPIC, TXN_TOPIC):
+        if name in INTERNAL_TOPICS:
             raise BrokerError("unknown_topic", f"{name!r} is an internal topic")
         return name
 
@@ -899,4 +951,5 @@ class Broker:
             lines += [f"# TYPE {name} {kind}", f'{name}{{node="{self.node_id}"}} {value}']
         lines += self.coordinator.metrics_lines()
         lines += self.transactions.metrics_lines()
+        lines += self.queues.metrics_lines()
         return "\n".join(lines) + "\n"

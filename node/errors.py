@@ -21,6 +21,8 @@ _DEFAULTS: dict[str, tuple[int, bool]] = {
     "invalid_txn_state": (409, False),
     "concurrent_transactions": (409, True),
     "unknown_transactional_id": (404, False),
+    "unknown_queue": (404, False),
+    "queue_exists": (409, False),
     "message_too_large": (413, False),
     "offset_out_of_range": (416, False),
     "internal_error": (500, True),

@@ -308,3 +308,35 @@ async def test_a_deleted_topic_leaves_the_assignment(api: TestClient) -> None:
         assert time.monotonic() < deadline, hb
         await asyncio.sleep(0.1)
     assert hb["generation"] == joined["generation"] + 1
+
+
+async def test_a_member_losing_partitions_to_a_join_may_commit_in_its_generation_first(
+    api: TestClient,
+) -> None:
+    await topic_with(api, "orders", 2, 3)
+    join = {"topics": ["orders"], "auto_offset_reset": "earliest"}
+    status, a = await call(api, "POST", "/v1/groups/g/members", {**join, "member_id": "a"})
+    assert status == 200 and len(a["assignment"]) == 2
+    status, got = await call(api, "GET", "/v1/groups/g/members/a/messages")
+    assert len(got["messages"]) == 6
+    # a long-polls while b joins: b's join takes a partition from a, so a is told first.
+    polling = asyncio.ensure_future(
+        call(api, "GET", "/v1/groups/g/members/a/messages?wait_ms=10000")
+    )
+    await asyncio.sleep(0.2)
+    joining = asyncio.ensure_future(
+        call(api, "POST", "/v1/groups/g/members", {**join, "member_id": "b"})
+    )
+    status, told = await asyncio.wait_for(polling, 5)
+    assert status == 200 and told["rebalancing"] is True
+    assert told["generation"] == a["generation"] and not joining.done()
+    # Its generation is still current: what it processed commits.
+    done = [{"topic": "orders", "partition": p, "offset": 3} for p in (0, 1)]
+    commit = {"member_id": "a", "generation": a["generation"], "offsets": done}
+    status, _ = await call(api, "POST", "/v1/groups/g/offsets", commit)
+    assert status == 204
+    await call(api, "POST", "/v1/groups/g/members/a/heartbeat")  # a is back: b may go ahead
+    status, b = await asyncio.wait_for(joining, 5)
+    assert status == 200 and b["generation"] == a["generation"] + 1 and len(b["assignment"]) == 1
+    status, offsets = await call(api, "GET", "/v1/groups/g/offsets")
+    assert {o["partition"]: o["offset"] for o in offsets["offsets"]} == {0: 3, 1: 3}

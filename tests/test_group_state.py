@@ -33,10 +33,8 @@ class GroupMachine(RuleBasedStateMachine):
         super().__init__()
         self.state = CoordinatorState()
         self.counts = {"a": 4, "b": 3}
-        self.history: dict[int, dict[str, set]] = {}  # generation -> assignment (reference)
         self.offsets: dict = {}  # reference committed offsets
         self.last_generation = 0
-        self.joined_at: dict[str, int] = {}  # generation each member's membership began
 
     @property
     def group(self):
@@ -49,10 +47,6 @@ class GroupMachine(RuleBasedStateMachine):
         except GroupError:
             assert self.state.snapshot() == before, "a failed command changed the state"
             return None
-        if self.group is not None:
-            self.history[self.group.generation] = {
-                m: set(held) for m, held in self.group.assignment.items()
-            }
         return result
 
     @rule(
@@ -67,11 +61,8 @@ class GroupMachine(RuleBasedStateMachine):
             and member in group.members
             and group.members[member].topics == tuple(sorted(topics))
         )
-        fresh = group is None or member not in group.members
         result = self.run(join(member, topics, self.counts))
         assert result is not None
-        if fresh:
-            self.joined_at[member] = self.group.generation
         if same:  # I7: a retry changes nothing
             assert (self.group.generation, len(self.group.members)) == before
         assert result["generation"] == self.group.generation
@@ -113,8 +104,8 @@ class GroupMachine(RuleBasedStateMachine):
         generation = group.generation - back
         accepted = (
             member in group.members
-            and 0 <= generation <= group.generation
-            and all(self.may_commit(member, generation, (t, p)) for t, p, _ in picks)
+            and generation == group.generation
+            and all((t, p) in held for t, p, _ in picks)
         )
         result = self.run(
             {
@@ -125,7 +116,7 @@ class GroupMachine(RuleBasedStateMachine):
                 "offsets": [list(x) for x in picks],
             }
         )
-        assert (result is not None) == accepted, (member, generation, picks, self.history)
+        assert (result is not None) == accepted, (member, generation, picks)
         if accepted:
             for t, p, o in picks:
                 self.offsets[(t, p)] = max(self.offsets.get((t, p), -1), o)
@@ -144,24 +135,6 @@ class GroupMachine(RuleBasedStateMachine):
         if empty:
             for t, p, o in picks:
                 self.offsets[(t, p)] = o
-
-    def owner_at(self, generation: int, tp: tuple) -> str | None:
-        held = self.history.get(generation, {})
-        return next((m for m, parts in held.items() if tp in parts), None)
-
-    def may_commit(self, member: str, generation: int, tp: tuple) -> bool:
-        """Reference of I5: the member held tp in `generation` and either holds it still, or
-        tp changed owners once since (and the member has not left and joined again)."""
-        now = self.group.generation
-        if self.owner_at(generation, tp) != member:
-            return False
-        end = generation
-        while end <= now and self.owner_at(end, tp) == member:
-            end += 1
-        if end > now:
-            return True
-        later = {self.owner_at(g, tp) for g in range(end, now + 1)}
-        return len(later) == 1 and generation >= self.joined_at[member]
 
     @rule()
     def checkpoint(self) -> None:
@@ -227,27 +200,20 @@ def test_commit_is_fenced_and_all_or_nothing() -> None:
     state.apply(join("y", ["a"], {"a": 2}))  # generation 2: x keeps one, y takes the other
     [kept] = state.groups["g"].assignment["x"]
     [moved] = state.groups["g"].assignment["y"]
-    # x held both in generation 1, but in generation 2 only `kept`: all or nothing.
+    # x holds only `kept` in generation 2: all or nothing.
     with pytest.raises(GroupError) as err:
         state.apply(commit("x", 2, [*kept, 9], [*moved, 9]))
     assert err.value.code == "stale_generation"
     assert state.groups["g"].offsets == {("a", 0): 5, ("a", 1): 7}
-    # What x processed in generation 1, before `moved` went to y, it may still commit.
-    state.apply(commit("x", 1, [*kept, 9], [*moved, 8]))
-    assert state.groups["g"].offsets == {kept: 9, moved: 8}
-    # y got its partition in generation 2: generation 1 is stale for it.
-    with pytest.raises(GroupError):
-        state.apply(commit("y", 1, [*moved, 9]))
+    # Generation 1 is stale, also for the partition x still holds (API.md).
+    with pytest.raises(GroupError) as err:
+        state.apply(commit("x", 1, [*kept, 9]))
+    assert err.value.code == "stale_generation"
+    state.apply(commit("x", 2, [*kept, 9]))
     state.apply(commit("y", 2, [*moved, 10]))
     # Commits never go backwards.
     state.apply(commit("x", 2, [*kept, 3]))
     assert state.groups["g"].offsets == {kept: 9, moved: 10}
-    # Once `moved` changes owners again, x's generation 1 is stale for it.
-    state.apply({"op": "leave", "group": "g", "member_id": "y"})  # generation 3: x has both
-    state.apply(join("z", ["a"], {"a": 2}))  # generation 4
-    if moved in state.groups["g"].assignment["z"]:
-        with pytest.raises(GroupError):
-            state.apply(commit("x", 1, [*moved, 11]))
 
 
 def test_reset_needs_an_empty_group_and_may_go_backwards() -> None:

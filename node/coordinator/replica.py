@@ -1,208 +1,24 @@
 """One local replica of a coordinator shard (a partition of the internal `__groups` topic).
 
-Owns applying committed group commands to the shard's CoordinatorState, handing each proposer
-its command's result, checkpoints and the log trim that follows them, and the shard's role.
-
-The shard log always starts with a checkpoint (or at offset 0): a checkpoint command carries the
-whole state as the leader saw it after applying offset `after`; it is applied (and the log is
-then trimmed to end just before it, on every replica) only if it lands at `after + 1`, so no
-command can be lost between the snapshot and its place in the log (a decision every replica
-takes alike, from log positions alone). A follower that lags
-behind a trim point gets that point as a Raft snapshot and applies the checkpoint that follows.
+Owns binding the generic shard replica (node/shard.py: applying committed commands, results to
+proposers, checkpoints and log trims, role) to the consumer-group state machine.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-from typing import Any
-
-from raftline.node.controller import decode_command, encode_command
 from raftline.node.coordinator.state import CoordinatorState, GroupError
-from raftline.node.errors import BrokerError, OutcomeUnknown
-from raftline.node.metadata import MetadataError
 from raftline.node.runtime import Runtime
-from raftline.raftlog.types import Entry, EntryKind
+from raftline.node.shard import ShardReplica, not_leader
 
-log = logging.getLogger(__name__)
+__all__ = ["CHECKPOINT_EVERY", "CoordinatorReplica", "not_leader"]
 
 CHECKPOINT_EVERY = 1_000  # commands between checkpoints (the log then holds about this many)
-CHECKPOINT_DRAIN_S = 1.0  # how long proposals may be held while those in flight are applied
 
 
-def not_leader(shard: str) -> BrokerError:
-    """Nothing was done: the caller may try the shard's leader (see Broker._on_leader_of)."""
-    return BrokerError("not_leader", f"this node does not lead {shard}")
+class CoordinatorReplica(ShardReplica):
+    state: CoordinatorState
 
-
-class CoordinatorReplica:
-    """`state` is the shard's state machine: CoordinatorState for consumer groups, or any
-    object with the same apply(command) -> dict (op "checkpoint" restores a snapshot),
-    snapshot() and applied_commands (the transaction coordinator's shards use this too)."""
-
-    def __init__(self, runtime: Runtime, shard: str, state: Any = None) -> None:
-        self.runtime = runtime
-        self.shard = shard  # the Raft group name
-        self.state = CoordinatorState() if state is None else state
-        self.role = "follower"
-        self.term = 0
-        self.applied_index = -1
-        self.term_committed = False  # a leader answers once an entry of its term is applied
-        self.checkpoint_index: int | None = None
-        self._waiters: dict[int, tuple[int, asyncio.Future[dict[str, Any]]]] = {}
-        self._checkpointing = False
-        self._gate: asyncio.Event | None = None  # set while a checkpoint is being placed
-        self._closed = False
-
-    # Raft callbacks
-
-    def on_commit(self, entries: list[Entry]) -> None:
-        for entry in entries:
-            outcome: dict[str, Any] | BrokerError = {}
-            if entry.kind == EntryKind.DATA:
-                outcome = self._apply(entry)
-            self.applied_index = entry.last_index
-            if entry.term == self.term:
-                self.term_committed = True
-            waiter = self._waiters.pop(entry.index, None)
-            if waiter is not None and not waiter[1].done():
-                term, fut = waiter
-                if entry.term != term:
-                    fut.set_exception(_lost(self.shard))
-                elif isinstance(outcome, BrokerError):
-                    fut.set_exception(outcome)
-                else:
-                    fut.set_result(outcome)
-        last = entries[-1].last_index
-        for index in [i for i in self._waiters if i <= last]:
-            _, fut = self._waiters.pop(index)
-            if not fut.done():
-                fut.set_exception(_lost(self.shard))
-
-    def _apply(self, entry: Entry) -> dict[str, Any] | BrokerError:
-        try:
-            command = decode_command(entry.data)
-            if command.get("op") == "checkpoint":
-                if command.get("after") != entry.index - 1:
-                    return BrokerError("conflict", "commands landed before the checkpoint")
-                result = self.state.apply(command)
-                self.checkpoint_index = entry.index
-                if entry.index - 1 >= 0 and not self._closed:
-                    self.runtime.trim(self.shard, entry.index - 1)
-                return result
-            return self.state.apply(command)
-        except (GroupError, MetadataError) as exc:
-            return BrokerError(exc.code, exc.message)
-        except (KeyError, TypeError, ValueError) as exc:
-            return BrokerError("invalid_request", f"bad group command: {exc!r}")
-        except Exception as exc:  # a broken invariant: loud, and alike on every replica
-            log.critical("%s: applying %d failed", self.shard, entry.index, exc_info=exc)
-            return BrokerError("internal_error", f"applying a group command failed: {exc!r}")
-
-    def on_role(self, role: str, leader: int | None, term: int) -> None:
-        if term != self.term:
-            self.term_committed = False
-        was_leader = self.role == "leader"
-        self.role, self.term = role, term
-        if was_leader and role != "leader":
-            # A proposal may still commit under the next leader, but nobody here will learn of
-            # it in time: its caller hears at once that the outcome is unknown (retryable).
-            self._fail_waiters("leadership moved before the group command committed")
-
-    # proposals
-
-    @property
-    def serving(self) -> bool:
-        return self.role == "leader" and self.term_committed and not self._closed
-
-    async def propose(
-        self, command: dict[str, Any], timeout: float, gated: bool = True
-    ) -> dict[str, Any]:
-        if gated and self._gate is not None:  # a checkpoint is being placed: wait a moment
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
-                    await self._gate.wait()
-        if not self.serving:
-            raise not_leader(self.shard)
-        loop = asyncio.get_running_loop()
-        applied: asyncio.Future[dict[str, Any]] = loop.create_future()
-
-        def accepted(index: int, term: int) -> None:
-            self._waiters[index] = (term, applied)
-
-        appended = self.runtime.propose(self.shard, encode_command(command), on_accept=accepted)
-        try:
-            async with asyncio.timeout(timeout):
-                try:
-                    await appended
-                except Exception as exc:  # NotLeaderError: nothing was appended
-                    raise not_leader(self.shard) from exc
-                return await applied
-        except TimeoutError:
-            raise BrokerError("timeout", "the group command did not commit in time") from None
-
-    async def read_barrier(self, timeout: float) -> None:
-        """Confirm leadership and apply everything committed before the call."""
-        if not self.serving:
-            raise not_leader(self.shard)
-        try:
-            await self.runtime.read_barrier(self.shard, timeout)
-        except TimeoutError:
-            raise BrokerError("leader_unavailable", f"{self.shard}: no quorum") from None
-        except Exception as exc:
-            raise not_leader(self.shard) from exc
-        if not self.serving:
-            raise not_leader(self.shard)
-
-    async def maybe_checkpoint(self, timeout: float) -> bool:
-        """Leader: write a checkpoint once enough commands piled up since the last one. New
-        proposals wait (a commit round or so) until the ones in flight are applied and the
-        checkpoint is appended, so that it lands right after the state it holds."""
-        group = self.runtime.groups.get(self.shard)
-        if (
-            self._checkpointing
-            or not self.serving
-            or group is None
-            or self.state.applied_commands < CHECKPOINT_EVERY
-        ):
-            return False
-        self._checkpointing = True
-        self._gate = asyncio.Event()
-        try:
-            deadline = asyncio.get_running_loop().time() + CHECKPOINT_DRAIN_S
-            while group.core.last_index != self.applied_index or group.proposals:
-                if asyncio.get_running_loop().time() > deadline or not self.serving:
-                    return False
-                await asyncio.sleep(0.002)
-            command = {
-                "op": "checkpoint",
-                "after": self.applied_index,
-                "snapshot": self.state.snapshot(),
-            }
-            written = asyncio.ensure_future(self.propose(command, timeout, gated=False))
-            await asyncio.sleep(0)  # queued in the runtime before the gated proposals
-            self._gate.set()
-            await written
-            return True
-        except BrokerError as exc:
-            log.debug("%s: checkpoint not written: %s", self.shard, exc.message)
-            return False
-        finally:
-            self._gate.set()
-            self._gate = None
-            self._checkpointing = False
-
-    def close(self) -> None:
-        self._closed = True
-        self._fail_waiters("the coordinator shard was closed")
-
-    def _fail_waiters(self, reason: str) -> None:
-        for _, fut in self._waiters.values():
-            if not fut.done():
-                fut.set_exception(OutcomeUnknown(reason))
-        self._waiters.clear()
-
-
-def _lost(shard: str) -> BrokerError:
-    return OutcomeUnknown(f"leadership of {shard} changed before the group command committed")
+    def __init__(self, runtime: Runtime, shard: str) -> None:
+        super().__init__(
+            runtime, shard, CoordinatorState(), (GroupError,), "group", CHECKPOINT_EVERY
+        )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import time
 import uuid
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from raftline.node.coordinator.replica import CoordinatorReplica, not_leader
 from raftline.node.coordinator.state import (
+    CoordinatorState,
     Group,
     GroupError,
     check_group,
@@ -38,6 +40,7 @@ GROUPS_TOPIC = "__groups"  # the internal topic whose partitions are the coordin
 SHARDS = 4
 GROUPS_TOPIC_CONFIG = {"segment.bytes": str(1 << 20), "retention.ms": "-1"}
 SESSION_CHECK_S = 0.1  # how often a leader looks for silent members
+REVOKE_WAIT_S = 1.5  # how long a join waits for the members it takes partitions from
 REFRESH_S = 1.0  # partition counts and high watermarks of the groups a leader serves
 MAX_WAIT_MS = 30_000
 
@@ -59,6 +62,9 @@ class _Leading:
         default_factory=dict
     )
     expiring: set[tuple[str, str]] = field(default_factory=set)
+    # group -> members a pending join takes partitions from -> whether each has been told
+    revoking: dict[str, dict[str, bool]] = field(default_factory=dict)
+    revoked: dict[str, asyncio.Event] = field(default_factory=dict)  # all of them came back
 
 
 class Coordinator:
@@ -170,6 +176,8 @@ class Coordinator:
         replica, _ = self._lead(shard)
         before = replica.state.groups.get(name)
         generation = before.generation if before is not None else 0
+        if before is not None:
+            await self._revoke_first(shard, before, command)
         result = await self._propose(shard, command)
         if result["generation"] != generation:
             self._log_generation(shard, name, f"{member_id} joined")
@@ -181,6 +189,50 @@ class Coordinator:
         leading.positions.pop((name, member_id), None)
         return self._tell(shard, name, member_id, result)
 
+    async def _revoke_first(self, shard: str, group: Group, join: dict[str, Any]) -> None:
+        """Before a join takes partitions from live members, tell them (rebalancing: true in
+        their heartbeat and fetch answers, their generation still current) and wait until each
+        has come back once, so they can commit what they processed while their commits still
+        count (API.md fences commits by generation); REVOKE_WAIT_S at most, for a member that
+        went silent. A join that moves nothing from anyone goes ahead at once."""
+        trial = CoordinatorState()
+        trial.groups[group.name] = copy.deepcopy(group)
+        try:
+            trial.apply(join)
+        except GroupError:
+            return  # the join itself is refused: applying it will say why
+        after = trial.groups[group.name].assignment
+        losing = {
+            m: False
+            for m, held in group.assignment.items()
+            if m != join["member_id"] and set(held) - set(after.get(m, ()))
+        }
+        _, leading = self._lead(shard)
+        if not losing or group.name in leading.revoking:
+            return
+        leading.revoking[group.name] = losing
+        done = leading.revoked[group.name] = asyncio.Event()
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), REVOKE_WAIT_S)
+        finally:
+            leading.revoking.pop(group.name, None)
+            leading.revoked.pop(group.name, None)
+
+    def _revoking(self, leading: _Leading, name: str, member_id: str) -> bool:
+        """Whether `member_id` must give partitions up; its second answer since it was told
+        counts as having done so (it committed in between)."""
+        losing = leading.revoking.get(name)
+        if losing is None or member_id not in losing:
+            return False
+        if not losing[member_id]:
+            losing[member_id] = True
+            return True
+        del losing[member_id]
+        if not losing:
+            leading.revoked[name].set()
+        return False
+
     def _tell(
         self, shard: str, name: str, member_id: str, result: dict[str, Any]
     ) -> dict[str, Any]:
@@ -189,8 +241,9 @@ class Coordinator:
         group = replica.state.groups.get(name)
         generation = result["generation"]
         leading.told[(name, member_id)] = generation
-        rebalancing = group is not None and any(
-            leading.told.get((name, m)) != group.generation for m in group.members
+        rebalancing = self._revoking(leading, name, member_id) or (
+            group is not None
+            and any(leading.told.get((name, m)) != group.generation for m in group.members)
         )
         return {
             "member_id": member_id,
@@ -207,8 +260,9 @@ class Coordinator:
             "generation": group.generation,
             "assignment": [list(tp) for tp in group.assignment.get(member, [])],
         }
-        if args.get("watch"):  # a group fetch's keep-alive: the member is not told anything
-            return view
+        if args.get("watch"):  # a group fetch's keep-alive: the member is not told anything,
+            # but its long-poll ends when it must give partitions up
+            return {**view, "revoke": self._revoking(leading, group.name, member)}
         return self._tell(shard, group.name, member, view)
 
     async def _call_poll(self, shard: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -19,12 +19,9 @@ Invariants (the cheap ones asserted in `_rebalance` and `_check`):
   partition count) is assigned to a member that subscribes to its topic.
 - I4 committed offsets never decrease except through `reset`; a commit below the committed
   offset leaves it as it is.
-- I5 a commit applies all of its offsets or none: for each named partition, the member must hold
-  it since a generation no later than the commit's, or have been its last owner in the commit's
-  generation (it commits what it processed before the partition moved: at-least-once holds,
-  as everything below its offset was processed by it or before it); else the whole commit fails
-  with `stale_generation`. A member never commits a partition it did not hold in the commit's
-  generation, nor one that changed owners twice since.
+- I5 a commit applies all of its offsets or none: it must carry the group's current generation
+  and name only partitions the member is assigned in it; else the whole commit fails with
+  `stale_generation` (API.md). A member never commits a partition it does not hold now.
 - I6 `reset` applies only to a group without members (`group_not_empty`).
 - I4 holds for `txn_offsets` too (a transaction's offsets only move committed offsets on); they
   are fenced by the producer's epoch at the transaction coordinator, not by generations.
@@ -97,9 +94,6 @@ class Group:
     assignment: dict[str, list[TopicPartition]] = field(default_factory=dict)
     # partition -> the generation since which its current owner holds it (commit fencing)
     owned_since: dict[TopicPartition, int] = field(default_factory=dict)
-    # partition -> (its previous owner, since, until): that owner held it in generations
-    # [since, until) and may still commit what it processed then (see I5)
-    released: dict[TopicPartition, tuple[str, int, int]] = field(default_factory=dict)
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
     partitions: dict[str, int] = field(default_factory=dict)  # subscribed topic -> count
     rebalanced_ms: int = 0
@@ -122,7 +116,6 @@ class Group:
             "members": [m.to_json() for m in self.members.values()],
             "assignment": {m: [list(tp) for tp in held] for m, held in self.assignment.items()},
             "owned_since": [[t, p, g] for (t, p), g in sorted(self.owned_since.items())],
-            "released": [[t, p, *r] for (t, p), r in sorted(self.released.items())],
             "offsets": [[t, p, o] for (t, p), o in sorted(self.offsets.items())],
             "partitions": dict(self.partitions),
             "rebalanced_ms": self.rebalanced_ms,
@@ -140,10 +133,6 @@ class Group:
                 m: [(str(t), int(p)) for t, p in held] for m, held in data["assignment"].items()
             },
             owned_since={(str(t), int(p)): int(g) for t, p, g in data["owned_since"]},
-            released={
-                (str(t), int(p)): (str(m), int(s), int(u))
-                for t, p, m, s, u in data.get("released", [])
-            },
             offsets={(str(t), int(p)): int(o) for t, p, o in data["offsets"]},
             partitions={str(t): int(n) for t, n in data["partitions"].items()},
             rebalanced_ms=int(data.get("rebalanced_ms", 0)),
@@ -248,22 +237,18 @@ class CoordinatorState:
         offsets = _offsets(command.get("offsets"))
         if member_id not in group.members:
             raise GroupError("unknown_member", f"{member_id!r} is not a member of {group.name!r}")
-        if generation > group.generation or generation < 0:
+        if generation != group.generation:
             raise GroupError(
                 "stale_generation",
-                f"generation {generation} is not a generation of {group.name!r} "
-                f"(current {group.generation})",
+                f"generation {generation} is not the current generation of {group.name!r} "
+                f"({group.generation})",
             )
         held = set(group.assignment.get(member_id, ()))
         for tp, _ in offsets:
-            holds = tp in held and group.owned_since.get(tp, generation + 1) <= generation
-            owner, since, until = group.released.get(tp, ("", 0, 0))
-            released = owner == member_id and since <= generation < until
-            if not (holds or released):
+            if tp not in held:
                 raise GroupError(
                     "stale_generation",
-                    f"{member_id!r} has not held {tp[0]}/{tp[1]} since generation {generation}, "
-                    f"nor was it its last owner then (current generation {group.generation})",
+                    f"{member_id!r} is not assigned {tp[0]}/{tp[1]} in generation {generation}",
                 )
         # I5 checked for every offset above; only now does anything change.
         for tp, offset in offsets:
@@ -346,14 +331,6 @@ class CoordinatorState:
         for tp, member in owner.items():
             kept = old.get(tp) == member
             since[tp] = group.owned_since.get(tp, group.generation) if kept else group.generation
-        for tp in set(old) | set(owner):
-            if old.get(tp) == owner.get(tp):
-                continue
-            if tp in old:  # its owner changed: the old one may still commit its generations
-                group.released[tp] = (old[tp], group.owned_since[tp], group.generation)
-            else:  # unowned until now: nobody held it last
-                group.released.pop(tp, None)
-        group.released = {tp: r for tp, r in group.released.items() if r[0] in group.members}
         group.assignment = {m: held for m, held in new.items() if m in group.members}
         group.owned_since = since
         group.rebalanced_ms = at_ms

@@ -19,9 +19,9 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-from raftline.node.coordinator.replica import CoordinatorReplica, not_leader
 from raftline.node.eos.txn_coordinator import shard_for
 from raftline.node.errors import BrokerError
+from raftline.node.shard import ShardReplica, not_leader
 from raftline.node.transactions.state import TxnShardState, marker_dict
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ SHARDS = 4
 TXN_TOPIC_CONFIG = {"segment.bytes": str(1 << 20), "retention.ms": "-1"}
 TICK_S = 0.2  # how often a leader looks for expired transactions and pending markers
 ID_BLOCK = 100  # producer ids a shard asks the metadata allocator for at a time
+CHECKPOINT_EVERY = 1_000  # commands between checkpoints of a shard's log
 MAX_TIMEOUT_MS = 15 * 60 * 1000
 
 # coordinator error -> (API code, HTTP status, retryable)
@@ -63,7 +64,7 @@ def txn_error(code: str) -> BrokerError:
 class TxnService:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.replicas: dict[str, CoordinatorReplica] = {}
+        self.replicas: dict[str, ShardReplica] = {}
         self._completing: dict[tuple[str, str], asyncio.Task[None]] = {}  # (shard, tid) -> task
         self._ids_lock = asyncio.Lock()
 
@@ -73,8 +74,10 @@ class TxnService:
 
     # replicas come and go with the metadata
 
-    def new_replica(self, shard: str) -> CoordinatorReplica:
-        replica = CoordinatorReplica(self.broker.runtime, shard, TxnShardState())
+    def new_replica(self, shard: str) -> ShardReplica:
+        replica = ShardReplica(
+            self.broker.runtime, shard, TxnShardState(), (), "transaction", CHECKPOINT_EVERY
+        )
         self.replicas[shard] = replica
         return replica
 
@@ -89,7 +92,7 @@ class TxnService:
         for shard in list(self.replicas):
             self.drop_replica(shard)
 
-    def _lead(self, shard: str) -> CoordinatorReplica:
+    def _lead(self, shard: str) -> ShardReplica:
         replica = self.replicas.get(shard)
         if replica is None or not replica.serving:
             raise not_leader(shard)

@@ -1,9 +1,10 @@
-"""The state machine of one transaction coordinator shard as a coordinator replica applies it.
+"""The state machine of one transaction coordinator shard, as its shard replica applies it.
 
 Owns the adaptation of node/eos/txn_coordinator.py's TxnCoordinator to the command shape of
-CoordinatorReplica (JSON commands with an "op"; "checkpoint" carries a whole snapshot) and the
-answers as plain dicts. Invariants: as TxnCoordinator's; a checkpoint replaces the state with
-exactly the snapshot it carries, so replaying from any checkpoint reaches the same state.
+node/shard.py's ShardReplica (JSON commands with an "op"; "checkpoint" carries a whole
+snapshot) and the answers as plain dicts. Invariants: as TxnCoordinator's; a checkpoint
+replaces the state with exactly the snapshot it carries, so replaying from any checkpoint
+reaches the same state.
 """
 
 from __future__ import annotations
