@@ -382,17 +382,29 @@ def _assign_partitions(
 
 
 async def _produce_partition(
-    state: ApiState, topic: str, partition: int, batch: bytes, acks: str
-) -> int:
-    async def local() -> int:
+    state: ApiState,
+    topic: str,
+    partition: int,
+    batch: bytes,
+    acks: str,
+    transactional_id: str | None = None,
+) -> tuple[int, bool]:
+    """(base offset, duplicate): duplicate when an idempotent producer's batch was there."""
+
+    async def local() -> tuple[int, bool]:
         async with asyncio.timeout(PRODUCE_TIMEOUT_S):  # unlike wait_for, no task per request
             # Every batch reaching here was built by codec or passed records.check_batch.
-            return await state.broker.produce(topic, partition, batch, acks, crc_checked=True)
+            return await state.broker.append(
+                topic, partition, batch, acks, crc_checked=True, transactional_id=transactional_id
+            )
 
-    async def remote(leader: str) -> int:
-        return await state.forwarder.produce(leader, topic, partition, batch, acks)
+    async def remote(leader: str) -> tuple[int, bool]:
+        return await state.forwarder.produce(
+            leader, topic, partition, batch, acks, transactional_id
+        )
 
-    return await state.with_leader(local, remote, forwarded=False)
+    result: tuple[int, bool] = await state.with_leader(local, remote, forwarded=False)
+    return result
 
 
 async def produce(request: web.Request) -> web.Response:
@@ -403,13 +415,21 @@ async def produce(request: web.Request) -> web.Response:
     spec = validation.produce_request(await read_body(request))
     meta = await state.topic_meta(topic)
     groups = _assign_partitions(state, topic, meta, spec.messages)
+    if spec.producer is not None and len(groups) != 1:
+        raise invalid(
+            "with producer_id, producer_epoch and sequence every message must go to one "
+            f"partition; these go to {sorted(groups)}"
+        )
     now_ms = state.broker.clock.now_ms()
     batches = {
-        partition: codec.encode_batch([spec.messages[i] for i in indexes], meta.compression, now_ms)
+        partition: codec.encode_batch(
+            [spec.messages[i] for i in indexes], meta.compression, now_ms, spec.producer
+        )
         for partition, indexes in groups.items()
     }
+    tid = spec.producer.transactional_id if spec.producer is not None else None
     work = [
-        _produce_partition(state, topic, partition, batch, spec.acks)
+        _produce_partition(state, topic, partition, batch, spec.acks, tid)
         for partition, batch in batches.items()
     ]
     if spec.acks == "none":
@@ -417,12 +437,15 @@ async def produce(request: web.Request) -> web.Response:
         state.background.add(task)
         task.add_done_callback(state.background.discard)
         return reply(request, {}, status=202)
-    base_offsets = await asyncio.gather(*work)
+    results = await asyncio.gather(*work)
     offsets: list[dict[str, int] | None] = [None] * len(spec.messages)
-    for (partition, indexes), base in zip(groups.items(), base_offsets, strict=True):
+    for (partition, indexes), (base, _) in zip(groups.items(), results, strict=True):
         for delta, index in enumerate(indexes):
             offsets[index] = {"partition": partition, "offset": base + delta}
-    return reply(request, {"offsets": offsets})
+    answer: dict[str, Any] = {"offsets": offsets}
+    if any(duplicate for _, duplicate in results):
+        answer["duplicate"] = True  # an idempotent retry: nothing written, the original's offsets
+    return reply(request, answer)
 
 
 async def _produce_batch(request: web.Request) -> web.Response:
@@ -437,6 +460,9 @@ async def _produce_batch(request: web.Request) -> web.Response:
     acks = request.query.get("acks", "all")
     if acks not in validation.ACKS:
         raise invalid(f"acks must be one of {', '.join(validation.ACKS)}")
+    tid = request.query.get("transactional_id")
+    if tid is not None:
+        tid = validation.transactional_id(tid)
     body = await read_raw_body(request)
     meta = await state.topic_meta(topic)
     if partition >= meta.partitions:
@@ -444,15 +470,20 @@ async def _produce_batch(request: web.Request) -> web.Response:
             "unknown_partition",
             f"topic {topic!r} has no partition {partition} ({meta.partitions} partitions)",
         )
-    batch, count = codec.produced_batch(body, meta.max_message_bytes, meta.compression)
-    work = _produce_partition(state, topic, partition, batch, acks)
+    batch, count = codec.produced_batch(
+        body, meta.max_message_bytes, meta.compression, transactional=tid is not None
+    )
+    work = _produce_partition(state, topic, partition, batch, acks, tid)
     if acks == "none":
         task = asyncio.ensure_future(_fire_and_forget([work]))
         state.background.add(task)
         task.add_done_callback(state.background.discard)
         return reply(request, {}, status=202)
-    base = await work
-    return reply(request, {"partition": partition, "base_offset": base, "count": count})
+    base, duplicate = await work
+    answer: dict[str, Any] = {"partition": partition, "base_offset": base, "count": count}
+    if duplicate:
+        answer["duplicate"] = True
+    return reply(request, answer)
 
 
 async def _fire_and_forget(work: list[Awaitable[int]]) -> None:
@@ -470,6 +501,7 @@ async def internal_batch(request: web.Request) -> web.Response:
     acks = request.query.get("acks", "all")
     if acks not in validation.ACKS:
         raise invalid("acks must be one of all, leader, none")
+    tid = request.query.get("transactional_id")
     batch = await read_raw_body(request)
     try:
         header = parse_header(batch)
@@ -480,12 +512,14 @@ async def internal_batch(request: web.Request) -> web.Response:
         raise invalid(f"body is not one record batch: {exc}") from None
     try:
         async with asyncio.timeout(PRODUCE_TIMEOUT_S):
-            base = await state.broker.produce(topic, partition, batch, acks, crc_checked=True)
+            base, duplicate = await state.broker.append(
+                topic, partition, batch, acks, crc_checked=True, transactional_id=tid
+            )
     except NotLeader as exc:
         error = from_broker_error(exc)
         error.extra["leader_http"] = exc.leader_http
         raise error from None
-    return reply(request, {"base_offset": base})
+    return reply(request, {"base_offset": base, "duplicate": duplicate})
 
 
 async def _fetch_local(
@@ -494,36 +528,66 @@ async def _fetch_local(
     """The JSON answer's fields; with `raw`, whole batches under "batches" instead of
     "messages"."""
     deadline = time.monotonic() + spec.wait_ms / 1000
+    committed_only = spec.isolation == "read_committed"
     if spec.timestamp is not None:
         offset = await state.broker.local_offset_for_timestamp(topic, partition, spec.timestamp)
     else:
-        offset = await _resolve_offset(state, topic, partition, spec.offset)
+        offset = await _resolve_offset(state, topic, partition, spec.offset, committed_only)
     while True:
         wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
-        batches, log_start, high_watermark = await state.broker.fetch(
-            topic, partition, offset, spec.max_bytes, wait_ms
-        )
+        if committed_only:
+            batches, log_start, high_watermark, stable, end = await state.broker.fetch_stable(
+                topic, partition, offset, spec.max_bytes, wait_ms
+            )
+        else:
+            batches, log_start, high_watermark = await state.broker.fetch(
+                topic, partition, offset, spec.max_bytes, wait_ms
+            )
+            stable = end = high_watermark
         if raw:
             decoded = codec.select_batches(batches, offset, spec.max_messages)
         else:
             decoded = codec.decode_batches(
                 batches, partition, offset, spec.max_messages, spec.max_bytes
             )
+        next_offset = decoded.next_offset
+        if committed_only and (not batches or next_offset >= _batch_end(batches[-1])):
+            # everything kept was read: skip the aborted and control batches read after it
+            next_offset = max(next_offset, end)
         # Batches holding only control records move the offset on: read (and wait) past them.
-        caught_up = decoded.next_offset >= high_watermark and wait_ms == 0
-        if decoded.messages or decoded.next_offset == offset or caught_up:
-            return {
+        caught_up = next_offset >= stable and wait_ms == 0
+        if decoded.messages or next_offset == offset or caught_up:
+            answer = {
                 "batches" if raw else "messages": decoded.messages,
-                "next_offset": decoded.next_offset,
+                "next_offset": next_offset,
                 "log_start_offset": log_start,
                 "high_watermark": high_watermark,
             }
-        offset = decoded.next_offset
+            if committed_only:
+                answer["last_stable_offset"] = stable
+            return answer
+        offset = next_offset
 
 
-async def _resolve_offset(state: ApiState, topic: str, partition: int, offset: int | str) -> int:
+def _batch_end(batch: codec.Buffer) -> int:
+    header = parse_header(batch)
+    return int(header.base_offset + header.last_offset_delta + 1)
+
+
+async def _resolve_offset(
+    state: ApiState, topic: str, partition: int, offset: int | str, committed_only: bool = False
+) -> int:
     if isinstance(offset, int):
         return offset
+    if committed_only and offset == "latest":  # Kafka's: the last stable offset
+        try:
+            _, _, _, stable, _ = await state.broker.fetch_stable(topic, partition, 0, 1, 0)
+        except BrokerError as exc:
+            if exc.code != "offset_out_of_range":
+                raise
+            start = int(exc.extra["log_start_offset"])
+            _, _, _, stable, _ = await state.broker.fetch_stable(topic, partition, start, 1, 0)
+        return stable
     try:
         _, log_start, high_watermark = await state.broker.fetch(topic, partition, 0, 1, 0)
     except BrokerError as exc:
@@ -551,6 +615,7 @@ async def fetch(request: web.Request) -> web.Response:
             "max_messages": str(spec.max_messages),
             "max_bytes": str(spec.max_bytes),
             "wait_ms": str(spec.wait_ms),
+            "isolation": spec.isolation,
         }
         if spec.timestamp is not None:  # the leader looks it up in its time index
             del params["offset"]
@@ -564,10 +629,6 @@ async def fetch(request: web.Request) -> web.Response:
         if forwarded and exc.code == "leader_unavailable":
             exc.extra.setdefault("leader_http", None)
         raise
-    if spec.isolation == "read_committed":
-        # No producer can write transactionally yet: every committed message is stable, so
-        # the last stable offset is the high watermark.
-        body["last_stable_offset"] = body["high_watermark"]
     if raw and "batches" in body:
         return _batches_response(body)
     if wants_msgpack(request):
@@ -658,7 +719,9 @@ def create_app(broker: Broker, *, self_http: str | None = None) -> web.Applicati
     from raftline.api import groups  # imported late: it builds on this module
 
     groups.add_routes(app)
-    from raftline.api import queues
+    from raftline.api import producers, queues
+
+    producers.add_routes(app)
 
     queues.add_routes(app)
     if broker.config.test_hooks:

@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import StreamReader
 
 from raftline.api.errors import ApiError, invalid
-from raftline.api.validation import ProduceMessage
+from raftline.api.validation import ProduceMessage, ProducerFields
 from raftline.raftlog.batch import HEADER_SIZE, MAX_BATCH_SIZE, CorruptBatchError, parse_header
 from raftline.raftlog.records import Codec, Record, build_batch, check_batch, decode_batch
 
@@ -75,8 +75,14 @@ def _body_too_large(limit: int) -> ApiError:
     return ApiError("message_too_large", f"request body exceeds {limit} bytes")
 
 
-def encode_batch(messages: list[ProduceMessage], compression: str, now_ms: int) -> bytes:
-    """One batch holding `messages` in order (they get consecutive offsets)."""
+def encode_batch(
+    messages: list[ProduceMessage],
+    compression: str,
+    now_ms: int,
+    producer: ProducerFields | None = None,
+) -> bytes:
+    """One batch holding `messages` in order (they get consecutive offsets); an idempotent
+    producer's id, epoch and first sequence go in its header."""
     # Varint lengths, deltas and attributes: generous upper bounds per record and header.
     bound = HEADER_SIZE + sum(m.size + 40 + 10 * len(m.headers) for m in messages)
     if bound > MAX_BATCH_SIZE:
@@ -89,13 +95,24 @@ def encode_batch(messages: list[ProduceMessage], compression: str, now_ms: int) 
         Record(value=m.value, key=m.key, headers=tuple(m.headers), timestamp=m.timestamp)
         for m in messages
     ]
+    fields: dict[str, Any] = {}
+    if producer is not None:
+        fields = {
+            "producer_id": producer.producer_id,
+            "producer_epoch": producer.producer_epoch,
+            "base_sequence": producer.sequence,
+            "transactional": producer.transactional_id is not None,
+        }
+    codec = CODECS.get(compression, Codec.NONE)
     try:
-        return build_batch(records, codec=CODECS.get(compression, Codec.NONE), timestamp=now_ms)
+        return build_batch(records, codec=codec, timestamp=now_ms, **fields)
     except ValueError as exc:
         raise ApiError("invalid_request", f"messages cannot form a record batch: {exc}") from None
 
 
-def produced_batch(body: bytes, max_message_bytes: int, compression: str) -> tuple[bytes, int]:
+def produced_batch(
+    body: bytes, max_message_bytes: int, compression: str, transactional: bool = False
+) -> tuple[bytes, int]:
     """The batch to store for a producer-built `body`, and its record count.
 
     The body is checked as strictly as a fetch would decode it (CRC and every record field),
@@ -106,8 +123,12 @@ def produced_batch(body: bytes, max_message_bytes: int, compression: str) -> tup
         header, largest = check_batch(body)
     except CorruptBatchError as exc:
         raise invalid(f"body is not one valid record batch: {exc}") from None
-    if header.is_control or header.is_transactional:
-        raise invalid("producers cannot write control or transactional batches")
+    if header.is_control:
+        raise invalid("producers cannot write control batches")
+    if header.is_transactional != transactional:
+        raise invalid(
+            "a transactional batch goes with the transactional_id query parameter (and only it)"
+        )
     if header.records_count != header.offset_count:
         raise invalid("record offset deltas must run 0, 1, 2, ... without gaps")
     if largest > max_message_bytes:
@@ -123,7 +144,15 @@ def produced_batch(body: bytes, max_message_bytes: int, compression: str) -> tup
         Record(value=r.value, key=r.key, headers=r.headers, timestamp=r.timestamp)
         for r in decode_batch(body).records
     ]
-    return build_batch(records, codec=codec), header.records_count
+    rebuilt = build_batch(
+        records,
+        codec=codec,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        transactional=header.is_transactional,
+    )
+    return rebuilt, header.records_count
 
 
 def select_batches(batches: Sequence[Buffer], offset: int, max_messages: int) -> DecodedFetch:

@@ -55,17 +55,27 @@ class Forwarder:
             await self._session.close()
 
     async def produce(
-        self, leader_http: str, topic: str, partition: int, batch: bytes, acks: str
-    ) -> int:
+        self,
+        leader_http: str,
+        topic: str,
+        partition: int,
+        batch: bytes,
+        acks: str,
+        transactional_id: str | None = None,
+    ) -> tuple[int, bool]:
+        """(base offset, duplicate) from the leader's internal batch endpoint."""
         url = f"http://{leader_http}/v1/internal/topics/{topic}/partitions/{partition}/batch"
+        params = {"acks": acks}
+        if transactional_id is not None:
+            params["transactional_id"] = transactional_id
         body = await self._call(
             "POST",
             url,
-            params={"acks": acks},
+            params=params,
             data=batch,
             headers={"Content-Type": "application/octet-stream", FORWARDED_HEADER: "1"},
         )
-        return int(body["base_offset"])
+        return int(body["base_offset"]), bool(body.get("duplicate", False))
 
     async def fetch(
         self, leader_http: str, topic: str, partition: int, params: dict[str, str]

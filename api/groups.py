@@ -134,9 +134,10 @@ async def _fetch_partition(
     max_messages: int,
     max_bytes: int,
     wait_ms: int,
+    isolation: str = "read_uncommitted",
 ) -> dict[str, Any]:
     """One partition fetch, here if this node leads the partition, else on its leader."""
-    spec = validation.FetchRequest(offset, max_messages, max_bytes, wait_ms)
+    spec = validation.FetchRequest(offset, max_messages, max_bytes, wait_ms, isolation=isolation)
 
     async def local() -> dict[str, Any]:
         return await _fetch_local(state, topic, partition, spec, raw=False)
@@ -147,6 +148,7 @@ async def _fetch_partition(
             "max_messages": str(max_messages),
             "max_bytes": str(max_bytes),
             "wait_ms": str(wait_ms),
+            "isolation": isolation,
         }
         return await state.forwarder.fetch(leader, topic, partition, params)
 
@@ -195,13 +197,27 @@ async def member_messages(request: web.Request) -> web.Response:
     async def one(topic: str, partition: int, start: int | str) -> dict[str, Any] | None:
         try:
             return await _fetch_partition(
-                state, topic, partition, start, spec.max_messages, spec.max_bytes, wait_ms
+                state,
+                topic,
+                partition,
+                start,
+                spec.max_messages,
+                spec.max_bytes,
+                wait_ms,
+                spec.isolation,
             )
         except (ApiError, BrokerError) as exc:
             if exc.code == "offset_out_of_range":  # e.g. retention passed a committed offset
                 try:
                     return await _fetch_partition(
-                        state, topic, partition, reset, spec.max_messages, spec.max_bytes, 0
+                        state,
+                        topic,
+                        partition,
+                        reset,
+                        spec.max_messages,
+                        spec.max_bytes,
+                        0,
+                        spec.isolation,
                     )
                 except (ApiError, BrokerError):
                     return None

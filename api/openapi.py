@@ -31,7 +31,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
     names = {
         400: "invalid_request",
         404: "unknown_topic or unknown_partition",
-        409: "topic_exists",
+        409: "topic_exists; on produce out_of_order_sequence or producer_fenced",
         413: "message_too_large",
         416: "offset_out_of_range (body also has log_start_offset and high_watermark)",
         503: "not_enough_replicas or leader_unavailable (retryable; Retry-After header)",
@@ -185,6 +185,73 @@ _SCHEMAS: dict[str, Any] = {
         "properties": {
             "acks": {"type": "string", "enum": ["all", "leader", "none"], "default": "all"},
             "messages": {"type": "array", "minItems": 1, "items": _ref("ProduceMessage")},
+            "producer_id": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "idempotent producer (POST /v1/producers); with producer_epoch "
+                "and sequence, and every message to one partition",
+            },
+            "producer_epoch": {"type": "integer", "minimum": 0, "maximum": 32767},
+            "sequence": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": 2147483647,
+                "description": "sequence number of the first message; the next request goes "
+                "on from the last message's + 1 (wrapping after 2**31 - 1). Repeating a "
+                "request with the same three values answers the original offsets with "
+                "duplicate: true and writes nothing (the last 5 batches per producer and "
+                "partition are remembered). A gap: 409 out_of_order_sequence; an epoch older "
+                "than the producer's current one: 409 producer_fenced. A producer idle longer "
+                "than the node's producer expiry (24 h of committed message time) is "
+                "forgotten: its next request may start at any sequence.",
+            },
+            "transactional": {
+                "type": "boolean",
+                "description": "true: the messages join the open transaction of "
+                "transactional_id (opened by this write if none is; the partition checks with "
+                "the transaction coordinator before a transaction's first write to it)",
+            },
+            "transactional_id": {
+                "type": "string",
+                "description": "with transactional: true, the id POST /v1/producers was given",
+            },
+        },
+    },
+    "NewProducerRequest": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "transactional_id": {
+                "type": "string",
+                "description": "a transactional producer: the answer's epoch fences every "
+                "earlier one of this id, whose open transaction is aborted first",
+            },
+            "transaction_timeout_ms": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 900000,
+                "default": 60000,
+                "description": "a transaction open longer is aborted by the coordinator",
+            },
+        },
+    },
+    "EndTransaction": {
+        "type": "object",
+        "required": ["producer_id", "producer_epoch"],
+        "additionalProperties": False,
+        "properties": {
+            "producer_id": {"type": "integer"},
+            "producer_epoch": {"type": "integer"},
+        },
+    },
+    "NewProducer": {
+        "type": "object",
+        "properties": {
+            "producer_id": {
+                "type": "integer",
+                "description": "never handed out before, in this cluster's life",
+            },
+            "producer_epoch": {"type": "integer"},
         },
     },
     "ProduceResponse": {
@@ -197,7 +264,12 @@ _SCHEMAS: dict[str, Any] = {
                     "type": "object",
                     "properties": {"partition": {"type": "integer"}, "offset": {"type": "integer"}},
                 },
-            }
+            },
+            "duplicate": {
+                "type": "boolean",
+                "description": "present (true) when an idempotent request repeated one already "
+                "written: nothing was written and the offsets are the original's",
+            },
         },
     },
     "FetchedMessage": {
@@ -349,7 +421,10 @@ def openapi_document() -> dict[str, Any]:
                 "description": (
                     f"With Content-Type {BATCH} the body is one Kafka v2 record batch built by "
                     "the producer for the `partition` query parameter; it is checked and stored "
-                    'as sent, and the answer is {"partition", "base_offset", "count"}.'
+                    'as sent, and the answer is {"partition", "base_offset", "count"} (plus '
+                    '"duplicate": true for a repeated idempotent batch). The batch header\'s '
+                    "producer id, epoch and base sequence make it idempotent, as in a JSON body; "
+                    "a transactional batch needs the transactional_id query parameter."
                 ),
                 "operationId": "produce",
                 "parameters": [
@@ -359,6 +434,11 @@ def openapi_document() -> dict[str, Any]:
                         "acks",
                         {"type": "string", "enum": ["all", "leader", "none"]},
                         f"with a {BATCH} body",
+                    ),
+                    _query(
+                        "transactional_id",
+                        {"type": "string"},
+                        f"with a transactional {BATCH} body",
                     ),
                 ],
                 "requestBody": {
@@ -374,7 +454,78 @@ def openapi_document() -> dict[str, Any]:
                         "description": "accepted (acks=none)",
                         "content": {JSON: {"schema": {"type": "object"}}},
                     },
-                    **_errors(400, 404, 413, 503, 504),
+                    **_errors(400, 404, 409, 413, 503, 504),
+                },
+            }
+        },
+        "/v1/producers": {
+            "post": {
+                "summary": "Get a producer id for an idempotent producer",
+                "operationId": "newProducer",
+                "requestBody": {
+                    "required": False,
+                    **_body("NewProducerRequest", "{} (or no body)"),
+                },
+                "responses": {
+                    "200": _body("NewProducer", "a new producer id and its epoch"),
+                    **_errors(400, 503, 504),
+                },
+            }
+        },
+        "/v1/transactions/{transactional_id}/{action}": {
+            "post": {
+                "summary": "Commit or abort the open transaction (action: commit | abort)",
+                "description": (
+                    "The decision is made durable, then a marker (a Kafka control batch) is "
+                    "written to every partition of the transaction; the answer comes after "
+                    "that: read_committed fetches of every partition then see the outcome. "
+                    "The answer's epoch (bumped) is the one for the next transaction; "
+                    "sequences start again at 0. An older epoch: 409 producer_fenced."
+                ),
+                "operationId": "endTransaction",
+                "parameters": [
+                    {
+                        "name": "transactional_id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                    },
+                    {
+                        "name": "action",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "enum": ["commit", "abort"]},
+                    },
+                ],
+                "requestBody": {"required": True, **_body("EndTransaction", "the producer")},
+                "responses": {
+                    "200": _body("NewProducer", "the producer id and epoch for the next one"),
+                    **_errors(400, 404, 409, 503, 504),
+                },
+            }
+        },
+        "/v1/transactions/{transactional_id}/offsets": {
+            "post": {
+                "summary": "Commit consumer offsets inside the open transaction",
+                "description": (
+                    'Body {"producer_id", "producer_epoch", "group", "offsets": [{"topic", '
+                    '"partition", "offset"}]}: the group\'s committed offsets move to these '
+                    "(never back) when the transaction commits, after its markers are written; "
+                    "never when it aborts. Fenced by the producer epoch (409 producer_fenced), "
+                    "not by the group's generations."
+                ),
+                "operationId": "transactionOffsets",
+                "parameters": [
+                    {
+                        "name": "transactional_id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                    }
+                ],
+                "responses": {
+                    "204": {"description": "joined the transaction"},
+                    **_errors(400, 404, 409, 503, 504),
                 },
             }
         },

@@ -30,7 +30,23 @@ MESSAGE_FIELDS = frozenset(
 )
 # The shape almost every producer sends; such messages skip the field-by-field checks.
 COMMON_MESSAGE_FIELDS = frozenset({"key", "value", "partition"})
-PRODUCE_FIELDS = frozenset({"acks", "messages"})
+PRODUCE_FIELDS = frozenset(
+    {
+        "acks",
+        "messages",
+        "producer_id",
+        "producer_epoch",
+        "sequence",
+        "transactional",
+        "transactional_id",
+    }
+)
+TRANSACTIONAL_ID = re.compile(r"^[A-Za-z0-9._~:@-]{1,249}$")
+END_TXN_FIELDS = frozenset({"producer_id", "producer_epoch"})
+PRODUCER_FIELDS = frozenset({"transactional_id", "transaction_timeout_ms"})
+MAX_PRODUCER_ID = 2**63 - 1
+MAX_PRODUCER_EPOCH = 2**15 - 1
+MAX_SEQUENCE = 2**31 - 1
 CREATE_FIELDS = frozenset({"name", "partitions", "replication_factor", "config"})
 
 CLEANUP_POLICIES = frozenset({"delete", "compact", "compact,delete", "delete,compact"})
@@ -56,10 +72,21 @@ class ProduceMessage:
         return size
 
 
+@dataclass(frozen=True, slots=True)
+class ProducerFields:
+    """An idempotent producer's id, epoch and the sequence of the request's first message."""
+
+    producer_id: int
+    producer_epoch: int
+    sequence: int
+    transactional_id: str | None = None  # set: the request writes inside its transaction
+
+
 @dataclass(slots=True)
 class ProduceRequest:
     acks: str
     messages: list[ProduceMessage]
+    producer: ProducerFields | None = None
 
 
 @dataclass(slots=True)
@@ -218,7 +245,104 @@ def produce_request(body: Any) -> ProduceRequest:
     messages = obj.get("messages")
     if not isinstance(messages, list) or not messages:
         raise invalid("messages must be a non-empty array")
-    return ProduceRequest(acks=acks, messages=[_message(m, i) for i, m in enumerate(messages)])
+    return ProduceRequest(
+        acks=acks,
+        messages=[_message(m, i) for i, m in enumerate(messages)],
+        producer=producer_fields(obj),
+    )
+
+
+def producer_fields(obj: dict[str, Any]) -> ProducerFields | None:
+    """The idempotent producer fields of a produce body: all three or none; with
+    "transactional": true also the transactional_id the producer was initialised with."""
+    transactional = obj.get("transactional", False)
+    if not isinstance(transactional, bool):
+        raise invalid("transactional must be true or false")
+    names = ("producer_id", "producer_epoch", "sequence")
+    present = [name for name in names if name in obj]
+    tid = obj.get("transactional_id")
+    if transactional:
+        if len(present) != len(names) or tid is None:
+            raise invalid(
+                "a transactional request carries transactional_id, producer_id, "
+                "producer_epoch and sequence"
+            )
+        tid = transactional_id(tid)
+    elif tid is not None:
+        raise invalid('transactional_id goes with "transactional": true')
+    if not present:
+        return None
+    if len(present) != len(names):
+        raise invalid("producer_id, producer_epoch and sequence go together")
+    limits = (MAX_PRODUCER_ID, MAX_PRODUCER_EPOCH, MAX_SEQUENCE)
+    values = []
+    for name, high in zip(names, limits, strict=True):
+        value = obj[name]
+        if type(value) is not int or not 0 <= value <= high:
+            raise invalid(f"{name} must be an integer in 0..{high}")
+        values.append(value)
+    return ProducerFields(*values, transactional_id=tid)
+
+
+def transactional_id(value: Any) -> str:
+    if not isinstance(value, str) or not TRANSACTIONAL_ID.match(value):
+        raise invalid("transactional_id must be 1-249 of [A-Za-z0-9._~:@-]")
+    return value
+
+
+def new_producer_request(body: Any) -> tuple[str | None, int]:
+    """`POST /v1/producers`: `{}` for an idempotent producer, or a transactional_id (and its
+    transaction_timeout_ms, default 60000) for a transactional one."""
+    obj = _object({} if body is None else body, "request body")
+    _no_unknown(obj, PRODUCER_FIELDS, "request body")
+    timeout = obj.get("transaction_timeout_ms", 60_000)
+    if type(timeout) is not int or not 0 < timeout <= 15 * 60 * 1000:
+        raise invalid("transaction_timeout_ms must be an integer in 1..900000")
+    tid = obj.get("transactional_id")
+    return (None if tid is None else transactional_id(tid)), timeout
+
+
+TXN_OFFSETS_FIELDS = frozenset({"producer_id", "producer_epoch", "group", "offsets"})
+GROUP_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+def txn_offsets_request(body: Any) -> tuple[int, int, str, list[list[Any]]]:
+    """`POST /v1/transactions/{id}/offsets`: (producer id, epoch, group, [[t, p, offset]])."""
+    obj = _object(body, "request body")
+    _no_unknown(obj, TXN_OFFSETS_FIELDS, "request body")
+    pid, epoch = end_txn_request({k: obj.get(k) for k in END_TXN_FIELDS})
+    group = obj.get("group")
+    if not isinstance(group, str) or not GROUP_NAME.match(group):
+        raise invalid("group must be 1-249 of [A-Za-z0-9._-]")
+    items = obj.get("offsets")
+    if not isinstance(items, list) or not items:
+        raise invalid("offsets must be a non-empty array")
+    offsets = []
+    seen = set()
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise invalid(f"offsets[{i}] must be an object")
+        _no_unknown(item, frozenset({"topic", "partition", "offset"}), f"offsets[{i}]")
+        topic = topic_name(item.get("topic"))
+        partition, offset = item.get("partition"), item.get("offset")
+        if type(partition) is not int or type(offset) is not int or partition < 0 or offset < 0:
+            raise invalid(f"offsets[{i}]: partition and offset must be non-negative integers")
+        if (topic, partition) in seen:
+            raise invalid(f"offsets names {topic}/{partition} twice")
+        seen.add((topic, partition))
+        offsets.append([topic, partition, offset])
+    return pid, epoch, group, offsets
+
+
+def end_txn_request(body: Any) -> tuple[int, int]:
+    obj = _object(body, "request body")
+    _no_unknown(obj, END_TXN_FIELDS, "request body")
+    pid, epoch = obj.get("producer_id"), obj.get("producer_epoch")
+    if type(pid) is not int or not 0 <= pid <= MAX_PRODUCER_ID:
+        raise invalid(f"producer_id must be an integer in 0..{MAX_PRODUCER_ID}")
+    if type(epoch) is not int or not 0 <= epoch <= MAX_PRODUCER_EPOCH:
+        raise invalid(f"producer_epoch must be an integer in 0..{MAX_PRODUCER_EPOCH}")
+    return pid, epoch
 
 
 def _config_int(key: str, value: str, low: int, high: int | None = None) -> str:

@@ -18,7 +18,7 @@ import aiohttp
 from raftline.api.codec import read_whole_body
 from raftline.clients import wire
 from raftline.clients.consuming import ConsumerApi
-from raftline.clients.core import ClientApi, Hook, Op, Step
+from raftline.clients.core import ClientApi, Hook, Op, Pause, Step
 from raftline.clients.grouping import GroupConsumerApi
 from raftline.clients.producing import ProducerApi
 from raftline.clients.queueing import QueueApi, QueueMessage
@@ -73,6 +73,10 @@ class AsyncClient(ClientApi):
         """`op` to its end: each request it yields is made (with retries) and answered."""
         step = Step(op)
         while (call := step.call) is not None:
+            if isinstance(call, Pause):  # a producer waiting before it sends a batch again
+                await asyncio.sleep(call.seconds)
+                step.send(None)  # type: ignore[arg-type]  # a Pause is answered with None
+                continue
             try:
                 if isinstance(call, Hook):  # an application callback, awaited if async
                     result = await call.awaited()
@@ -105,8 +109,13 @@ class AsyncProducer(ProducerApi):
         super().__init__(client, topic, **options)
         self._timer: asyncio.TimerHandle | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
+        self._identifying: asyncio.Task[None] | None = None
 
     async def _queued(self, add: Callable[[int, Any], bool]) -> asyncio.Future[Any]:
+        if self._core.needs_identity:  # an idempotent producer's id, asked for once
+            if self._identifying is None or self._identifying.done():
+                self._identifying = asyncio.ensure_future(self.client._run(self._core.identified()))
+            await asyncio.shield(self._identifying)
         metadata = self.client.metadata
         if metadata.fresh(self.topic):  # skips a coroutine per message on the common path
             partitions = metadata.partitions[self.topic]
@@ -139,6 +148,22 @@ class AsyncProducer(ProducerApi):
     def _sent(self, task: asyncio.Task[None]) -> None:
         self._in_flight.discard(task)
         self._dispatch(everything=False)  # the partition's next batch may go now
+
+    def begin(self) -> None:
+        """Start a transaction (one opens implicitly with the first message; for symmetry)."""
+
+    async def send_offsets_to_transaction(
+        self, offsets: dict[tuple[str, int], int], group: str
+    ) -> None:
+        await self.client._run(self._core.offsets_sent(group, offsets))
+
+    async def commit(self) -> None:
+        await self.flush()
+        await self.client._run(self._core.ended(commit=True))
+
+    async def abort(self) -> None:
+        await self.flush()
+        await self.client._run(self._core.ended(commit=False))
 
     async def flush(self) -> None:
         self._dispatch(everything=True)

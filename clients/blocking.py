@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from raftline.clients import wire
 from raftline.clients.consuming import ConsumerApi
-from raftline.clients.core import ClientApi, Hook, Op, Step
+from raftline.clients.core import ClientApi, Hook, Op, Pause, Step
 from raftline.clients.grouping import GroupConsumerApi
 from raftline.clients.producing import Batch, ProducerApi
 from raftline.clients.queueing import QueueApi, QueueMessage
@@ -117,6 +117,10 @@ class Client(ClientApi):
         """`op` to its end: each request it yields is made (with retries) and answered."""
         step = Step(op)
         while (call := step.call) is not None:
+            if isinstance(call, Pause):  # a producer waiting before it sends a batch again
+                time.sleep(call.seconds)
+                step.send(None)  # type: ignore[arg-type]  # a Pause is answered with None
+                continue
             try:
                 if isinstance(call, Hook):  # an application callback, in this thread
                     result = call.run()
@@ -149,6 +153,8 @@ class Producer(ProducerApi):
 
     def __init__(self, client: Client, topic: str, **options: Any) -> None:
         super().__init__(client, topic, **options)
+        if self._core.needs_identity:
+            client._run(self._core.identified())
         self._wake = threading.Condition()
         self._closed = False
         self._flush_requested = False
@@ -166,6 +172,23 @@ class Producer(ProducerApi):
             add(partitions, future)
             self._wake.notify()
         return future
+
+    def begin(self) -> None:
+        """Start a transaction (one opens implicitly with the first message; for symmetry)."""
+
+    def send_offsets_to_transaction(self, offsets: dict[tuple[str, int], int], group: str) -> None:
+        """Consumer offsets that `group` commits if and only if the transaction commits."""
+        self.client._run(self._core.offsets_sent(group, offsets))
+
+    def commit(self) -> None:
+        """Send everything queued, then commit the transaction (all or nothing)."""
+        self.flush()
+        self.client._run(self._core.ended(commit=True))
+
+    def abort(self) -> None:
+        """Send everything queued, then abort the transaction: read_committed never sees it."""
+        self.flush()
+        self.client._run(self._core.ended(commit=False))
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued and wait for the answers."""

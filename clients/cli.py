@@ -24,6 +24,8 @@ SERVE_FLAGS: dict[str, str] = {
     "raft": "HOST:PORT for node-to-node traffic (default 127.0.0.1:9090)",
     "peers": "initial members' Raft addresses, this node included: 1=HOST:PORT,2=HOST:PORT",
     "fsync": "always | interval | never (default always)",
+    "producer-expiry-ms": "idle idempotent producers are forgotten after this much committed "
+    "message time (default 86400000 = 24 h)",
     "test-hooks": "1 serves the fault-injection endpoints under /v1/admin (tests only; default 0)",
 }
 
@@ -52,6 +54,10 @@ def node_config(args: argparse.Namespace, environ: dict[str, str]) -> Any:
             values[attribute] = parse_peers(text)
         elif flag == "data-dir":
             values[attribute] = Path(text)
+        elif flag == "producer-expiry-ms":
+            if not text.strip().isdigit() or int(text) < 1:
+                raise ValueError(f"producer expiry must be a positive integer, got {text!r}")
+            values[attribute] = int(text)
         elif flag == "test-hooks":
             if text.strip() not in ("0", "1"):
                 raise ValueError(f"test hooks must be 0 or 1, got {text!r}")

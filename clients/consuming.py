@@ -41,7 +41,15 @@ class ConsumerCore:
         wait_ms: int = 1000,
         max_messages: int = 500,
         max_bytes: int = 1 << 20,
+        isolation: str = "read_uncommitted",
     ) -> None:
+        """`isolation="read_committed"`: only messages of committed transactions (and
+        non-transactional ones), up to each partition's last stable offset."""
+        if isolation not in ("read_uncommitted", "read_committed"):
+            raise ValueError(
+                f"isolation must be read_uncommitted or read_committed, not {isolation!r}"
+            )
+        self.isolation = isolation
         self.client = client
         self.topic = topic
         self._partitions = partitions
@@ -67,7 +75,15 @@ class ConsumerCore:
         def fetch(url: str | None) -> Op[FetchResult | FetchedValues]:
             offset = positions.next[partition]
             return client.fetched(
-                topic, partition, offset, self.max_messages, self.max_bytes, wait_ms, url, values
+                topic,
+                partition,
+                offset,
+                self.max_messages,
+                self.max_bytes,
+                wait_ms,
+                url,
+                values,
+                self.isolation,
             )
 
         result = yield from client.to_leader(topic, partition, fetch)

@@ -70,6 +70,13 @@ class Call:
 
 
 @dataclass(slots=True)
+class Pause:
+    """Wait `seconds` before the Op goes on (the shell sleeps; the Op is then sent None)."""
+
+    seconds: float
+
+
+@dataclass(slots=True)
 class Hook:
     """An application callback (a group consumer's on_assign or on_revoke) for the shell to
     run between two requests of an Op, in the caller's thread or task: the blocking shell
@@ -87,7 +94,8 @@ class Hook:
         return (await result) if inspect.isawaitable(result) else result
 
 
-Op = Generator[Call | Hook, Any, _T]  # sent an Answer after a Call, the result after a Hook
+# sent an Answer after a Call, the result after a Hook, None after a Pause
+Op = Generator[Call | Hook | Pause, Any, _T]
 # What a public call gives: the value from the blocking Client, an awaitable of it from
 # AsyncClient (the same method drives the same Op in either shell).
 Returns = _T | Awaitable[_T]
@@ -223,9 +231,10 @@ class ClientCore:
         wait_ms: int,
         url: str | None,
         values: bool,
+        isolation: str = "read_uncommitted",
     ) -> Op[FetchResult | FetchedValues]:
         """One fetch; with `values`, only the values."""
-        request = fetch_request(self.wire, offset, max_messages, max_bytes, wait_ms)
+        request = fetch_request(self.wire, offset, max_messages, max_bytes, wait_ms, isolation)
         answer = yield Call("GET", messages_path(topic, partition), request, url)
         if values:
             return fetched_values(answer, offset, max_messages)

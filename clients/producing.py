@@ -2,10 +2,16 @@
 
 Owns the accumulator (linger, size), the batches closed and waiting per partition, which batch
 leaves next, the request each batch becomes (compressed as asked) and the settling of its
-futures. Invariants: at most one batch per partition is in flight (Kafka's max.in.flight=1
-without idempotence), so a batch retried after a failure is never overtaken by a later one of
-its partition; a partition's batches leave in the order their messages were sent. No I/O here:
-`ProducerCore.sending` is an Op the shell drives.
+futures; for an idempotent producer also its id and, per partition, its epoch and next sequence.
+Invariants: without idempotence at most one batch per partition is in flight (Kafka's
+max.in.flight=1), so a batch retried after a failure is never overtaken by a later one of its
+partition; with it up to 5 are (Kafka's rule), each numbered once, when it first leaves, and
+resent with the same numbers until acknowledged or its delivery timeout ends, so a retry never
+writes twice and the broker keeps them in order (a later batch that arrives first is refused as
+out of order and resent once its predecessor is in). A batch that fails for good ends its
+epoch on that partition: the next batch starts a new epoch at sequence 0 (KIP-360, locally:
+the broker keeps producer state per partition). A partition's batches leave in the order their
+messages were sent. No I/O here: `ProducerCore.sending` is an Op the shell drives.
 """
 
 from __future__ import annotations
@@ -17,11 +23,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from raftline.clients.core import Call, ClientCore, Op, json_call
+from raftline.clients.core import Call, ClientCore, Op, Pause, json_call
 from raftline.clients.metadata import Partitioner
 from raftline.clients.wire import (
     Acked,
     BatchAcked,
+    ProducerFields,
+    RaftlineError,
+    Request,
     batch_acked,
     batch_acks,
     batch_request,
@@ -29,9 +38,13 @@ from raftline.clients.wire import (
     encode_record,
     json_acks,
     messages_path,
+    transactional_fields,
     values_request,
 )
 from raftline.raftlog.compression import Codec
+
+MAX_IN_FLIGHT_IDEMPOTENT = 5  # batches per partition, as Kafka allows with idempotence
+SEQUENCE_MODULUS = 2**31  # sequences wrap after 2**31 - 1, as the broker's do
 
 # The producer's `compression=` option -> the codec of the batches it builds.
 COMPRESSIONS: dict[str, Codec] = {
@@ -115,15 +128,32 @@ class MessageBatch:
 
     partition: int
     pending: list[Pending]
+    producer: ProducerFields | None = None  # an idempotent producer's numbers, set once
+    request: Request | None = None  # built once: a retry resends the same bytes
+
+    @property
+    def count(self) -> int:
+        return len(self.pending)
 
     def sent(self, producer: ProducerCore, url: str | None) -> Op[list[Acked]]:
         messages = [p.message for p in self.pending]
         path = messages_path(producer.topic)
         if producer.client.wire == "json":
-            body = {"acks": producer.acks, "messages": messages}
+            body: dict[str, Any] = {"acks": producer.acks, "messages": messages}
+            if self.producer is not None:
+                body.update(self.producer.json_fields())
+                body.update(transactional_fields(producer.transactional_id))
             return json_acks((yield from json_call("POST", path, body, url=url)))
-        request = batch_request(self.partition, messages, producer.acks, producer.codec)
-        return batch_acks((yield Call("POST", path, request, url)).json())
+        if self.request is None:
+            self.request = batch_request(
+                self.partition,
+                messages,
+                producer.acks,
+                producer.codec,
+                self.producer,
+                producer.transactional_id,
+            )
+        return batch_acks((yield Call("POST", path, self.request, url)).json())
 
     def settle(self, acked: list[Acked]) -> None:
         # A caller may have cancelled a future meanwhile; its message was sent all the same.
@@ -145,12 +175,25 @@ class ValuesBatch:
     values: Sequence[bytes | str | None]
     key: bytes | str | None
     future: Any  # concurrent.futures.Future or asyncio.Future of BatchAcked
+    producer: ProducerFields | None = None
+    request: Request | None = None  # built once: a retry resends the same bytes
+
+    @property
+    def count(self) -> int:
+        return len(self.values)
 
     def sent(self, producer: ProducerCore, url: str | None) -> Op[BatchAcked]:
-        request = values_request(
-            self.partition, self.values, self.key, producer.acks, producer.codec
-        )
-        answer = yield Call("POST", messages_path(producer.topic), request, url)
+        if self.request is None:
+            self.request = values_request(
+                self.partition,
+                self.values,
+                self.key,
+                producer.acks,
+                producer.codec,
+                self.producer,
+                producer.transactional_id,
+            )
+        answer = yield Call("POST", messages_path(producer.topic), self.request, url)
         return batch_acked(answer.json(), self.partition, len(self.values))
 
     def settle(self, acked: BatchAcked) -> None:
@@ -178,15 +221,63 @@ class ProducerCore:
         linger_ms: float,
         batch_bytes: int,
         batch_messages: int,
+        idempotent: bool = False,
+        delivery_timeout_ms: float = 120_000,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
     ) -> None:
         self.client = client
         self.topic = topic
         self.acks = acks
         self.codec = codec_of(compression, client.wire)
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.txn_error: BaseException | None = None  # a batch of the open transaction failed
+        idempotent = idempotent or transactional_id is not None
         self._partitioner = Partitioner()
         self._accumulator = Accumulator(linger_ms, batch_bytes, batch_messages)
         self._waiting: dict[int, deque[Batch]] = {}
-        self._in_flight: set[int] = set()
+        self._in_flight: dict[int, int] = {}  # partition -> batches in flight
+        self.idempotent = idempotent
+        self.max_in_flight = MAX_IN_FLIGHT_IDEMPOTENT if idempotent else 1
+        self.delivery_timeout_s = delivery_timeout_ms / 1000
+        self.producer_id: int | None = None
+        self._base_epoch = 0
+        self._epochs: dict[int, int] = {}  # partition -> epoch of its next batch
+        self._next_sequence: dict[int, int] = {}  # partition -> sequence of its next batch
+        self._flying: dict[int, list[ProducerFields]] = {}  # numbered batches in flight
+        # Partitions where a batch of the current epoch was acknowledged. Until then one batch
+        # flies: a broker that does not know the producer (new, or expired) takes any first
+        # sequence, so a second batch overtaking the first would be accepted before it.
+        self._confirmed: set[int] = set()
+
+    @property
+    def needs_identity(self) -> bool:
+        """An idempotent producer sends nothing before it has its producer id."""
+        return self.idempotent and self.producer_id is None
+
+    def identified(self) -> Op[None]:
+        """Get a producer id (once; a second answer, from a racing call, is dropped)."""
+        body: dict[str, Any] = {}
+        if self.transactional_id is not None:
+            body = {
+                "transactional_id": self.transactional_id,
+                "transaction_timeout_ms": self.transaction_timeout_ms,
+            }
+        answer = yield from json_call("POST", "/v1/producers", body)
+        if self.producer_id is None:
+            self.producer_id = int(answer["producer_id"])
+            self._base_epoch = int(answer["producer_epoch"])
+
+    def _numbered(self, batch: Batch) -> None:
+        """Give a batch leaving for the first time its producer id, epoch and sequence."""
+        assert self.producer_id is not None, "an idempotent producer numbers after identified()"
+        p = batch.partition
+        epoch = self._epochs.setdefault(p, self._base_epoch)
+        sequence = self._next_sequence.get(p, 0)
+        batch.producer = ProducerFields(self.producer_id, epoch, sequence)
+        self._next_sequence[p] = (sequence + batch.count) % SEQUENCE_MODULUS
+        self._flying.setdefault(p, []).append(batch.producer)
 
     @property
     def linger_s(self) -> float:
@@ -246,11 +337,16 @@ class ProducerCore:
         older than linger_ms (all of them with `everything`)."""
         self._close(everything)
         out: list[Batch] = []
+        if self.needs_identity:
+            return out  # the shell calls identified() first
         for partition, waiting in list(self._waiting.items()):
-            if partition in self._in_flight:
-                continue
-            out.append(waiting.popleft())
-            self._in_flight.add(partition)
+            limit = self.max_in_flight if partition in self._confirmed else 1
+            while waiting and self._in_flight.get(partition, 0) < limit:
+                batch = waiting.popleft()
+                if self.idempotent:
+                    self._numbered(batch)
+                out.append(batch)
+                self._in_flight[partition] = self._in_flight.get(partition, 0) + 1
             if not waiting:
                 del self._waiting[partition]
         return out
@@ -258,17 +354,111 @@ class ProducerCore:
     def sending(self, batch: Batch) -> Op[None]:
         """Send `batch` to its partition's leader and settle its futures with the outcome;
         its partition may then send its next batch."""
-        assert batch.partition in self._in_flight, "a batch is sent only once ready() chose it"
+        assert self._in_flight.get(batch.partition), "a batch is sent only once ready() chose it"
         try:
-            result = yield from self.client.to_leader(
-                self.topic, batch.partition, lambda url: batch.sent(self, url)
-            )
+            result = yield from self._delivered(batch)
         except Exception as exc:
+            if batch.producer is not None:
+                self._failed_for_good(batch.partition, batch.producer)
             batch.fail(exc)
         else:
+            fields = batch.producer
+            if fields is not None and self._epochs.get(batch.partition) == fields.producer_epoch:
+                self._confirmed.add(batch.partition)
             batch.settle(result)  # type: ignore[arg-type]  # each batch gets its own answer
         finally:
-            self._in_flight.discard(batch.partition)
+            left = self._in_flight[batch.partition] - 1
+            if left:
+                self._in_flight[batch.partition] = left
+            else:
+                del self._in_flight[batch.partition]
+            if batch.producer is not None:
+                flying = self._flying[batch.partition]
+                flying.remove(batch.producer)
+                if not flying:
+                    del self._flying[batch.partition]
+
+    def _delivered(self, batch: Batch) -> Op[Any]:
+        """The batch sent until acknowledged. Without idempotence: once (with the client's
+        retries). With it, the same numbers again on any retryable failure until the delivery
+        timeout, and after an out-of-order answer while an earlier batch of the partition is
+        still in flight (this one overtook it)."""
+        deadline = time.monotonic() + self.delivery_timeout_s
+        attempt = 0
+        while True:
+            try:
+                return (
+                    yield from self.client.to_leader(
+                        self.topic, batch.partition, lambda url: batch.sent(self, url)
+                    )
+                )
+            except RaftlineError as error:
+                if batch.producer is None or time.monotonic() >= deadline:
+                    raise
+                overtook = (
+                    error.code == "out_of_order_sequence"
+                    and self._flying[batch.partition][0] != batch.producer
+                )
+                if not (error.retryable or overtook):
+                    raise
+            attempt += 1
+            delay = 0.005 if overtook else self.client.retry.delay(min(attempt, 6))
+            yield Pause(delay)  # type: ignore[misc]  # the shells answer a Pause with None
+
+    def _failed_for_good(self, partition: int, fields: ProducerFields) -> None:
+        """A numbered batch failed: later numbers of its epoch can never be accepted, so the
+        partition's next batch starts a new epoch at 0 (once per failed epoch). In a
+        transaction the epoch is the coordinator's: the transaction can only be aborted."""
+        if self.transactional_id is not None:
+            self.txn_error = self.txn_error or RuntimeError(
+                f"a batch of the transaction failed for good on partition {partition}"
+            )
+            return
+        if self._epochs.get(partition) == fields.producer_epoch:
+            self._epochs[partition] = fields.producer_epoch + 1
+            self._next_sequence[partition] = 0
+            self._confirmed.discard(partition)
+
+    # transactions (the shell flushes before ending one)
+
+    def _txn_path(self, action: str) -> str:
+        if self.transactional_id is None:
+            raise RuntimeError("not a transactional producer (give transactional_id=...)")
+        return f"/v1/transactions/{self.transactional_id}/{action}"
+
+    def ended(self, commit: bool) -> Op[None]:
+        """Commit or abort the open transaction (everything sent is acknowledged first: the
+        shell flushes); the next transaction uses the epoch answered, from sequence 0."""
+        path = self._txn_path("commit" if commit else "abort")
+        assert self.idle(), "a transaction ends once its batches are acknowledged"
+        if commit and self.txn_error is not None:
+            raise RuntimeError(f"cannot commit: {self.txn_error}; abort the transaction")
+        if self.producer_id is None:
+            return  # nothing was ever sent
+        body = {"producer_id": self.producer_id, "producer_epoch": self._base_epoch}
+        answer = yield from json_call("POST", path, body)
+        self.producer_id = int(answer["producer_id"])
+        self._base_epoch = int(answer["producer_epoch"])
+        self._epochs.clear()
+        self._next_sequence.clear()
+        self._confirmed.clear()
+        self.txn_error = None
+
+    def offsets_sent(self, group: str, offsets: dict[tuple[str, int], int]) -> Op[None]:
+        """Consumer offsets (next offset to read per (topic, partition)) that `group` commits
+        with the open transaction (consume-transform-produce)."""
+        path = self._txn_path("offsets")
+        if self.producer_id is None:
+            yield from self.identified()
+        body = {
+            "producer_id": self.producer_id,
+            "producer_epoch": self._base_epoch,
+            "group": group,
+            "offsets": [
+                {"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(offsets.items())
+            ],
+        }
+        yield from json_call("POST", path, body)
 
     def next_deadline(self) -> float | None:
         """When the oldest open batch is due (monotonic seconds), if any is open."""
@@ -293,12 +483,32 @@ class ProducerApi:
         batch_bytes: int = 256 * 1024,
         batch_messages: int = 1000,
         compression: str = "none",
+        idempotent: bool = False,
+        delivery_timeout_ms: float = 120_000,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
     ) -> None:
+        """`idempotent`: get a producer id and number every batch, so that resending a batch
+        after any retryable failure (until `delivery_timeout_ms`) never writes it twice; up
+        to 5 batches per partition are then in flight. `transactional_id`: a transactional
+        (and idempotent) producer: every message sent belongs to the open transaction, which
+        commit() or abort() ends (send_offsets_to_transaction adds consumer offsets); a new
+        producer with the same id fences this one."""
         self.client = client
         self.topic = topic
         self.acks = acks
         self._core = ProducerCore(
-            client, topic, acks, compression, linger_ms, batch_bytes, batch_messages
+            client,
+            topic,
+            acks,
+            compression,
+            linger_ms,
+            batch_bytes,
+            batch_messages,
+            idempotent,
+            delivery_timeout_ms,
+            transactional_id,
+            transaction_timeout_ms,
         )
 
     def _queued(self, add: Callable[[int, Any], bool]) -> Any:

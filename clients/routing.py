@@ -18,7 +18,8 @@ from raftline.clients.wire import RaftlineError
 @dataclass(slots=True)
 class RetryPolicy:
     """Exponential backoff with jitter for retryable errors. A retried produce whose first try
-    reached the leader may be written twice (no idempotent producer yet)."""
+    reached the leader may be written twice, unless the producer is idempotent (then the
+    broker answers the retry with the original's offsets)."""
 
     retries: int = 5
     backoff_ms: int = 100

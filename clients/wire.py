@@ -115,6 +115,28 @@ class FetchResult:
     high_watermark: int
 
 
+class ProducerFields(NamedTuple):
+    """An idempotent producer's numbers for one batch: id, epoch, first sequence."""
+
+    producer_id: int
+    producer_epoch: int
+    sequence: int
+
+    def json_fields(self) -> dict[str, int]:
+        return {
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+            "sequence": self.sequence,
+        }
+
+
+def transactional_fields(transactional_id: str | None) -> dict[str, Any]:
+    """What a produce request of a transactional producer adds (JSON body fields)."""
+    if transactional_id is None:
+        return {}
+    return {"transactional": True, "transactional_id": transactional_id}
+
+
 class Acked(NamedTuple):
     """Where a produced message landed (a named tuple: one is made per acknowledged message)."""
 
@@ -264,12 +286,27 @@ def json_request(body: Any, params: dict[str, str] | None = None) -> Request:
 
 
 def batch_request(
-    partition: int, records: Sequence[Record | bytes], acks: str, codec: int = Codec.NONE
+    partition: int,
+    records: Sequence[Record | bytes],
+    acks: str,
+    codec: int = Codec.NONE,
+    producer: ProducerFields | None = None,
+    transactional_id: str | None = None,
 ) -> Request:
     params = {"partition": str(partition), "acks": acks}
     headers = {"Content-Type": BATCH_CONTENT_TYPE}
+    fields: dict[str, Any] = {}
+    if producer is not None:
+        fields = {
+            "producer_id": producer.producer_id,
+            "producer_epoch": producer.producer_epoch,
+            "base_sequence": producer.sequence,
+        }
+    if transactional_id is not None:
+        params["transactional_id"] = transactional_id
+        fields["transactional"] = True
     # The bytearray the batch was built in goes out as it is: no copy of the values into bytes.
-    return Request(params, build_batch_buffer(records, codec=codec), headers)
+    return Request(params, build_batch_buffer(records, codec=codec, **fields), headers)
 
 
 def values_request(
@@ -278,6 +315,8 @@ def values_request(
     key: bytes | str | None,
     acks: str,
     codec: int = Codec.NONE,
+    producer: ProducerFields | None = None,
+    transactional_id: str | None = None,
 ) -> Request:
     if not values:
         raise ValueError("a batch needs at least one value")
@@ -287,11 +326,16 @@ def values_request(
     else:
         raw_key = _as_bytes(key)
         items = [Record(_as_bytes(value), raw_key) for value in values]
-    return batch_request(partition, items, acks, codec)
+    return batch_request(partition, items, acks, codec, producer, transactional_id)
 
 
 def fetch_request(
-    wire: str, offset: int | str, max_messages: int, max_bytes: int, wait_ms: int
+    wire: str,
+    offset: int | str,
+    max_messages: int,
+    max_bytes: int,
+    wait_ms: int,
+    isolation: str = "read_uncommitted",
 ) -> Request:
     params = {
         "offset": str(offset),
@@ -299,6 +343,8 @@ def fetch_request(
         "max_bytes": str(max_bytes),
         "wait_ms": str(wait_ms),
     }
+    if isolation != "read_uncommitted":
+        params["isolation"] = isolation
     return Request(params, headers={"Accept": BATCH_CONTENT_TYPE} if wire == "batch" else {})
 
 

@@ -34,6 +34,7 @@ from raftline.node.metadata import (
     validate_topic_config,
 )
 from raftline.node.partition import PartitionReplica
+from raftline.node.producers import PartitionProducers
 from raftline.node.queues.service import (
     QUEUES_SHARDS,
     QUEUES_TOPIC,
@@ -41,6 +42,17 @@ from raftline.node.queues.service import (
     QueueService,
 )
 from raftline.node.runtime import Runtime
+from raftline.node.transactions.service import (
+    SHARDS as TXN_SHARDS,
+)
+from raftline.node.transactions.service import (
+    TXN_TOPIC,
+    TXN_TOPIC_CONFIG,
+    TxnService,
+)
+from raftline.node.transactions.service import (
+    shard_of as txn_shard_of,
+)
 from raftline.node.transport import OUTCOME_UNKNOWN, RemoteError
 from raftline.raftlog.log import LogConfig
 from raftline.raftlog.raft import NotLeaderError
@@ -52,10 +64,11 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-INTERNAL_TOPICS = (GROUPS_TOPIC, QUEUES_TOPIC)
+INTERNAL_TOPICS = (GROUPS_TOPIC, QUEUES_TOPIC, TXN_TOPIC)
 MAINTAIN_S = 0.2  # period of registration, bootstrap and controller rounds
 BARRIER_S = 3.0  # how long a metadata read waits for the read barrier
 CREATE_WAIT_S = 5.0  # create_topic waits this long for its partitions to elect leaders
+PRODUCER_ID_BLOCK = 100  # producer ids a node asks the controller for at a time
 
 
 class Broker:
@@ -67,6 +80,7 @@ class Broker:
         self.meta = MetaReplica(on_change=self._metadata_changed)
         self.partitions: dict[str, PartitionReplica] = {}
         self.coordinator = Coordinator(self)  # consumer groups: shards of the __groups topic
+        self.transactions = TxnService(self)  # transaction coordinator: shards of __transactions
         self.queues = QueueService(self)  # queues: shards of the __queues topic
         self._reconciling: asyncio.Task[None] | None = None
         self._reconcile_again = False
@@ -78,7 +92,10 @@ class Broker:
             "fetch_requests": 0,
             "fetch_bytes": 0,
             "leadership_moves": 0,
+            "producer_ids": 0,
         }
+        self._producer_ids: range = range(0)
+        self._producer_ids_lock = asyncio.Lock()
 
     # lifecycle
 
@@ -95,6 +112,7 @@ class Broker:
         self._tasks.append(asyncio.ensure_future(self._maintain()))
         self._tasks.append(asyncio.ensure_future(self._enforce_retention()))
         self._tasks.append(asyncio.ensure_future(self.coordinator.run()))
+        self._tasks.append(asyncio.ensure_future(self.transactions.run()))
         self._tasks.append(asyncio.ensure_future(self.queues.run()))
 
     async def stop(self) -> None:
@@ -105,7 +123,12 @@ class Broker:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for replica in self.partitions.values():
             replica.close()
+            try:
+                await self.runtime.run_on_disk(replica.save_producers)
+            except Exception as exc:  # the next start replays more of the log instead
+                log.warning("no producer snapshot for %s: %s", replica.group, exc)
         self.coordinator.close()
+        self.transactions.close()
         self.queues.close()
         await self.runtime.stop()
 
@@ -137,18 +160,24 @@ class Broker:
             wanted = self.meta.state.groups_of(self.node_id)
             local = [
                 *self.partitions,
-                *self.coordinator.shards.replicas,
-                *self.queues.shards.replicas,
+                *self.coordinator.replicas,
+                *self.queues.replicas,
+                *self.transactions.replicas,
             ]
             for group in [g for g in local if g not in wanted]:
                 if group in self.partitions:
                     self.partitions.pop(group).close()
                 self.coordinator.drop_replica(group)
                 self.queues.drop_replica(group)
+                self.transactions.drop_replica(group)
                 await self.runtime.remove_group(group)
                 await self.runtime.run_on_disk(shutil.rmtree, self._partition_dir(group), True)
             for group, (topic, partition) in wanted.items():
-                shards = (self.coordinator.replicas, self.queues.replicas)
+                shards = (
+                    self.coordinator.replicas,
+                    self.queues.replicas,
+                    self.transactions.replicas,
+                )
                 if group not in self.partitions and not any(group in s for s in shards):
                     await self._start_partition(group, topic, partition)
 
@@ -173,12 +202,22 @@ class Broker:
             # A coordinator or queue shard replays its whole log, which starts with a checkpoint.
             if topic.name == GROUPS_TOPIC:
                 shard: Any = self.coordinator.new_replica(group)
+            elif topic.name == TXN_TOPIC:
+                shard = self.transactions.new_replica(group)
             else:
                 shard = self.queues.new_replica(group)
             self.runtime.add_group(group, storage, replicas, shard, applied=-1)
             if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
                 self.runtime.campaign(group)
             return
+        producers = PartitionProducers(
+            self._partition_dir(group),
+            expiry_ms=self.config.producer_expiry_ms,
+            snapshot_every=self.config.producer_snapshot_every,
+        )
+        # Producer state replays the committed entries after its snapshot (the runtime hands
+        # them to on_commit as it does after any restart with applied < commit).
+        replay_from = await self.runtime.run_on_disk(producers.load, storage.first_index(), commit)
         replica = PartitionReplica(
             self.runtime,
             group,
@@ -188,9 +227,12 @@ class Broker:
             commit,
             self.not_leader,
             self.config.request_timeout_s,
+            producers,
+            self._verifier(topic.name, partition),
         )
         self.partitions[group] = replica
-        self.runtime.add_group(group, storage, replicas, replica, applied=commit)
+        applied = min(commit, replay_from - 1)
+        self.runtime.add_group(group, storage, replicas, replica, applied=applied)
         if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
             self.runtime.campaign(group)
 
@@ -208,6 +250,10 @@ class Broker:
                 point = storage.retention_point()
                 if point >= storage.first_index():
                     self.runtime.trim(group, point)
+                    replica = self.partitions.get(group)
+                    if replica is not None and replica.producers is not None:
+                        # aborted transactions wholly below the log start are read by nobody
+                        replica.producers.state.forget_aborted_before(point + 1)
 
     async def _maintain(self) -> None:
         while True:
@@ -288,6 +334,10 @@ class Broker:
             return {g: self._local_offsets(g) for g in args if g in self.partitions}
         if method.startswith("group_"):
             return await self.coordinator.handle(method, args)
+        if method.startswith("txn_"):
+            return await self.transactions.handle(method, args)
+        if method == "marker":
+            return await self._local_marker(args)
         if method.startswith("queue_"):
             return await self.queues.handle(method, args)
         if method == "offset_for_timestamp":
@@ -316,6 +366,9 @@ class Broker:
                 )
                 command = {"op": "create_topic", "name": name, "config": config}
                 return await self._propose_meta({**command, "replicas": replicas})
+            if method == "allocate_producer_ids":
+                command = {"op": "allocate_producer_ids", "count": int(args["count"])}
+                return await self._propose_meta(command)
             if method == "delete_topic":
                 return await self._propose_meta({"op": "delete_topic", "name": args["name"]})
         except MetadataError as exc:
@@ -569,10 +622,41 @@ class Broker:
     async def produce(
         self, topic: str, partition: int, batch: bytes, acks: str, crc_checked: bool = False
     ) -> int:
+        base, _ = await self.append(topic, partition, batch, acks, crc_checked)
+        return base
+
+    async def append(
+        self,
+        topic: str,
+        partition: int,
+        batch: bytes,
+        acks: str,
+        crc_checked: bool = False,
+        transactional_id: str | None = None,
+    ) -> tuple[int, bool]:
+        """Append a batch on this node (its leader): (base offset, duplicate). A duplicate is
+        a retry of an idempotent producer's batch: nothing written, the original's offset."""
         replica = await self._replica(topic, partition)
         self.counters["produce_requests"] += 1
         self.counters["produce_bytes"] += len(batch)
-        return await replica.produce(batch, acks, crc_checked)
+        return await replica.append(batch, acks, crc_checked, transactional_id)
+
+    async def new_producer(self) -> tuple[int, int]:
+        """A producer id never handed out before (and epoch 0), from this node's block of
+        ids; a used-up block is replaced by a new one from the controller (a metadata
+        command, so ids survive controller moves and restarts; a block left unused by a
+        restart is simply skipped)."""
+        async with self._producer_ids_lock:
+            if not self._producer_ids:
+                block = await self._controller(
+                    "allocate_producer_ids", {"count": PRODUCER_ID_BLOCK}
+                )
+                first, count = int(block["first"]), int(block["count"])
+                self._producer_ids = range(first, first + count)
+            producer_id = self._producer_ids[0]
+            self._producer_ids = self._producer_ids[1:]
+        self.counters["producer_ids"] += 1
+        return producer_id, 0
 
     async def fetch(
         self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int
@@ -582,6 +666,16 @@ class Broker:
         batches, log_start, high_watermark = await replica.fetch(offset, max_bytes, wait_ms)
         self.counters["fetch_bytes"] += sum(len(b) for b in batches)
         return batches, log_start, high_watermark
+
+    async def fetch_stable(
+        self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int
+    ) -> tuple[list[memoryview], int, int, int, int]:
+        """A read_committed fetch on this node (the leader): see PartitionReplica.fetch_stable."""
+        replica = await self._replica(topic, partition)
+        self.counters["fetch_requests"] += 1
+        answer = await replica.fetch_stable(offset, max_bytes, wait_ms)
+        self.counters["fetch_bytes"] += sum(len(b) for b in answer[0])
+        return answer
 
     async def local_offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int:
         """On the partition's leader: the first offset whose message is at or after `timestamp`
@@ -627,6 +721,63 @@ class Broker:
         voters = topic.replicas[shard_of(group, len(topic.replicas))]
         return await self._on_leader_of(
             shard, method, {**args, "group": group, "shard": shard}, voters
+        )
+
+    # transactions: the coordinator shards are the partitions of the internal __transactions
+
+    async def txn_call(self, transactional_id: str, method: str, args: dict[str, Any]) -> Any:
+        """Run a transaction call (TxnService.handle) on the leader of the id's shard."""
+        topic = await self._internal_topic(TXN_TOPIC, TXN_SHARDS, TXN_TOPIC_CONFIG)
+        index = txn_shard_of(transactional_id)
+        shard = topic.group(index)
+        args = {**args, "transactional_id": transactional_id, "shard": shard}
+        return await self._on_leader_of(shard, method, args, topic.replicas[index])
+
+    async def allocate_producer_ids(self, count: int) -> dict[str, int]:
+        block = await self._controller("allocate_producer_ids", {"count": count})
+        return {"first": int(block["first"]), "count": int(block["count"])}
+
+    async def write_marker(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> None:
+        """Write a transaction marker on the partition's leader (wherever it is). A deleted
+        topic needs none (nothing of the transaction is left to read)."""
+        try:
+            info = await self._topic(topic, current=False)
+        except BrokerError as exc:
+            if exc.code == "unknown_topic":
+                return
+            raise
+        if not 0 <= partition < len(info.replicas):
+            return  # the topic shrank or was re-created: nothing of the transaction is there
+        args = [topic, partition, producer_id, producer_epoch, commit, coordinator_epoch]
+        await self._on_leader_of(info.group(partition), "marker", args, info.replicas[partition])
+
+    def _verifier(self, topic: str, partition: int) -> Any:
+        """What a partition leader calls before a transaction's first write to it."""
+
+        async def verify(transactional_id: str, producer_id: int, epoch: int) -> None:
+            args = {
+                "producer_id": producer_id,
+                "producer_epoch": epoch,
+                "partitions": [[topic, partition]],
+            }
+            await self.txn_call(transactional_id, "txn_add_partitions", args)
+
+        return verify
+
+    async def _local_marker(self, args: Any) -> None:
+        topic, partition, producer_id, epoch, commit, coordinator_epoch = args
+        replica = await self._replica(str(topic), int(partition))
+        await replica.write_marker(
+            int(producer_id), int(epoch), bool(commit), int(coordinator_epoch), self.clock.now_ms()
         )
 
     async def list_groups(self) -> list[dict[str, Any]]:
@@ -784,11 +935,21 @@ class Broker:
                 g.role == "leader" for g in runtime.groups.values()
             ),
             "raftline_ready": int(self.ready()),
+            # producer state of the local replicas (every replica applies it, leader or not)
+            "raftline_idempotent_producers": sum(
+                len(r.producers.state.producers)
+                for r in self.partitions.values()
+                if r.producers is not None
+            ),
+            "raftline_producers_expired_total": sum(
+                r.producers.expired for r in self.partitions.values() if r.producers is not None
+            ),
         }
         lines = []
         for name, value in values.items():
             kind = "counter" if name.endswith("_total") else "gauge"
             lines += [f"# TYPE {name} {kind}", f'{name}{{node="{self.node_id}"}} {value}']
         lines += self.coordinator.metrics_lines()
+        lines += self.transactions.metrics_lines()
         lines += self.queues.metrics_lines()
         return "\n".join(lines) + "\n"

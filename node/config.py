@@ -50,6 +50,8 @@ class NodeConfig:
     leader_settle_s: float = 10.0  # the controller waits this long before moving leadership
     request_timeout_s: float = 10.0  # produce/metadata requests waiting on Raft give up after this
     retention_check_s: float = 30.0  # how often partition logs are trimmed per their retention
+    producer_expiry_ms: int = 24 * 3600 * 1000  # idle producer ids are forgotten after this
+    producer_snapshot_every: int = 2000  # committed entries between producer state snapshots
     test_hooks: bool = False  # serve the fault-injection endpoints under /v1/admin (tests only)
 
     def __post_init__(self) -> None:

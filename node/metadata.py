@@ -19,6 +19,7 @@ META_GROUP = "__meta"
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 MAX_PARTITIONS = 10_000
 MAX_MESSAGE_BYTES = 10 * 1024 * 1024
+MAX_PRODUCER_ID_BLOCK = 10_000  # producer ids one allocate_producer_ids command hands out at most
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 COMPRESSION_TYPES = ("producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd")
 _INTEGER_CONFIGS = ("retention.ms", "retention.bytes", "max.message.bytes", "segment.bytes")
@@ -99,6 +100,7 @@ class MetadataState:
     nodes: dict[int, NodeInfo] = field(default_factory=dict)
     topics: dict[str, TopicInfo] = field(default_factory=dict)
     next_topic_id: int = 1
+    next_producer_id: int = 0  # ids below were handed out (to a node's block): never again
 
     def apply(self, command: dict[str, Any]) -> dict[str, Any]:
         """Apply one command; a broken rule raises MetadataError and changes nothing."""
@@ -162,6 +164,20 @@ class MetadataState:
             raise MetadataError("unknown_topic", f"unknown topic {name!r}")
         del self.topics[name]
         return {"name": name}
+
+    def _apply_allocate_producer_ids(self, command: dict[str, Any]) -> dict[str, Any]:
+        """A block of producer ids for one node to hand out. Ids only grow and every id is in
+        at most one block, so an id is never reused, across controller moves and restarts
+        alike (the metadata log is replayed whole)."""
+        count = command.get("count")
+        if type(count) is not int or not 0 < count <= MAX_PRODUCER_ID_BLOCK:
+            raise MetadataError(
+                "invalid_request", f"allocate 1..{MAX_PRODUCER_ID_BLOCK} producer ids"
+            )
+        first = self.next_producer_id
+        self.next_producer_id += count
+        assert self.next_producer_id > first
+        return {"first": first, "count": count}
 
     def topic(self, name: str) -> TopicInfo:
         try:

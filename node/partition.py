@@ -1,6 +1,8 @@
 """One local replica of a partition: produce through Raft, committed-only fetch and long-poll.
 
-Owns the high watermark, the produce waiters (acks), and the wakeup of long-polling fetches.
+Owns the high watermark, the produce waiters (acks), the wakeup of long-polling fetches, and
+the order of idempotent produce on the leader: check against applied producer state (once an
+entry of its own term has committed), then propose; a retry of a batch in flight awaits it.
 """
 
 from __future__ import annotations
@@ -9,14 +11,18 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from raftline.node.eos.isolation import read_committed
+from raftline.node.eos.markers import build_marker, marker_meta, meta_of_batch
+from raftline.node.eos.producer_state import Outcome
 from raftline.node.errors import BrokerError, NotLeader, OutcomeUnknown
+from raftline.node.producers import PartitionProducers
 from raftline.node.runtime import Runtime
 from raftline.raftlog.batch import CorruptBatchError, check_crc, iter_headers, parse_header
 from raftline.raftlog.records import iter_batches
-from raftline.raftlog.types import Entry
+from raftline.raftlog.types import Entry, EntryKind
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +41,10 @@ class PartitionReplica:
         commit: int,
         not_leader: Callable[[str, str], NotLeader],  # (group, message): where the leader is
         timeout_s: float,
+        producers: PartitionProducers | None = None,
+        # (transactional id, producer id, epoch): the coordinator confirms the transaction is
+        # open and holds this partition, or raises (KIP-890 verification)
+        verify: Callable[[str, int, int], Awaitable[None]] | None = None,
     ) -> None:
         self.runtime = runtime
         self.group = group
@@ -50,11 +60,16 @@ class PartitionReplica:
         self._waiters: dict[int, tuple[int, asyncio.Future[int]]] = {}
         self._new_data = asyncio.Event()
         self._closed = False
+        self.producers = producers
+        self._verify = verify
 
     # Raft callbacks
 
     def on_commit(self, entries: list[Entry]) -> None:
+        producers = self.producers
         for entry in entries:
+            if producers is not None:
+                producers.apply(entry)  # before the waiters: a retry's offsets are then known
             waiter = self._waiters.pop(entry.index, None)
             if waiter is not None:
                 term, fut = waiter
@@ -72,13 +87,18 @@ class PartitionReplica:
             term, fut = self._waiters.pop(index)
             if not fut.done():
                 fut.set_exception(self._lost(index, term))
-        self.high_watermark = last + 1
+        # max: a restart replays entries from the producer snapshot on, below the persisted commit
+        self.high_watermark = max(self.high_watermark, last + 1)
+        if producers is not None and producers.snapshot_due():
+            producers.start_snapshot(self.runtime.run_on_disk)
         self._new_data.set()
         self._new_data = asyncio.Event()
 
     def on_role(self, role: str, leader: int | None, term: int) -> None:
         if term != self._term:
             self._term_committed = False
+            if self.producers is not None:
+                self.producers.new_term(self._stepped_down())
         self._role, self._term = role, term
         if role != "leader":
             self._new_data.set()  # long-polls return and the API layer finds the new leader
@@ -93,12 +113,13 @@ class PartitionReplica:
         waiters, self._waiters = self._waiters, {}
         for _, fut in waiters.values():
             if not fut.done():
-                fut.set_exception(
-                    OutcomeUnknown(
-                        f"this node stopped leading {self.topic}/{self.partition} before the "
-                        "write committed; it may still commit under the new leader"
-                    )
-                )
+                fut.set_exception(self._stepped_down())
+
+    def _stepped_down(self) -> OutcomeUnknown:
+        return OutcomeUnknown(
+            f"this node stopped leading {self.topic}/{self.partition} before the "
+            "write committed; it may still commit under the new leader"
+        )
 
     def _lost(self, offset: int, term: int) -> BrokerError:
         # The API layer retries these (safe: the write can never commit); a post-mortem of a
@@ -129,9 +150,21 @@ class PartitionReplica:
     # requests
 
     async def produce(self, batch: bytes, acks: str, crc_checked: bool = False) -> int:
-        """Append one record batch; returns its base offset (-1 for acks=none).
-        `crc_checked`: the caller already verified the batch's CRC (records.check_batch) or
-        built the batch itself, so it is not computed twice."""
+        """Append one record batch; returns its base offset (-1 for acks=none)."""
+        base, _ = await self.append(batch, acks, crc_checked)
+        return base
+
+    async def append(
+        self,
+        batch: bytes,
+        acks: str,
+        crc_checked: bool = False,
+        transactional_id: str | None = None,
+    ) -> tuple[int, bool]:
+        """Append one record batch; returns its base offset (-1 for acks=none) and whether it
+        is a duplicate of a batch of the same idempotent producer (then nothing was written
+        and the offset is the original's). `crc_checked`: the caller already verified the
+        batch's CRC (records.check_batch) or built the batch itself."""
         if acks not in ACKS:
             raise BrokerError("invalid_request", f"acks must be one of {ACKS}")
         try:
@@ -145,6 +178,40 @@ class PartitionReplica:
         except CorruptBatchError as exc:
             raise BrokerError("invalid_request", f"bad record batch: {exc}") from exc
         self._require_leader()
+        tracked = False  # an idempotent producer's batch, in the in-flight view once proposed
+        key = (header.producer_id, header.producer_epoch, header.base_sequence)
+        if header.is_transactional and header.producer_id < 0:
+            raise BrokerError("invalid_request", "a transactional batch needs a producer id")
+        if header.producer_id >= 0:
+            if self.producers is None:
+                raise BrokerError("invalid_request", "this partition keeps no producer state")
+            # Applied state answers only once everything before this term is applied.
+            await self._await_term_commit()
+            verdict, key = self.producers.check(header)
+            if verdict.outcome is Outcome.NEEDS_VERIFICATION:
+                # The transaction's first write here: the coordinator must hold it open with
+                # this partition, at this epoch, before it may start here (no hanging ones).
+                if transactional_id is None or self._verify is None:
+                    raise BrokerError(
+                        "invalid_request", "a transactional write needs its transactional_id"
+                    )
+                await self._verify(transactional_id, header.producer_id, header.producer_epoch)
+                self._require_leader()
+                await self._await_term_commit()
+                verdict, key = self.producers.check(header, verified=True)
+            if verdict.outcome is Outcome.DUPLICATE:
+                assert verdict.base_offset is not None
+                return verdict.base_offset, True
+            if verdict.outcome is Outcome.IN_FLIGHT:
+                original = self.producers.waiter(key)
+                try:
+                    async with asyncio.timeout(self._timeout):
+                        return await asyncio.shield(original), True
+                except TimeoutError:
+                    raise BrokerError("timeout", "the original did not commit in time") from None
+            if not verdict.accepted:
+                raise _refused(verdict.outcome, header.producer_id, header.producer_epoch)
+            tracked = True
         loop = asyncio.get_running_loop()
         committed: asyncio.Future[int] = loop.create_future()
 
@@ -152,10 +219,27 @@ class PartitionReplica:
             if acks == "all":
                 self._waiters[index] = (term, committed)
 
-        appended = self.runtime.propose(self.group, batch, header.offset_count, on_accept=accepted)
+        try:
+            appended = self.runtime.propose(
+                self.group, batch, header.offset_count, on_accept=accepted
+            )
+        except Exception as exc:  # the group went away: the batch was never proposed
+            if tracked and self.producers is not None:
+                self.producers.fail(key, OutcomeUnknown("the original write was not proposed"))
+            raise self._not_leader(self.group, str(exc) or "not the leader") from exc
+        if tracked:
+            producers = self.producers
+            assert producers is not None
+
+            def proposal_done(done: asyncio.Future[Any]) -> None:
+                if done.cancelled() or done.exception() is not None:
+                    error = OutcomeUnknown("the proposal of the original write failed")
+                    producers.fail(key, error)
+
+            appended.add_done_callback(proposal_done)
         if acks == "none":
             appended.add_done_callback(_consume_error)
-            return -1
+            return -1, False
         if acks == "all":
             # Commit means a quorum holds the batch durably, the leader's own write possibly
             # still under way; a proposal the core refused fails `committed` instead.
@@ -164,8 +248,8 @@ class PartitionReplica:
             async with asyncio.timeout(self._timeout):
                 if acks == "leader":
                     index, _ = await appended
-                    return index
-                return await committed
+                    return index, False
+                return await committed, False
         except TimeoutError:
             raise BrokerError("timeout", "the write did not commit in time") from None
         except BrokerError:
@@ -200,6 +284,98 @@ class PartitionReplica:
         view = memoryview(data)  # batches are slices of the one read, never copied
         batches = [view[pos : pos + h.size] for pos, h in iter_headers(view)]
         return batches, self.log_start_offset, high_watermark
+
+    async def write_marker(
+        self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int, now_ms: int
+    ) -> None:
+        """Leader: append a transaction marker (a control batch) and wait until it commits.
+        A marker this partition has moved past (fenced) counts as written."""
+        self._require_leader()
+        if self.producers is None:
+            raise BrokerError("invalid_request", "this partition keeps no producer state")
+        await self._await_term_commit()
+        fields = {
+            "producer_id": producer_id,
+            "producer_epoch": epoch,
+            "coordinator_epoch": coordinator_epoch,
+            "timestamp": now_ms,
+        }
+        verdict = self.producers.state.check(marker_meta(commit, **fields))
+        if verdict.outcome in (Outcome.FENCED, Outcome.COORDINATOR_FENCED):
+            return
+        if not verdict.accepted:
+            raise BrokerError("internal_error", f"marker refused: {verdict.outcome}")
+        batch = build_marker(commit, **fields)
+        loop = asyncio.get_running_loop()
+        committed: asyncio.Future[int] = loop.create_future()
+
+        def accepted(index: int, term: int) -> None:
+            self._waiters[index] = (term, committed)
+
+        producers = self.producers
+        try:
+            appended = self.runtime.propose(
+                self.group, batch, 1, kind=EntryKind.CONTROL, on_accept=accepted
+            )
+        except Exception as exc:
+            producers.state.abandon(producer_id)
+            raise self._not_leader(self.group, str(exc) or "not the leader") from exc
+
+        def proposal_done(done: asyncio.Future[Any]) -> None:
+            if done.cancelled() or done.exception() is not None:
+                producers.state.abandon(producer_id)
+            _fail_with(committed, done)
+
+        appended.add_done_callback(proposal_done)
+        try:
+            async with asyncio.timeout(self._timeout):
+                await committed
+        except TimeoutError:
+            raise BrokerError("timeout", "the marker did not commit in time") from None
+        except BrokerError:
+            raise
+        except Exception as exc:
+            raise self._not_leader(self.group, str(exc) or "not the leader") from exc
+
+    async def fetch_stable(
+        self, offset: int, max_bytes: int, wait_ms: int
+    ) -> tuple[list[memoryview], int, int, int, int]:
+        """A read_committed fetch: (batches, log start, high watermark, last stable offset,
+        end of what was read). Reads below the LSO only (leader, once its term committed, so
+        producer state holds everything committed); batches of aborted transactions and
+        control batches are left out; `end` lets the reader move past them."""
+        self._require_leader()
+        await self._await_term_commit()
+        self._check_offset(offset)
+        producers = self.producers
+        assert producers is not None
+        lso = producers.state.last_stable_offset(self.high_watermark)
+        if offset >= lso and wait_ms > 0:
+            deadline = time.monotonic() + wait_ms / 1000
+            while offset >= lso and (remaining := deadline - time.monotonic()) > 0:
+                event = self._new_data
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(remaining):
+                        await event.wait()
+                self._require_leader()
+                lso = producers.state.last_stable_offset(self.high_watermark)
+            self._check_offset(offset)
+        high_watermark = self.high_watermark
+        if offset >= lso:
+            return [], self.log_start_offset, high_watermark, lso, offset
+        data = await self.runtime.read_log(self.group, self.log, offset, max(max_bytes, 1), lso)
+        view = memoryview(data)
+        raw = [view[pos : pos + h.size] for pos, h in iter_headers(view)]
+        end = offset
+        batches = []
+        for batch in raw:
+            meta = meta_of_batch(batch)
+            base = parse_header(batch).base_offset
+            end = max(end, base + meta.last_offset_delta + 1)
+            batches.append((base, meta, batch))
+        aborted = producers.state.aborted_in(offset, lso)
+        kept = list(read_committed(batches, aborted))
+        return kept, self.log_start_offset, high_watermark, lso, end
 
     async def offset_for_timestamp(self, timestamp: int) -> int:
         """Offset of the first committed message whose timestamp is >= `timestamp` (the time
@@ -242,6 +418,11 @@ class PartitionReplica:
                 extra={"log_start_offset": start, "high_watermark": high_watermark},
             )
 
+    def save_producers(self) -> None:
+        """Blocking: snapshot producer state now (a clean stop), so a restart replays nothing."""
+        if self.producers is not None and self.producers.path.parent.is_dir():
+            self.producers.write_snapshot(self.producers.snapshot_bytes())
+
     def close(self) -> None:
         self._closed = True
         for _, fut in self._waiters.values():
@@ -249,6 +430,25 @@ class PartitionReplica:
                 fut.set_exception(OutcomeUnknown("the partition was closed"))
         self._waiters.clear()
         self._new_data.set()
+
+
+def _refused(outcome: Outcome, producer_id: int, epoch: int) -> BrokerError:
+    if outcome is Outcome.INVALID_TXN_STATE:
+        return BrokerError(
+            "invalid_txn_state",
+            f"producer {producer_id}: the write does not fit the transaction open on this "
+            "partition (a write outside it, or of another epoch before its marker)",
+        )
+    if outcome is Outcome.OUT_OF_ORDER:
+        return BrokerError(
+            "out_of_order_sequence",
+            f"producer {producer_id}: the sequence does not follow its last batch's",
+        )
+    if outcome is Outcome.FENCED:
+        return BrokerError(
+            "producer_fenced", f"producer {producer_id}: epoch {epoch} is older than its current"
+        )
+    return BrokerError("invalid_request", f"producer {producer_id}: refused ({outcome})")
 
 
 def _consume_error(fut: asyncio.Future[Any]) -> None:

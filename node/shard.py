@@ -248,12 +248,17 @@ class ShardLeadership(Generic[R, L]):
         for shard in list(self.replicas):
             self.drop(shard)
 
-    def lead(self, shard: str) -> tuple[R, L]:
-        """The shard's replica and leader memory; not_leader where this node does not serve
-        it as leader (nothing was done: the caller may try the leader)."""
+    def serving(self, shard: str) -> R:
+        """The shard's replica where this node serves it as leader; else not_leader (nothing
+        was done: the caller may try the leader)."""
         replica = self.replicas.get(shard)
         if replica is None or not replica.serving:
             raise not_leader(shard)
+        return replica
+
+    def lead(self, shard: str) -> tuple[R, L]:
+        """The shard's replica and leader memory, where this node serves it as leader."""
+        replica = self.serving(shard)
         leading = self.leading.get(shard)
         if leading is None or getattr(leading, "term", None) != replica.term:
             leading = self.leading[shard] = self._fresh(replica.term)

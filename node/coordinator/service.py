@@ -442,6 +442,12 @@ class Coordinator:
             ]
         }
 
+    async def _call_txn_offsets(self, shard: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Offsets of a committed transaction (the transaction coordinator sends them once
+        the commit's markers are written; a resend changes nothing)."""
+        command = {"op": "txn_offsets", "group": args.get("group"), "offsets": args.get("offsets")}
+        return await self._propose(shard, command)
+
     async def _call_reset(self, shard: str, args: dict[str, Any]) -> dict[str, Any]:
         replica, _ = await self._current(shard)
         name = check_group(args.get("group"))

@@ -7,7 +7,8 @@ counts, generated member ids) into a command before proposing it, and every repl
 committed commands in log order to equal states. A command that breaks a rule raises GroupError
 and changes nothing.
 
-Commands (`op`): join, leave, expire, commit, reset, partitions, delete, checkpoint (the whole
+Commands (`op`): join, leave, expire, commit, reset, partitions, delete, txn_offsets (offsets
+a committed transaction carried: applied once its markers are written), checkpoint (the whole
 shard state, written by the leader so the log can be trimmed to start with it).
 
 Invariants (the cheap ones asserted in `_rebalance` and `_check`):
@@ -22,6 +23,8 @@ Invariants (the cheap ones asserted in `_rebalance` and `_check`):
   and name only partitions the member is assigned in it; else the whole commit fails with
   `stale_generation` (API.md). A member never commits a partition it does not hold now.
 - I6 `reset` applies only to a group without members (`group_not_empty`).
+- I4 holds for `txn_offsets` too (a transaction's offsets only move committed offsets on); they
+  are fenced by the producer's epoch at the transaction coordinator, not by generations.
 - I7 a join that repeats a member's current subscription changes nothing (no new member, no new
   generation).
 """
@@ -252,6 +255,17 @@ class CoordinatorState:
             if offset > group.offsets.get(tp, -1):  # I4
                 group.offsets[tp] = offset
         return {"generation": group.generation}
+
+    def _apply_txn_offsets(self, command: dict[str, Any]) -> dict[str, Any]:
+        name = check_group(command.get("group"))
+        offsets = _offsets(command.get("offsets"))
+        group = self.groups.get(name)
+        if group is None:
+            group = self.groups[name] = Group(name)
+        for tp, offset in offsets:
+            if offset > group.offsets.get(tp, -1):  # I4
+                group.offsets[tp] = offset
+        return {}
 
     def _apply_reset(self, command: dict[str, Any]) -> dict[str, Any]:
         name = check_group(command.get("group"))

@@ -4,7 +4,8 @@ Owns the per-partition producer state, the transaction coordinator, producer id 
 transaction markers, partition-side transaction verification and the read_committed filter.
 Nothing here reads a clock, a socket or a file: the runtime feeds committed entries and times.
 
-How a runtime drives them (not wired into the node yet):
+How the runtime drives them (node/producers.py and node/partition.py for a partition;
+node/transactions/ for the coordinator shards):
 - Partition: apply_batch(kafka base offset, meta_of_batch(raw)) for every committed batch in
   order (Kafka offsets, never Raft indexes: Redpanda #5356); snapshot() with the log, restore()
   then replay from its next_offset. A leader calls check() only once it has applied the first

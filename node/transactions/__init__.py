@@ -1,0 +1,1 @@
+"""Transactions: the coordinator shards of the internal `__transactions` topic (issue #15)."""
