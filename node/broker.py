@@ -101,7 +101,8 @@ class Broker:
             "fetch_requests": 0,
             "fetch_bytes": 0,
             "leadership_moves": 0,
-            "cleaner_bytes_cleaned": 0,
+            "cleaner_bytes_cleaned": 0,  # of segments the cleaner read
+            "cleaner_bytes_freed": 0,  # by which cleaning shrank them
             "cleaner_records_removed": 0,
         }
         self._cleaners: dict[str, Cleaner] = {}  # compacted partitions' log cleaners
@@ -255,7 +256,8 @@ class Broker:
             except Exception:  # e.g. retention deleted the segment being read
                 log.exception("cleaning %s failed", group)
                 continue
-            self.counters["cleaner_bytes_cleaned"] += stats.bytes_cleaned
+            self.counters["cleaner_bytes_cleaned"] += stats.bytes_read
+            self.counters["cleaner_bytes_freed"] += stats.bytes_freed
             self.counters["cleaner_records_removed"] += stats.records_removed
 
     async def _maintain(self) -> None:

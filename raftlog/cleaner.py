@@ -78,7 +78,7 @@ class CleanStats:
     records_removed: int = 0
 
     @property
-    def bytes_cleaned(self) -> int:
+    def bytes_freed(self) -> int:
         return self.bytes_read - self.bytes_written
 
 

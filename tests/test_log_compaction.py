@@ -16,6 +16,8 @@ from raftline.raftlog.cleaner import Cleaner, CleanerConfig
 from raftline.raftlog.log import LogConfig, PartitionLog
 from raftline.raftlog.records import Codec, Record, build_batch, build_control_batch, iter_batches
 from raftline.raftlog.segment import FileCache
+from raftline.raftlog.storage import RaftStorage
+from raftline.raftlog.types import Entry, EntryKind
 
 # (offset, key, value, batch max timestamp)
 Rec = tuple[int, bytes | None, bytes | None, int]
@@ -309,6 +311,67 @@ def test_planted_bug_keeping_the_first_value_is_caught(monkeypatch: pytest.Monke
         return first
 
     monkeypatch.setattr(cleaner_module, "latest_offsets", first_offsets)
+    planted = settings(max_examples=200, deadline=None, phases=[Phase.generate], database=None)(
+        given(**MODEL_INPUTS)(run_model)
+    )
+    with pytest.raises(AssertionError):
+        planted()
+
+
+def test_kafka_python_reads_batches_whose_records_all_went(tmp_path: Path) -> None:
+    scenario = Scenario(tmp_path, segment_bytes=300)
+    for i in range(20):
+        scenario.produce([(b"same", b"v%d" % i)])
+    cleaner = Cleaner(scenario.log, CleanerConfig(min_cleanable_dirty_ratio=0.0))
+    end = scenario.compact(cleaner, scenario.log.next_offset)
+    assert end > 1
+    scenario.log.close()
+    seen, bases = [], []
+    for path in sorted(tmp_path.glob("*.log")):
+        records = MemoryRecords(path.read_bytes())
+        while (kbatch := records.next_batch()) is not None:
+            assert kbatch.validate_crc()
+            bases.append(kbatch.base_offset)
+            seen += [(r.offset, r.key, r.value) for r in kbatch]
+    assert bases == list(range(20))  # emptied batches stay, at their offsets
+    assert seen == [(o, k, v) for o, k, v, _ in scenario.records]
+    assert seen[0][0] == end - 1  # the latest below the cleaned end, then the rest
+
+
+def test_raft_entries_of_a_cleaned_log_keep_their_offsets_and_terms(tmp_path: Path) -> None:
+    """A follower catching up from a cleaned leader gets the same entry boundaries and terms."""
+    config = LogConfig(segment_bytes=300, fsync="never", retention_ms=-1)
+    leader = RaftStorage(tmp_path / "leader", config)
+    entries = [Entry(0, 1, EntryKind.NOOP, b"", 1)]
+    for i in range(1, 30):
+        batch = build_batch([Record(value=b"v%d" % i, key=b"k%d" % (i % 2), timestamp=1)])
+        entries.append(Entry(i, 1 + i // 10, EntryKind.DATA, batch, 1))
+    leader.append(entries)
+    terms = [leader.term_at(i) for i in range(30)]
+    cleaner = Cleaner(leader.log, CleanerConfig(min_cleanable_dirty_ratio=0.0))
+    assert cleaner.clean(leader.last_index() + 1, 1 << 50).records_removed > 0
+    leader.close()
+    leader = RaftStorage(tmp_path / "leader", config)  # off the disk, not the tail cache
+    assert [leader.term_at(i) for i in range(30)] == terms
+    served = leader.entries(0, 29, 1 << 20)
+    assert [(e.index, e.term, e.kind, e.count) for e in served] == [
+        (e.index, e.term, e.kind, e.count) for e in entries
+    ]
+    follower = RaftStorage(tmp_path / "follower", config)
+    follower.append(served)
+    assert [follower.term_at(i) for i in range(30)] == terms
+    assert read_all(follower.log, 0) == read_all(leader.log, 0)
+    leader.close()
+    follower.close()
+
+
+def test_planted_bug_cleaning_the_active_segment_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def everything(self: Cleaner, upto: int, now_ms: int) -> list:
+        return [*self.log.sealed_segments(), self.log._segments[-1]]
+
+    monkeypatch.setattr(Cleaner, "cleanable", everything)
     planted = settings(max_examples=200, deadline=None, phases=[Phase.generate], database=None)(
         given(**MODEL_INPUTS)(run_model)
     )
