@@ -15,8 +15,16 @@ Semantics (Kafka's LogCleaner, cleanup.policy=compact):
   the latest record of a key whose value is null (a tombstone) is removed too once its batch's
   max timestamp is older than delete.retention.ms.
 - Records without a key are kept (producing them to a compacted topic is refused, but a topic
-  switched from delete to compact may hold some). Control batches are kept whole: transactions
-  do not exist yet; when they do, aborted data and markers follow Kafka's rules.
+  switched from delete to compact may hold some). Control batches are kept whole, and so are
+  transactional data batches, which also supersede nothing: transactions are not wired into
+  the node yet (node/eos), so whether a transactional record was aborted is unknown here;
+  keeping them can only keep more. Once transactions exist, aborted data is removed and markers
+  follow Kafka's rules. Emptied batches keep their producer fields and sequence range, so the
+  producer state replayed from a cleaned log is the one replayed from the original.
+- The key map is built from the dirty segments only (those past the checkpoint, which is
+  always a segment boundary): the clean ones hold at most one record per key, older than any
+  dirty one. It is a dict of every dirty key (Kafka bounds it and cleans in several passes:
+  left for later).
 
 Raft: every batch is a Raft entry (storage maps an offset to the term stamped on its batch,
 and Raft's log matching, `entries()` and followers' appends need contiguous entries). So the
@@ -101,12 +109,17 @@ def _iter_batches(segment: Segment) -> Iterator[tuple[BatchHeader, bytes]]:
             position += header.size
 
 
+def _whole(header: BatchHeader) -> bool:
+    """A batch the cleaner keeps as it is (and whose records supersede nothing)."""
+    return header.is_control or header.is_transactional or header.records_count == 0
+
+
 def latest_offsets(segments: list[Segment]) -> dict[bytes, int]:
     """key -> offset of its last record in `segments` (data batches only)."""
     latest: dict[bytes, int] = {}
     for segment in segments:
         for header, data in _iter_batches(segment):
-            if header.is_control or header.records_count == 0:
+            if _whole(header):
                 continue
             for record in decode_batch(data).records:
                 if record.key is not None:
@@ -114,7 +127,7 @@ def latest_offsets(segments: list[Segment]) -> dict[bytes, int]:
     return latest
 
 
-def rewrite_batch(header: BatchHeader, data: bytes, keep: list) -> bytes:
+def rewrite_batch(header: BatchHeader, keep: list) -> bytes:
     """The batch holding only `keep` (some of its decoded records), same base offset,
     lastOffsetDelta, term, producer fields and max timestamp; CRC recomputed."""
     if keep:
@@ -188,7 +201,7 @@ class Cleaner:
             return stats  # nothing new since the last pass
         if self.dirty_ratio(segments) < self.config.min_cleanable_dirty_ratio:
             return stats
-        latest = latest_offsets(segments)
+        latest = latest_offsets([s for s in segments if s.next_offset > first_dirty])
         horizon = now - self.config.delete_retention_ms
         for segment in segments:
             self._clean_segment(segment, latest, horizon, stats, fail)
@@ -204,45 +217,75 @@ class Cleaner:
         stats: CleanStats,
         fail: FailPoint | None,
     ) -> None:
-        batches: list[bytes] = []
+        """Write the cleaned copy of `segment` to `<base>.cleaned` as it is read (nothing if
+        no record goes), fsync it and have the log swap it in."""
+        cleaned = segment.directory / segment_name(segment.base_offset, ".cleaned")
+        out = _Writer(cleaned)
         removed = 0
-        for header, data in _iter_batches(segment):
-            if header.is_control or header.records_count == 0:
-                batches.append(data)
-                continue
-            records = decode_batch(data).records
-            keep = [
-                r
-                for r in records
-                if r.key is None
-                or (
-                    latest.get(r.key, r.offset) <= r.offset
-                    and not (r.value is None and header.max_timestamp < horizon)
-                )
-            ]
-            if len(keep) == len(records):
-                batches.append(data)
-            else:
-                removed += len(records) - len(keep)
-                batches.append(rewrite_batch(header, data, keep))
+        try:
+            for header, data in _iter_batches(segment):
+                if _whole(header):
+                    out.add(data)
+                    continue
+                records = decode_batch(data).records
+                keep = [
+                    r
+                    for r in records
+                    if r.key is None
+                    or (
+                        latest.get(r.key, r.offset) <= r.offset
+                        and not (r.value is None and header.max_timestamp < horizon)
+                    )
+                ]
+                if len(keep) == len(records):
+                    out.add(data)
+                else:
+                    removed += len(records) - len(keep)
+                    out.add(rewrite_batch(header, keep))
+            if removed:
+                out.finish()
+        finally:
+            out.close()
+            if not removed:
+                cleaned.unlink(missing_ok=True)
         stats.segments += 1
         stats.bytes_read += segment.size
         if not removed:
             stats.bytes_written += segment.size
             return
-        cleaned = segment.directory / segment_name(segment.base_offset, ".cleaned")
-        fd = os.open(cleaned, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            data = memoryview(b"".join(batches))
-            while data:
-                data = data[os.write(fd, data) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
         if fail is not None:
             fail("written")
         if self.log.replace_segment(segment, cleaned, fail):
             stats.records_removed += removed
-            stats.bytes_written += sum(len(b) for b in batches)
+            stats.bytes_written += out.size
         else:
             stats.bytes_written += segment.size
+
+
+class _Writer:
+    """Appends batches to a new file in 1 MiB writes; `finish` fsyncs it."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        self.buffer = bytearray()
+        self.size = 0
+
+    def add(self, data: bytes) -> None:
+        self.buffer += data
+        self.size += len(data)
+        if len(self.buffer) >= 1 << 20:
+            self._drain()
+
+    def _drain(self) -> None:
+        view = memoryview(self.buffer)
+        while view:
+            view = view[os.write(self.fd, view) :]
+        view.release()
+        self.buffer = bytearray()
+
+    def finish(self) -> None:
+        self._drain()
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        os.close(self.fd)

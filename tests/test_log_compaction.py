@@ -377,3 +377,25 @@ def test_planted_bug_cleaning_the_active_segment_is_caught(
     )
     with pytest.raises(AssertionError):
         planted()
+
+
+def test_transactional_batches_are_kept_whole_and_supersede_nothing(tmp_path: Path) -> None:
+    """Transactions are not wired yet: an aborted write must not hide a committed value."""
+    scenario = Scenario(tmp_path, segment_bytes=300)
+    scenario.produce([(b"k", b"committed")])
+    for i in range(8):
+        txn = build_batch(
+            [Record(value=b"t%d" % i, key=b"k", timestamp=scenario.now)],
+            transactional=True,
+            producer_id=7,
+            producer_epoch=0,
+            base_sequence=i,
+        )
+        scenario.log.append(txn, term=1)
+    scenario.log._roll()
+    before = read_all(scenario.log, 0)
+    stats = Cleaner(scenario.log, CleanerConfig(min_cleanable_dirty_ratio=0.0)).clean(
+        scenario.log.next_offset, scenario.now
+    )
+    assert stats.end == scenario.log.next_offset and stats.records_removed == 0
+    assert read_all(scenario.log, 0) == before
