@@ -201,10 +201,20 @@ class Cleaner:
             return stats  # nothing new since the last pass
         if self.dirty_ratio(segments) < self.config.min_cleanable_dirty_ratio:
             return stats
-        latest = latest_offsets([s for s in segments if s.next_offset > first_dirty])
+        try:
+            latest = latest_offsets([s for s in segments if s.next_offset > first_dirty])
+        except FileNotFoundError:
+            if all(s in self.log.sealed_segments() for s in segments):
+                raise
+            return stats  # retention deleted a segment meanwhile: the next pass sees the rest
         horizon = now - self.config.delete_retention_ms
         for segment in segments:
-            self._clean_segment(segment, latest, horizon, stats, fail)
+            try:
+                self._clean_segment(segment, latest, horizon, stats, fail)
+            except FileNotFoundError:
+                if segment in self.log.sealed_segments():
+                    raise
+                # retention deleted it meanwhile: nothing to clean there
         stats.end = segments[-1].next_offset
         write_atomically(self.log.directory / CHECKPOINT_FILE, b"%d\n" % stats.end)
         return stats

@@ -97,3 +97,36 @@ async def test_bad_compaction_settings_are_refused(tmp_path: Path, config: dict)
         }
         response = await api.post("/v1/topics", json={"name": "ok", "config": good})
         assert response.status == 201, await response.text()
+
+
+async def test_compact_alone_turns_retention_off_and_compact_delete_keeps_it(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path / "data") as (api, broker):
+        topics = {
+            "only": {"cleanup.policy": "compact", "retention.ms": 1000},
+            "both": {"cleanup.policy": "compact,delete", "retention.ms": 1000},
+            "plain": {"retention.ms": 1000},
+        }
+        for name, config in topics.items():
+            response = await api.post("/v1/topics", json={"name": name, "config": config})
+            assert response.status == 201, await response.text()
+        for name in topics:
+            response = await api.post(
+                f"/v1/topics/{name}/messages", json={"messages": [{"key": "k", "value": "v"}]}
+            )
+            assert response.status == 200, await response.text()
+        logs = {
+            replica.topic: replica_group.storage.log
+            for group, replica in broker.partitions.items()
+            if (replica_group := broker.runtime.groups.get(group)) is not None
+        }
+        assert logs["only"].config.retention_ms == -1
+        assert logs["both"].config.retention_ms == 1000
+        assert logs["plain"].config.retention_ms == 1000
+        cleaned = {
+            replica.topic
+            for group, replica in broker.partitions.items()
+            if group in broker._cleaners
+        }
+        assert cleaned == {"only", "both"}

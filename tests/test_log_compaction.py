@@ -399,3 +399,24 @@ def test_transactional_batches_are_kept_whole_and_supersede_nothing(tmp_path: Pa
     )
     assert stats.end == scenario.log.next_offset and stats.records_removed == 0
     assert read_all(scenario.log, 0) == before
+
+
+def test_a_segment_deleted_by_retention_during_a_pass_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scenario = build_history(tmp_path)
+    cleaner = Cleaner(scenario.log, CleanerConfig(min_cleanable_dirty_ratio=0.0))
+    doomed = scenario.log.sealed_segments()[0]
+    original = cleaner_module._iter_batches
+
+    def racing(segment: object):  # retention drops the first segment as the cleaner reads it
+        if segment is doomed and doomed in scenario.log.sealed_segments():
+            scenario.log.drop_prefix(doomed.next_offset)
+        return original(segment)
+
+    monkeypatch.setattr(cleaner_module, "_iter_batches", racing)
+    assert cleaner.clean(scenario.log.next_offset, scenario.now).end == 0  # gave up this pass
+    stats = cleaner.clean(scenario.log.next_offset, scenario.now)
+    assert stats.end == scenario.log.segment_bases[-1] and stats.records_removed > 0
+    assert scenario.log.log_start_offset == doomed.next_offset
+    assert read_all(scenario.log, doomed.next_offset)[-1][0] == scenario.log.next_offset - 1
