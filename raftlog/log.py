@@ -1,7 +1,8 @@
 """The partition log: a directory of Kafka record-batch segments, also its group's Raft log.
 
 Owns offset assignment, reads by offset and time, suffix truncation, prefix drops, rolling,
-retention, the fsync policy with group commit, and crash recovery on open.
+retention, the swap of segments the cleaner compacted (raftlog/cleaner.py), the fsync policy
+with group commit, and crash recovery on open (interrupted swaps included).
 """
 
 from __future__ import annotations
@@ -575,11 +576,28 @@ class PartitionLog:
     def replace_segment(
         self, segment: Segment, cleaned: Path, fail: Callable[[str], None] | None = None
     ) -> bool:
-        """Swap a sealed segment's file for `cleaned` (the same batches, fsynced), False and
-        `cleaned` deleted if the segment is no longer a sealed one of this log. The rename
-        protocol (`_finish_swaps` completes it after a crash): `<base>.cleaned` is renamed
-        `<base>.swap` (from here on the new file wins), the old indexes are unlinked, the
-        swap is renamed over `<base>.log`; `fail(step)` after each step lets tests crash."""
+        """Swap a sealed segment's file for `cleaned` (the same batches at the same offsets,
+        fsynced), False and `cleaned` deleted if the segment is no longer a sealed one of
+        this log. The new file is CRC-checked and indexed in memory before the lock is
+        taken; under it, the rename protocol (`_finish_swaps` completes it after a crash):
+        `<base>.cleaned` is renamed `<base>.swap` (from here on the new file wins), the old
+        indexes are unlinked, the swap is renamed over `<base>.log`, the new indexes are
+        written. `fail(step)` after each step lets tests crash there."""
+        fresh = Segment(
+            self.directory,
+            segment.base_offset,
+            self.files,
+            self.config.index_interval_bytes,
+            segment.created_ms,
+        )
+        try:
+            fresh.index_file(cleaned)
+        except CorruptBatchError as exc:
+            cleaned.unlink(missing_ok=True)
+            raise CorruptLogError(f"cleaned copy of {segment.path.name}: {exc}") from exc
+        if fresh.next_offset != segment.next_offset:
+            cleaned.unlink(missing_ok=True)
+            raise CorruptLogError(f"cleaned copy of {segment.path.name} changed its offsets")
         with self._lock:
             if segment not in self._segments[:-1]:
                 cleaned.unlink(missing_ok=True)
@@ -597,16 +615,7 @@ class PartitionLog:
             fsync_dir(self.directory)
             if fail is not None:
                 fail("renamed")
-            fresh = Segment(
-                self.directory,
-                segment.base_offset,
-                self.files,
-                self.config.index_interval_bytes,
-                segment.created_ms,
-            )
-            fresh.load_sealed()  # rebuilds and writes the indexes
-            if (fresh.base_offset, fresh.next_offset) != (segment.base_offset, segment.next_offset):
-                raise CorruptLogError(f"cleaned {segment.path.name} changed its offset range")
+            fresh.write_indexes()  # not fsynced: a damaged or missing index is rebuilt on open
             self._segments[self._segments.index(segment)] = fresh
             return True
 
