@@ -74,8 +74,14 @@ class Scenario:
         self.log.append(batch, term=1)
         self.records += [(base + i, k, v, self.now) for i, (k, v) in enumerate(items)]
 
-    def compact(self, cleaner: Cleaner, upto: int) -> int:
-        stats = cleaner.clean(upto, self.now)
+    def reopen(self) -> None:
+        """The process died: a new log from the files alone (fsync "never" wrote them all)."""
+        self.log = PartitionLog(
+            self.log.directory, self.log.config, files=FileCache(), clock=lambda: self.now
+        )
+
+    def compact(self, cleaner: Cleaner, upto: int, fail: object = None) -> int:
+        stats = cleaner.clean(upto, self.now, fail)  # type: ignore[arg-type]
         if stats.end:
             horizon = self.now - cleaner.config.delete_retention_ms
             self.records = model_compact(self.records, stats.end, horizon)
@@ -92,13 +98,25 @@ def expected_end(log: PartitionLog, upto: int) -> int:
     return max(ends, default=0)
 
 
-keys = st.one_of(st.none(), st.sampled_from([b"a", b"b", b"c", b"d", b"e"]))
+keys = st.one_of(st.none(), st.sampled_from([b"a", b"b", b"c", b"d"]))
 values = st.one_of(st.none(), st.binary(min_size=1, max_size=20))
 batches = st.lists(st.tuples(keys, values), min_size=1, max_size=4)
 produce = st.tuples(st.just("produce"), batches, st.integers(0, 50_000))
 steps = st.lists(
-    st.one_of(produce, produce, produce, st.tuples(st.just("compact"), st.floats(0, 1))),
-    min_size=5,
+    st.one_of(
+        produce,
+        produce,
+        produce,
+        st.tuples(st.just("compact"), st.floats(0, 1)),
+        # a pass that dies at the nth time it reaches a step of the swap, then a restart
+        st.tuples(
+            st.just("crash"),
+            st.floats(0, 1),
+            st.sampled_from(["written", "swapped", "indexes_removed", "renamed"]),
+            st.integers(0, 3),
+        ),
+    ),
+    min_size=20,
     max_size=80,
 )
 
@@ -121,6 +139,35 @@ def run_model(steps: list, codec: int, retention: int, reads: list[float]) -> No
         for step in steps:
             if step[0] == "produce":
                 scenario.produce(step[1], step[2])
+            elif step[0] == "crash":
+                upto = int(step[1] * (scenario.log.next_offset + 1))
+                allowed = expected_end(scenario.log, upto)
+
+                def fail(
+                    at: str,
+                    where: str = step[2],
+                    nth: int = step[3],
+                    reached: list = [],  # noqa: B006
+                ) -> None:
+                    reached.append(at)
+                    if reached.count(where) > nth:
+                        raise Crash(at)
+
+                try:
+                    end = scenario.compact(cleaner, upto, fail)
+                except Crash:
+                    scenario.reopen()
+                    cleaner = Cleaner(scenario.log, cleaner.config)
+                    # some segments cleaned, the others not: nothing lost, doubled or invented
+                    horizon = scenario.now - retention
+                    whole = [(o, k, v) for o, k, v, _ in scenario.records]
+                    cleaned = model_compact(scenario.records, allowed, horizon)
+                    now_read = read_all(scenario.log, 0)
+                    assert [r[0] for r in now_read] == sorted({r[0] for r in now_read})
+                    assert {(o, k, v) for o, k, v, _ in cleaned} <= set(now_read) <= set(whole)
+                    end = scenario.compact(cleaner, upto)  # the restarted node's next pass
+                    assert end == allowed
+                assert end in (0, allowed)
             else:
                 upto = int(step[1] * (scenario.log.next_offset + 1))
                 allowed = expected_end(scenario.log, upto)
