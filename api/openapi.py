@@ -97,7 +97,33 @@ _SCHEMAS: dict[str, Any] = {
         "properties": {
             "retention.ms": {"type": ["string", "integer"]},
             "retention.bytes": {"type": ["string", "integer"]},
-            "cleanup.policy": {"type": "string", "enum": ["delete", "compact"]},
+            "cleanup.policy": {
+                "type": "string",
+                "enum": ["delete", "compact", "compact,delete", "delete,compact"],
+                "default": "delete",
+                "description": "compact: a background cleaner keeps the latest record per key "
+                "in committed sealed segments (offsets kept; retention off unless delete is "
+                "also named); records without a key are refused (400 invalid_request)",
+            },
+            "delete.retention.ms": {
+                "type": ["string", "integer"],
+                "minimum": 0,
+                "default": 86400000,
+                "description": "how long the cleaner keeps the latest tombstone of a key",
+            },
+            "min.cleanable.dirty.ratio": {
+                "type": ["string", "number"],
+                "minimum": 0,
+                "maximum": 1,
+                "default": 0.5,
+                "description": "clean once this share of the cleanable bytes is uncleaned",
+            },
+            "min.compaction.lag.ms": {
+                "type": ["string", "integer"],
+                "minimum": 0,
+                "default": 0,
+                "description": "records younger than this are not compacted",
+            },
             "max.message.bytes": {
                 "type": ["string", "integer"],
                 "maximum": 10485760,

@@ -52,7 +52,7 @@ CREATE_FIELDS = frozenset({"name", "partitions", "replication_factor", "config"}
 CLEANUP_POLICIES = frozenset({"delete", "compact", "compact,delete", "delete,compact"})
 COMPRESSION_TYPES = frozenset({"producer", "none", "uncompressed", "gzip", "snappy", "lz4", "zstd"})
 # Kafka topic configs the broker accepts; the value check returns the canonical string or raises.
-_INT_AT_LEAST_MINUS_ONE = ("retention.ms", "retention.bytes", "delete.retention.ms")
+_INT_AT_LEAST_MINUS_ONE = ("retention.ms", "retention.bytes")
 
 
 @dataclass(slots=True)
@@ -363,7 +363,12 @@ def _config_value(key: str, value: str) -> str:
         return _config_int(key, value, 1, LIMIT_MAX_MESSAGE_BYTES)
     if key == "segment.bytes":
         return _config_int(key, value, 1024)
-    if key in ("segment.ms", "min.compaction.lag.ms", "max.compaction.lag.ms"):
+    if key in (
+        "segment.ms",
+        "min.compaction.lag.ms",
+        "max.compaction.lag.ms",
+        "delete.retention.ms",
+    ):
         return _config_int(key, value, 0)
     if key == "min.insync.replicas":
         return _config_int(key, value, 1)

@@ -54,8 +54,10 @@ from raftline.node.transactions.service import (
     shard_of as txn_shard_of,
 )
 from raftline.node.transport import OUTCOME_UNKNOWN, RemoteError
+from raftline.raftlog.cleaner import Cleaner, CleanerConfig
 from raftline.raftlog.log import LogConfig
 from raftline.raftlog.raft import NotLeaderError
+from raftline.raftlog.records import decode_batch
 from raftline.raftlog.storage import RaftStorage
 
 __all__ = ["Broker", "BrokerError", "NotLeader", "OutcomeUnknown"]
@@ -69,6 +71,27 @@ MAINTAIN_S = 0.2  # period of registration, bootstrap and controller rounds
 BARRIER_S = 3.0  # how long a metadata read waits for the read barrier
 CREATE_WAIT_S = 5.0  # create_topic waits this long for its partitions to elect leaders
 PRODUCER_ID_BLOCK = 100  # producer ids a node asks the controller for at a time
+
+
+def cleaner_config(topic_config: dict[str, str]) -> CleanerConfig:
+    defaults = CleanerConfig()
+    return CleanerConfig(
+        int(topic_config.get("delete.retention.ms", defaults.delete_retention_ms)),
+        float(topic_config.get("min.cleanable.dirty.ratio", defaults.min_cleanable_dirty_ratio)),
+        int(topic_config.get("min.compaction.lag.ms", defaults.min_compaction_lag_ms)),
+    )
+
+
+def check_keyed(batch: bytes) -> None:
+    """Kafka refuses records without a key on a compacted topic: so does Raftline."""
+    try:
+        records = decode_batch(batch).records
+    except ValueError:
+        return  # a malformed batch: the replica's own check names the problem
+    if any(record.key is None for record in records):
+        raise BrokerError(
+            "invalid_request", "a compacted topic (cleanup.policy compact) needs a key per record"
+        )
 
 
 class Broker:
@@ -93,9 +116,13 @@ class Broker:
             "fetch_bytes": 0,
             "leadership_moves": 0,
             "producer_ids": 0,
+            "cleaner_bytes_cleaned": 0,  # of segments the cleaner read
+            "cleaner_bytes_freed": 0,  # by which cleaning shrank them
+            "cleaner_records_removed": 0,
         }
         self._producer_ids: range = range(0)
         self._producer_ids_lock = asyncio.Lock()
+        self._cleaners: dict[str, Cleaner] = {}  # compacted partitions' log cleaners
 
     # lifecycle
 
@@ -111,6 +138,7 @@ class Broker:
             self.runtime.campaign(META_GROUP)
         self._tasks.append(asyncio.ensure_future(self._maintain()))
         self._tasks.append(asyncio.ensure_future(self._enforce_retention()))
+        self._tasks.append(asyncio.ensure_future(self._clean_logs()))
         self._tasks.append(asyncio.ensure_future(self.coordinator.run()))
         self._tasks.append(asyncio.ensure_future(self.transactions.run()))
         self._tasks.append(asyncio.ensure_future(self.queues.run()))
@@ -140,6 +168,8 @@ class Broker:
             settings["retention_ms"] = int(topic_config["retention.ms"])
         if "retention.bytes" in topic_config:
             settings["retention_bytes"] = int(topic_config["retention.bytes"])
+        if "delete" not in topic_config.get("cleanup.policy", "delete"):
+            settings["retention_ms"] = settings["retention_bytes"] = -1  # compact only
         return RaftStorage(path, LogConfig(**settings), clock=self.clock.now_ms)
 
     # local replicas follow the applied metadata
@@ -167,6 +197,7 @@ class Broker:
             for group in [g for g in local if g not in wanted]:
                 if group in self.partitions:
                     self.partitions.pop(group).close()
+                self._cleaners.pop(group, None)
                 self.coordinator.drop_replica(group)
                 self.queues.drop_replica(group)
                 self.transactions.drop_replica(group)
@@ -231,6 +262,8 @@ class Broker:
             self._verifier(topic.name, partition),
         )
         self.partitions[group] = replica
+        if "compact" in topic.config.get("cleanup.policy", "delete"):
+            self._cleaners[group] = Cleaner(storage.log, cleaner_config(topic.config))
         applied = min(commit, replay_from - 1)
         self.runtime.add_group(group, storage, replicas, replica, applied=applied)
         if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
@@ -254,6 +287,28 @@ class Broker:
                     if replica is not None and replica.producers is not None:
                         # aborted transactions wholly below the log start are read by nobody
                         replica.producers.state.forget_aborted_before(point + 1)
+
+    async def _clean_logs(self) -> None:
+        """Compact the local replicas of compacted topics, one partition at a time on the disk
+        pool, below each group's commit index (see raftlog/cleaner.py)."""
+        while True:
+            await asyncio.sleep(self.config.retention_check_s)
+            await self.clean_logs_once()
+
+    async def clean_logs_once(self) -> None:
+        for group, cleaner in list(self._cleaners.items()):
+            raft_group = self.runtime.groups.get(group)
+            if raft_group is None:
+                continue
+            upto = raft_group.storage.hard_state.commit + 1
+            try:
+                stats = await self.runtime.run_on_disk(cleaner.clean, upto)
+            except Exception:  # e.g. retention deleted the segment being read
+                log.exception("cleaning %s failed", group)
+                continue
+            self.counters["cleaner_bytes_cleaned"] += stats.bytes_read
+            self.counters["cleaner_bytes_freed"] += stats.bytes_freed
+            self.counters["cleaner_records_removed"] += stats.records_removed
 
     async def _maintain(self) -> None:
         while True:
@@ -637,6 +692,9 @@ class Broker:
         """Append a batch on this node (its leader): (base offset, duplicate). A duplicate is
         a retry of an idempotent producer's batch: nothing written, the original's offset."""
         replica = await self._replica(topic, partition)
+        info = self.meta.state.topics.get(topic)
+        if info is not None and "compact" in info.config.get("cleanup.policy", "delete"):
+            check_keyed(batch)
         self.counters["produce_requests"] += 1
         self.counters["produce_bytes"] += len(batch)
         return await replica.append(batch, acks, crc_checked, transactional_id)

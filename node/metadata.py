@@ -22,7 +22,14 @@ MAX_MESSAGE_BYTES = 10 * 1024 * 1024
 MAX_PRODUCER_ID_BLOCK = 10_000  # producer ids one allocate_producer_ids command hands out at most
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 COMPRESSION_TYPES = ("producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd")
-_INTEGER_CONFIGS = ("retention.ms", "retention.bytes", "max.message.bytes", "segment.bytes")
+_INTEGER_CONFIGS = (
+    "retention.ms",
+    "retention.bytes",
+    "max.message.bytes",
+    "segment.bytes",
+    "delete.retention.ms",
+    "min.compaction.lag.ms",
+)
 
 
 class MetadataError(Exception):
@@ -74,6 +81,17 @@ def validate_topic_config(config: Any) -> dict[str, str]:
                 )
             if key == "segment.bytes" and int(text) < 1024:
                 raise MetadataError("invalid_request", "segment.bytes must be at least 1024")
+            if key in ("delete.retention.ms", "min.compaction.lag.ms") and int(text) < 0:
+                raise MetadataError("invalid_request", f"{key} must be at least 0")
+        elif key == "min.cleanable.dirty.ratio":
+            try:
+                ratio = float(text)
+            except ValueError:
+                ratio = -1.0
+            if not 0.0 <= ratio <= 1.0:  # NaN fails too
+                raise MetadataError(
+                    "invalid_request", f"min.cleanable.dirty.ratio must be 0..1, got {text!r}"
+                )
         elif key == "cleanup.policy":
             if text not in ("delete", "compact", "compact,delete", "delete,compact"):
                 raise MetadataError("invalid_request", f"bad cleanup.policy {text!r}")

@@ -1,7 +1,8 @@
 """The partition log: a directory of Kafka record-batch segments, also its group's Raft log.
 
 Owns offset assignment, reads by offset and time, suffix truncation, prefix drops, rolling,
-retention, the fsync policy with group commit, and crash recovery on open.
+retention, the swap of segments the cleaner compacted (raftlog/cleaner.py), the fsync policy
+with group commit, and crash recovery on open (interrupted swaps included).
 """
 
 from __future__ import annotations
@@ -216,6 +217,11 @@ class PartitionLog:
     @property
     def segment_bases(self) -> list[int]:
         return list(self._bases)
+
+    def sealed_segments(self) -> list[Segment]:
+        """The segments before the active one (read-only files: the cleaner reads them)."""
+        with self._lock:
+            return self._segments[:-1]
 
     # --- appending ---------------------------------------------------------------------------
 
@@ -567,6 +573,73 @@ class PartitionLog:
                 point = max(point, segment.next_offset)
             return point
 
+    def replace_segment(
+        self, segment: Segment, cleaned: Path, fail: Callable[[str], None] | None = None
+    ) -> bool:
+        """Swap a sealed segment's file for `cleaned` (the same batches at the same offsets,
+        fsynced), False and `cleaned` deleted if the segment is no longer a sealed one of
+        this log. The new file is CRC-checked and indexed in memory before the lock is
+        taken; under it, the rename protocol (`_finish_swaps` completes it after a crash):
+        `<base>.cleaned` is renamed `<base>.swap` (from here on the new file wins), the old
+        indexes are unlinked, the swap is renamed over `<base>.log`, the new indexes are
+        written. `fail(step)` after each step lets tests crash there."""
+        fresh = Segment(
+            self.directory,
+            segment.base_offset,
+            self.files,
+            self.config.index_interval_bytes,
+            segment.created_ms,
+        )
+        try:
+            fresh.index_file(cleaned)
+        except CorruptBatchError as exc:
+            cleaned.unlink(missing_ok=True)
+            raise CorruptLogError(f"cleaned copy of {segment.path.name}: {exc}") from exc
+        if fresh.next_offset != segment.next_offset:
+            cleaned.unlink(missing_ok=True)
+            raise CorruptLogError(f"cleaned copy of {segment.path.name} changed its offsets")
+        with self._lock:
+            if segment not in self._segments[:-1]:
+                cleaned.unlink(missing_ok=True)
+                return False
+            swap = cleaned.with_suffix(".swap")
+            os.replace(cleaned, swap)
+            fsync_dir(self.directory)
+            if fail is not None:
+                fail("swapped")
+            segment.remove_index_files()
+            if fail is not None:
+                fail("indexes_removed")
+            self.files.forget(segment.path)
+            os.replace(swap, segment.path)
+            fsync_dir(self.directory)
+            if fail is not None:
+                fail("renamed")
+            fresh.write_indexes()  # not fsynced: a damaged or missing index is rebuilt on open
+            self._segments[self._segments.index(segment)] = fresh
+            return True
+
+    def _finish_swaps(self) -> None:
+        """Recovery of an interrupted clean: a `.cleaned` file may be partial (delete it); a
+        `.swap` file is whole and fsynced (rename it over its segment, whose indexes are
+        stale), unless that segment was deleted meanwhile."""
+        changed = False
+        for path in self.directory.glob("*.cleaned"):
+            path.unlink()
+            changed = True
+        for path in self.directory.glob("*.swap"):
+            target = path.with_suffix(".log")
+            if target.exists():
+                target.with_suffix(".index").unlink(missing_ok=True)
+                target.with_suffix(".timeindex").unlink(missing_ok=True)
+                os.replace(path, target)
+                logger.warning("finished the interrupted swap of %s", target.name)
+            else:
+                path.unlink()
+            changed = True
+        if changed:
+            fsync_dir(self.directory)
+
     def apply_retention(self, now_ms: int | None = None) -> int:
         """Delete what retention allows; returns the new log start offset."""
         return self.drop_prefix(self.retention_point(now_ms))
@@ -623,6 +696,7 @@ class PartitionLog:
         if start_file.exists():
             self._log_start = int(start_file.read_text().strip() or 0)
         clean = self._take_clean_shutdown_marker()
+        self._finish_swaps()
         bases = sorted(int(p.stem) for p in self.directory.glob("*.log") if p.stem.isdigit())
         # A crash during a prefix drop can leave segments wholly below the log start.
         while len(bases) > 1 and bases[1] <= self._log_start:

@@ -548,6 +548,20 @@ class Segment:
             self.write_indexes()
         return rebuilt
 
+    def index_file(self, path: Path) -> None:
+        """Build this (not yet used) segment's in-memory state from `path`, a complete file
+        that is to become its `.log` (a cleaned copy), CRC-checking every batch; writes
+        nothing. Raises CorruptBatchError if a batch is damaged or out of place."""
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            _, damage = self._reindex(fd, size)
+        finally:
+            os.close(fd)
+        if damage is not None:
+            raise CorruptBatchError(f"{path.name}: {damage}")
+        self.size = self._flushed = size
+
     def check_last_batch(self) -> None:
         """CRC-check the last batch (where a crash would have left damage)."""
         if self.size == 0:
