@@ -94,7 +94,9 @@ def test_two_members_split_then_one_leaves_and_the_other_continues_from_its_comm
         **_options(auto_commit_interval_ms=500),
     )  # fmt: skip
     second = client.consumer(topic, group=group, on_assign=recorder("b", "assign"), **_options())
-    # Both join before any message is there, and settle on two partitions each.
+    first.poll()  # the first joins alone and holds every partition
+    assert len(first.assignment) == PARTITIONS
+    # The second joins before any message is there; they settle on two partitions each.
     _poll_until([first, second], lambda: len(first.assignment) == len(second.assignment) == 2)
     assert set(first.assignment) | set(second.assignment) == {(topic, p) for p in range(4)}
     assert ("a", "revoke", sorted(second.assignment)) in events

@@ -347,3 +347,17 @@ def test_delays_and_priorities_from_headers() -> None:
     assert state.priority([["priority", b"7"]]) == 7
     assert state.priority([["priority", b"42"]]) == 9 and state.priority([["priority", b"-1"]]) == 0
     assert state.priority([["priority", None]]) == 0
+
+
+def test_a_settle_of_an_earlier_delivery_than_the_last_is_stale() -> None:
+    # The first receiver's lock was lost with a leader and the record went out again: only
+    # the second delivery's holder may settle it (a stale reject would dead-letter its work).
+    s = QueueState()
+    s.apply({"op": "create", "queue": "q", "topic": "t", "incarnation": "a"})
+    s.apply({"op": "deliver", "queue": "q", "partition": 0, "offsets": [5]})
+    s.apply({"op": "deliver", "queue": "q", "partition": 0, "offsets": [5]})
+    settle = {"op": "settle", "queue": "q", "partition": 0, "offsets": [5]}
+    assert s.apply({**settle, "outcome": "dead", "attempts": [1]})["results"] == ["stale"]
+    assert s.queues["q"].dead_lettered == 0
+    assert s.apply({**settle, "outcome": "ack", "attempts": [2]})["results"] == ["ok"]
+    assert s.queues["q"].acknowledged == 1

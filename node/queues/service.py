@@ -73,6 +73,15 @@ OUTCOMES = ("accept", "release", "reject")
 Key = tuple[str, int, int]  # (queue, partition, offset)
 
 
+# A settle's result -> the receipt's error (None: settled by this receipt).
+SETTLE_ERRORS: dict[str, str | None] = {
+    "ok": None,
+    "already": "already_settled",
+    "stale": "lock_expired",  # the record was delivered again since (a lost lock)
+    "not_delivered": "already_settled",
+}
+
+
 class QueueReplica(ShardReplica):
     state: QueueState
 
@@ -539,9 +548,9 @@ class QueueService:
     ) -> None:
         locks = dict(locks)
         if outcome == "accept":
-            by_partition: dict[int, list[tuple[int, Key]]] = {}
-            for index, key, _ in claimed:
-                by_partition.setdefault(key[1], []).append((index, key))
+            by_partition: dict[int, list[tuple[int, Key, int]]] = {}
+            for index, key, attempt in claimed:
+                by_partition.setdefault(key[1], []).append((index, key, attempt))
             try:
                 for partition, items in by_partition.items():
                     command = {
@@ -550,12 +559,13 @@ class QueueService:
                         "incarnation": queue.incarnation,
                         "partition": partition,
                         "outcome": "ack",
-                        "offsets": [key[2] for _, key in items],
+                        "offsets": [key[2] for _, key, _ in items],
+                        "attempts": [attempt for _, _, attempt in items],
                     }
                     answer = await self._propose(shard, command)
-                    for (index, _), result in zip(items, answer["results"], strict=True):
-                        errors[index] = None if result == "ok" else "already_settled"
-                    for _, key in items:  # settled: never put back
+                    for (index, _, _), result in zip(items, answer["results"], strict=True):
+                        errors[index] = SETTLE_ERRORS.get(result)
+                    for _, key, _ in items:  # settled, or another delivery's: never put back
                         locks.pop(key, None)
             except BrokerError:
                 # Not acknowledged (or not known to be): the locks stay as they were, so the
@@ -625,6 +635,7 @@ class QueueService:
                 "partition": partition,
                 "outcome": outcome,
                 "offsets": [offset],
+                "attempts": [count],
             }
             await self._propose(shard, command)
             leading.rejected.pop(key, None)

@@ -233,17 +233,28 @@ class QueueState:
         return {"delivered": delivered}
 
     def _apply_settle(self, command: dict[str, Any]) -> dict[str, Any]:
-        """Settle offsets with one outcome; per offset "ok", "already" (Q1) or
-        "not_delivered" (Q5: an ack of a record never delivered)."""
+        """Settle offsets with one outcome; per offset "ok", "already" (Q1), "stale" (a settle
+        of an earlier delivery than the last) or "not_delivered" (Q5: an ack of a record never
+        delivered)."""
         queue = self._queue(command)
         state = queue.partition(_index(command.get("partition"), "partition"))
         outcome = command.get("outcome")
         if outcome not in OUTCOMES:
             raise QueueError("invalid_request", f"outcome must be one of {OUTCOMES}")
+        offsets = _offsets(command.get("offsets"))
+        # The delivery each settle comes from: a settle of an earlier delivery than the last
+        # one (its lock was lost with a leader, and the record went to another receiver) is
+        # stale and changes nothing, so only the current holder decides a record's fate.
+        attempts = command.get("attempts") or [None] * len(offsets)
+        if not isinstance(attempts, list) or len(attempts) != len(offsets):
+            raise QueueError("invalid_request", "attempts must match offsets")
         results = []
-        for offset in _offsets(command.get("offsets")):
+        for offset, attempt in zip(offsets, attempts, strict=True):
             if state.is_settled(offset):
                 results.append("already")
+                continue
+            if attempt is not None and attempt != state.count(offset):
+                results.append("stale")
                 continue
             if outcome == "ack" and state.count(offset) < 1:
                 results.append("not_delivered")
