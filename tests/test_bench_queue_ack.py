@@ -23,7 +23,7 @@ def test_kind_is_validated_and_the_queue_workloads_load() -> None:
     with pytest.raises(WorkloadError):
         workload_from_dict({"name": "x", "kind": "stream"})
     kinds = {w.name: w.kind for w in load_workloads()}
-    assert kinds["queue-ack"] == "queue-ack" and kinds["queue-ack-2k"] == "queue-ack"
+    assert {kinds[n] for n in ("queue-ack", "queue-ack-2k", "queue-ack-500")} == {"queue-ack"}
     assert kinds["1-topic-1-partition-1kb"] == "log"
 
 
