@@ -25,10 +25,13 @@ from raftline.node.queues.service import QueueService
 pytestmark = pytest.mark.timeout(120)
 
 
-async def run_share(tmp_path: Path, seconds: float = 3.0) -> tuple[dict[str, Any], dict]:
+async def run_share(
+    tmp_path: Path, seconds: float = 3.0, stop_leader_at: float | None = None
+) -> tuple[dict[str, Any], dict]:
     cfgs = configs(tmp_path, 3)
     brokers = await start_all(cfgs)
     runners = []
+    live = list(range(len(brokers)))
     try:
         for broker, config in zip(brokers, cfgs, strict=True):
             runner = web.AppRunner(create_app(broker, self_http=config.http))
@@ -41,11 +44,28 @@ async def run_share(tmp_path: Path, seconds: float = 3.0) -> tuple[dict[str, Any
         work = Workload(recorder, urls, "t", 2, random.Random(5), 3)
         share = ShareWorkload(work, lock_ms=300, max_deliveries=3)
         share.crash_share = share.late_share = 0.1
+
+        async def stop_leader() -> None:
+            """Stops the node leading the queue's shard, HTTP and all, mid-run."""
+            if stop_leader_at is None:
+                return
+            await asyncio.sleep(stop_leader_at)
+            index = next(
+                i
+                for i in live
+                for r in brokers[i].queues.replicas.values()
+                if r.serving and share.queue in r.state.queues
+            )
+            live.remove(index)
+            await runners[index].cleanup()
+            await brokers[index].stop()
+
         async with session() as http:
             assert await work.create_topic(http, time.monotonic() + 20)
             assert await share.setup(http, 9, time.monotonic() + 20)
             until = time.monotonic() + seconds
             await asyncio.gather(
+                stop_leader(),
                 *(work.produce(http, p, until) for p in range(2)),
                 *(share.receiver(http, 2 + r, until) for r in range(3)),
                 work.nodes.probe(http, until),
@@ -55,10 +75,10 @@ async def run_share(tmp_path: Path, seconds: float = 3.0) -> tuple[dict[str, Any
         recorder.close()
         return report.analyse(recorder.ops), final
     finally:
-        for runner in runners:
-            await runner.cleanup()
-        for broker in brokers:
-            await broker.stop()
+        for i, (runner, broker) in enumerate(zip(runners, brokers, strict=False)):
+            if i in live:
+                await runner.cleanup()
+                await broker.stop()
 
 
 async def test_share_workload_over_http_leaves_a_valid_history(tmp_path: Path) -> None:
@@ -72,6 +92,16 @@ async def test_share_workload_over_http_leaves_a_valid_history(tmp_path: Path) -
     assert stats["acknowledged"] + stats["dead_lettered"] >= stats["sent"]
     assert share["stats"]["dead_lettered"] > 0
     assert "share queue:" in report.summary_text(result)
+
+
+async def test_share_workload_through_a_queue_shard_leader_stop_stays_valid(
+    tmp_path: Path,
+) -> None:
+    result, final = await run_share(tmp_path, seconds=4.0, stop_leader_at=1.5)
+    share = result["share"]
+    print(f"\nshare workload with a leader stop: {share['stats']}, final {final}")
+    assert final["drained"] and final["dead_letters_read"]
+    assert result["valid"], share["anomalies"]
 
 
 async def test_a_broker_whose_accepts_only_release_fails_the_verdict(
