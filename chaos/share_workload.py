@@ -53,6 +53,7 @@ class ShareWorkload:
     max_deliveries: int = 3
     receive_max: int = 8
     receive_wait_ms: int = 300
+    drain_max: int = 500  # messages per receive in the final drain (a backlog may be there)
     # How a receiver treats each received message (weights of ACTIONS).
     weights: tuple[int, ...] = (60, 17, 5, 18)
     crash_share: float = 0.03  # of receives after which the receiver crashes holding them all
@@ -121,7 +122,7 @@ class ShareWorkload:
     # One op each ------------------------------------------------------------------------
 
     async def receive(
-        self, http: aiohttp.ClientSession, process: int, wait_ms: int
+        self, http: aiohttp.ClientSession, process: int, wait_ms: int, most: int = 0
     ) -> list[dict[str, Any]]:
         endpoint = self.work.nodes.pick(self.scope)
         invoke = self.work.recorder.invoke(process, "receive", {}, endpoint.name)
@@ -130,7 +131,7 @@ class ShareWorkload:
             endpoint,
             "POST",
             f"/v1/queues/{self.queue}/receive",
-            {"max_messages": self.receive_max, "wait_ms": wait_ms},
+            {"max_messages": most or self.receive_max, "wait_ms": wait_ms},
             expect=("messages",),
             scope=self.scope,
         )
@@ -257,7 +258,7 @@ class ShareWorkload:
         dead: list[dict[str, Any]] | None = []
         empty = 0
         while time.monotonic() < deadline:
-            messages = await self.receive(http, process, 500)
+            messages = await self.receive(http, process, 500, self.drain_max)
             if messages:
                 empty = 0
                 await self.settle(http, process, "accept", messages)
