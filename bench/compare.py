@@ -134,6 +134,9 @@ async def _run_system(
         for workload in options.workloads:
             if options.quick:
                 workload = workload.for_quick_run()
+            if workload.kind == "queue-ack" and not driver.queues:
+                options.log(f"[{key}] {workload.name}: no queue driver for {system}")
+                continue
             rate = _target_rate(workload, max_rates)
             if rate is None:
                 options.log(
@@ -141,7 +144,10 @@ async def _run_system(
                 )
                 continue
             result = await _run_workload(driver, workload, run_id, rate, options)
-            result.update(system=system, replicas=endpoint.replicas, durability=durability)
+            if workload.kind == "queue-ack":
+                result.update(durability=driver.queue_durability)  # type: ignore[attr-defined]
+            result.setdefault("durability", durability)
+            result.update(system=system, replicas=endpoint.replicas)
             runs.append(result)
             if workload.max_rate and not result["errors"]:
                 max_rates[workload.name] = result["publish_msgs_per_s"]

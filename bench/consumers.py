@@ -37,20 +37,31 @@ def collect_garbage_rarely() -> None:
 
 
 def consumer_main(
-    system: str, endpoint: Endpoint, topics: list[str], partitions: int, conn: Connection
+    system: str,
+    endpoint: Endpoint,
+    topics: list[str],
+    partitions: int,
+    conn: Connection,
+    receivers: int = 0,
 ) -> None:
-    """Child process entry point: consume every partition until told to stop."""
+    """Child process entry point: consume every partition until told to stop (or, with
+    `receivers`, that many queue receivers per topic receive and acknowledge)."""
     collect_garbage_rarely()
     try:
         import uvloop
 
-        uvloop.run(_consume(system, endpoint, topics, partitions, conn))
+        uvloop.run(_consume(system, endpoint, topics, partitions, conn, receivers))
     except ImportError:
-        asyncio.run(_consume(system, endpoint, topics, partitions, conn))
+        asyncio.run(_consume(system, endpoint, topics, partitions, conn, receivers))
 
 
 async def _consume(
-    system: str, endpoint: Endpoint, topics: list[str], partitions: int, conn: Connection
+    system: str,
+    endpoint: Endpoint,
+    topics: list[str],
+    partitions: int,
+    conn: Connection,
+    receivers: int = 0,
 ) -> None:
     tally = Tally(Window(0, 0))
     driver = driver_class(system)(endpoint)
@@ -61,11 +72,18 @@ async def _consume(
         conn.send(("result", _tally_dict(tally)))
         return
     stop = asyncio.Event()
-    tasks = [
-        asyncio.create_task(driver.consume(t, p, tally.on_delivery, stop))
-        for t in topics
-        for p in range(partitions)
-    ]
+    if receivers:
+        tasks = [
+            asyncio.create_task(driver.consume_queue(t, partitions, tally.on_delivery, stop))
+            for t in topics
+            for _ in range(receivers)
+        ]
+    else:
+        tasks = [
+            asyncio.create_task(driver.consume(t, p, tally.on_delivery, stop))
+            for t in topics
+            for p in range(partitions)
+        ]
     conn.send(("ready",))
     while not stop.is_set() and not all(task.done() for task in tasks):
         serve_parent(conn, tally, stop)
@@ -111,12 +129,19 @@ def _tally_dict(tally: Tally) -> dict[str, Any]:
 class ConsumerProcess:
     """The parent's handle: start, wait until subscribed, send the window, follow, collect."""
 
-    def __init__(self, system: str, endpoint: Endpoint, topics: list[str], partitions: int) -> None:
+    def __init__(
+        self,
+        system: str,
+        endpoint: Endpoint,
+        topics: list[str],
+        partitions: int,
+        receivers: int = 0,
+    ) -> None:
         context = multiprocessing.get_context("spawn")  # no fork from inside a running loop
         self.conn, child = context.Pipe()
         self.process = context.Process(
             target=consumer_main,
-            args=(system, endpoint, topics, partitions, child),
+            args=(system, endpoint, topics, partitions, child, receivers),
             daemon=True,
         )
         self.received = 0

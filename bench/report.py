@@ -135,6 +135,10 @@ def _ratio(own: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
     }
     peer_rate = run["publish_msgs_per_s"]
     entry["publish_ratio"] = own["publish_msgs_per_s"] / peer_rate if peer_rate else None
+    if run.get("kind") == "queue-ack":  # there the acknowledged (consumed) rate is the figure
+        peer_acked = run["consume_msgs_per_s"]
+        entry["kind"] = "queue-ack"
+        entry["acked_ratio"] = own["consume_msgs_per_s"] / peer_acked if peer_acked else None
     if own["e2e_latency_ms"] and run["e2e_latency_ms"] and run["e2e_latency_ms"]["p99"]:
         entry["e2e_p99_ratio"] = own["e2e_latency_ms"]["p99"] / run["e2e_latency_ms"]["p99"]
     else:
@@ -201,7 +205,26 @@ def ratio_lines(results: dict[str, Any]) -> list[str]:
         for e in entries:
             pub, e2e = _ratio_cells(e)
             lines.append(f"| {e['workload']} | {e['replicas']} | {e['peer']} | {pub} | {e2e} |")
-    return [*lines, "", *like_for_like_lines(results)]
+    return [*lines, "", *like_for_like_lines(results), *queue_ack_lines(entries)]
+
+
+def queue_ack_lines(entries: list[dict[str, Any]]) -> list[str]:
+    """For queue-ack workloads the receive-and-ack rate is what counts: its ratio, if any."""
+    queued = [e for e in entries if e.get("kind") == "queue-ack"]
+    if not queued:
+        return []
+    lines = [
+        "",
+        "Queue workloads (kind queue-ack): acknowledged msg/s ratio (above 1 means Raftline's"
+        " receivers acknowledged more per second):",
+        "",
+        "| workload | RF | peer | acknowledged msg/s ratio |",
+        "|---|---|---|---|",
+    ]
+    for e in queued:
+        ratio = "n/a" if e["acked_ratio"] is None else f"{e['acked_ratio']:.2f}"
+        lines.append(f"| {e['workload']} | {e['replicas']} | {e['peer']} | {ratio} |")
+    return lines
 
 
 def like_for_like_lines(results: dict[str, Any]) -> list[str]:

@@ -41,13 +41,21 @@ class WorkloadRun:
 
     async def run(self, drain_seconds: float) -> dict[str, Any]:
         w = self.workload
+        queue = w.kind == "queue-ack"
         for topic in self.topics:
-            await self.driver.create_topic(topic, w.partitions_per_topic)
+            if queue:
+                await self.driver.create_queue(topic, w.partitions_per_topic)
+            else:
+                await self.driver.create_topic(topic, w.partitions_per_topic)
         consumer = None
         try:
             if w.consumers_per_topic > 0:
                 consumer = ConsumerProcess(
-                    self.driver.system, self.driver.endpoint, self.topics, w.partitions_per_topic
+                    self.driver.system,
+                    self.driver.endpoint,
+                    self.topics,
+                    w.partitions_per_topic,
+                    receivers=w.consumers_per_topic if queue else 0,
                 )
                 await consumer.start()
             await self._prime()
@@ -70,10 +78,9 @@ class WorkloadRun:
                 except RuntimeError as error:
                     self.tally.on_error(error)
             for topic in self.topics:
+                delete = self.driver.delete_queue if queue else self.driver.delete_topic
                 try:
-                    await asyncio.wait_for(
-                        self.driver.delete_topic(topic, w.partitions_per_topic), 30
-                    )
+                    await asyncio.wait_for(delete(topic, w.partitions_per_topic), 30)
                 except Exception as error:  # cleanup failure must not hide the measurement
                     self.tally.on_error(error)
         return self.result()
@@ -160,6 +167,7 @@ class WorkloadRun:
         consume_rate = tally.received_in_window / seconds
         return {
             "workload": w.name,
+            "kind": w.kind,
             "topics": w.topics,
             "partitions": w.partitions_per_topic,
             "message_size": w.message_size,

@@ -12,6 +12,9 @@ from typing import Any
 
 WORKLOAD_DIR = Path(__file__).parent / "workloads"
 ACKS = ("all", "leader", "none")
+# "log": consumers read partitions from their start; "queue-ack": a queue over the topic's
+# partitions whose receivers share the work and acknowledge every message (bench.drivers.base).
+KINDS = ("log", "queue-ack")
 # A 1 MB message must still fit in NATS's default 1 MiB max_payload, hence decimal megabytes.
 MAX_MESSAGE_SIZE = 8_000_000
 MIN_MESSAGE_SIZE = 16  # the payload carries the intended send time and a sequence number
@@ -26,6 +29,7 @@ class Workload:
     """One benchmark scenario; `producer_rate` 0 means as fast as acknowledgements allow."""
 
     name: str
+    kind: str = "log"
     topics: int = 1
     partitions_per_topic: int = 1
     message_size: int = 1024
@@ -101,6 +105,8 @@ def _validate(workload: Workload) -> Workload:
     for key in ("warmup_seconds", "quick_warmup_seconds"):
         if not 0 <= getattr(workload, key) <= 600:
             raise WorkloadError(f"{key} must be within [0, 600]")
+    if workload.kind not in KINDS:
+        raise WorkloadError(f"kind must be one of {KINDS}, got {workload.kind!r}")
     if workload.acks not in ACKS:
         raise WorkloadError(f"acks must be one of {ACKS}, got {workload.acks!r}")
     if not 0.0 <= workload.rate_fraction <= 1.0:

@@ -44,11 +44,17 @@ def _parser() -> argparse.ArgumentParser:
     go.add_argument("--seed", type=int, default=0)
     go.add_argument(
         "--workload",
-        choices=("queue", "group"),
+        choices=("queue", "group", "share"),
         default="queue",
         help="queue: producers, partition consumers and metadata ops (default);"
-        " group: producers and the members of one consumer group",
+        " group: producers and the members of one consumer group;"
+        " share: producers and the receivers of one queue (share group) with dead letters",
     )
+    go.add_argument("--receivers", type=int, default=4, help="queue receivers (--workload share)")
+    go.add_argument(
+        "--lock-ms", type=int, default=1000, help="the queue's lock_ms (--workload share)"
+    )
+    go.add_argument("--max-deliveries", type=int, default=3, help="the queue's (--workload share)")
     go.add_argument("--members", type=int, default=4, help="group members (--workload group)")
     go.add_argument(
         "--session-timeout-ms",
@@ -78,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                 or args.partitions < 1
                 or args.producers < 1
                 or args.members < 1
+                or args.receivers < 1
             ):
                 raise ValueError(
                     "--time-limit, --partitions, --producers, --members must be positive;"
@@ -99,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
                 workload=args.workload,
                 members=args.members,
                 session_timeout_ms=args.session_timeout_ms,
+                receivers=args.receivers,
+                lock_ms=args.lock_ms,
+                max_deliveries=args.max_deliveries,
                 bring_up=not args.no_up,
                 tear_down=not args.keep,
             )

@@ -9,7 +9,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from raftline.chaos import availability, group_checker, linearizability, queue_checker
+from raftline.chaos import (
+    availability,
+    group_checker,
+    linearizability,
+    queue_checker,
+    share_checker,
+)
 from raftline.chaos.history import Op
 
 
@@ -18,7 +24,18 @@ def analyse(ops: list[Op], allowed: tuple[str, ...] = ()) -> dict[str, Any]:
     checks pass (an "unknown" linearizability verdict, a search timeout, is not a pass).
 
     A history with consumer-group ops is also checked by the group checker (which must pass
-    too), and the queue checker then reads the group fetches as its polls."""
+    too), and the queue checker then reads the group fetches as its polls. A history with
+    queue (share group) receives and settles is judged by the share checker instead of the
+    log checker: any share anomaly fails the verdict."""
+    if share_checker.has_share_ops(ops):
+        share = share_checker.verdict(ops)
+        metadata = linearizability.check_topics(ops)
+        return {
+            "valid": share["valid"] and metadata["valid"],
+            "share": share,
+            "metadata_linearizability": metadata,
+            "availability": availability.availability(ops, fs=("send", "receive", "settle")),
+        }
     if group_checker.has_group_ops(ops):
         group = group_checker.check(ops, [a for a in allowed if a in group_checker.ANOMALY_TYPES])
         queue_allowed = tuple(a for a in allowed if a in queue_checker.ANOMALY_TYPES)
@@ -44,17 +61,33 @@ def analyse(ops: list[Op], allowed: tuple[str, ...] = ()) -> dict[str, Any]:
 
 
 def summary_text(result: dict[str, Any]) -> str:
-    queue, meta, avail = result["queue"], result["metadata_linearizability"], result["availability"]
-    lines = [
-        f"verdict: {'VALID' if result['valid'] else 'INVALID'}",
-        f"queue: {queue['stats']['acknowledged']} acknowledged of {queue['stats']['sends']} sends, "
-        f"{queue['stats']['values_read']} values read in {queue['stats']['polls']} polls",
-    ]
-    if queue["anomaly_types"]:
-        lines.append("anomalies:")
-        lines += [f"  {kind}: {n}" for kind, n in queue["anomaly_counts"].items()]
-    else:
-        lines.append("anomalies: none")
+    meta, avail = result["metadata_linearizability"], result["availability"]
+    lines = [f"verdict: {'VALID' if result['valid'] else 'INVALID'}"]
+    queue = result.get("queue")
+    if queue is not None:
+        lines.append(
+            f"queue: {queue['stats']['acknowledged']} acknowledged of {queue['stats']['sends']}"
+            f" sends, {queue['stats']['values_read']} values read in"
+            f" {queue['stats']['polls']} polls"
+        )
+        if queue["anomaly_types"]:
+            lines.append("anomalies:")
+            lines += [f"  {kind}: {n}" for kind, n in queue["anomaly_counts"].items()]
+        else:
+            lines.append("anomalies: none")
+    share = result.get("share")
+    if share is not None:
+        stats = share["stats"]
+        lines.append(
+            f"share queue: {stats['sent']} acknowledged sends; {stats['acknowledged']} accepted,"
+            f" {stats['dead_lettered']} dead-lettered, {stats['deliveries']} deliveries"
+            f" (max_deliveries {share['max_deliveries']})"
+        )
+        if share["anomaly_types"]:
+            lines.append("share anomalies:")
+            lines += [f"  {kind}: {n}" for kind, n in share["anomaly_counts"].items()]
+        else:
+            lines.append("share anomalies: none")
     group = result.get("group")
     if group is not None:
         stats = group["stats"]

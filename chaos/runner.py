@@ -19,6 +19,7 @@ from raftline.chaos.cluster import Cluster, ClusterError, ComposeCluster, Static
 from raftline.chaos.group_workload import GroupWorkload
 from raftline.chaos.history import Recorder
 from raftline.chaos.nemesis import Schedule, make_faults
+from raftline.chaos.share_workload import ShareWorkload
 from raftline.chaos.workload import Workload, session
 
 
@@ -41,10 +42,15 @@ class RunConfig:
     tear_down: bool = True
     ready_timeout_s: float = 120.0
     final_read_s: float = 180.0
-    workload: str = "queue"  # "queue": producers, consumers, metadata; "group": a consumer group
+    # "queue": producers, consumers, metadata; "group": a consumer group; "share": a queue's
+    # receivers (share group) with a dead-letter topic
+    workload: str = "queue"
     members: int = 4  # group members (workload "group")
     group: str = "chaos-group"
     session_timeout_ms: int = 6000
+    receivers: int = 4  # queue receivers (workload "share")
+    lock_ms: int = 1_000  # the queue's lock (workload "share")
+    max_deliveries: int = 3  # the queue's (workload "share")
 
 
 def _heal(cluster: Cluster) -> None:
@@ -80,6 +86,9 @@ async def _workload(
         if config.workload == "group":
             group = _group_clients(config, cluster, work, http, schedule, clients, faults_until)
             return await group
+        if config.workload == "share":
+            share = _share_clients(config, cluster, work, http, schedule, clients, faults_until)
+            return await share
         clients += [
             work.consume(http, config.producers + c, c % config.partitions, until)
             for c in range(config.consumers)
@@ -118,6 +127,32 @@ async def _group_clients(
     )
     done = final["consumed_to_end"] and final["offsets_read"]
     return {"ready_after_heal": ready, "final_reads_complete": {"group": done}, "group": final}
+
+
+async def _share_clients(
+    config: RunConfig,
+    cluster: Cluster,
+    work: Workload,
+    http: Any,
+    schedule: Schedule,
+    producers: list[Any],
+    faults_until: float,
+) -> dict[str, Any]:
+    """The queue workload's receivers next to the producers, then its drain and final read."""
+    until = faults_until + config.recovery_s
+    share = ShareWorkload(work, lock_ms=config.lock_ms, max_deliveries=config.max_deliveries)
+    first = config.producers
+    if not await share.setup(http, first + config.receivers + 2, time.monotonic() + 60):
+        raise ClusterError(f"could not create queue {share.queue!r} within 60 s")
+    receivers = [share.receiver(http, first + r, until) for r in range(config.receivers)]
+    helpers = [work.nodes.probe(http, until), work.watch_leaders(http, until)]
+    await asyncio.gather(_faults(cluster, schedule, faults_until), *producers, *receivers, *helpers)
+    ready = await asyncio.to_thread(cluster.wait_ready, config.ready_timeout_s)
+    final = await share.final_phase(
+        http, first + config.receivers, time.monotonic() + config.final_read_s
+    )
+    done = final["drained"] and final["dead_letters_read"]
+    return {"ready_after_heal": ready, "final_reads_complete": {"share": done}, "share": final}
 
 
 def run(config: RunConfig) -> dict[str, Any]:

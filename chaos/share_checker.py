@@ -5,11 +5,14 @@ Owns the queue anomalies and how to find them in a history. Records are named by
 "partition/offset" of the source topic.
 
 History shape (values are JSON):
-- send:    invoke {"value"}; ok adds "partition" and "offset". fail: definitely not written.
+- send:    invoke {"value"}; ok adds "partition" and "offset" (or has the chaos producers'
+  "key": "topic/partition"). fail: definitely not written.
 - receive: ok {"messages": [{"partition", "offset", "value", "delivery_count"}]}.
 - settle:  invoke {"outcome": "accept" | "release" | "reject", "records": [[partition, offset,
   delivery_count], ...]}; ok adds "results": [true | false, ...] (whether each receipt held
   its lock); info: unknown.
+- queue-create: invoke and ok hold the queue's config, "max_deliveries" among it (report.py
+  reads it from there).
 - final:   ok {"dead": [{"partition", "offset", "value", "delivery_count", "reason"}]}: the
   whole dead-letter topic read after the faults healed and the queue was drained.
 `max_deliveries` is the queue's.
@@ -50,6 +53,12 @@ def _key(partition: Any, offset: Any) -> Key:
     return f"{int(partition)}/{int(offset)}"
 
 
+def _sent_partition(value: dict[str, Any]) -> Any:
+    if "partition" in value:
+        return value["partition"]
+    return str(value["key"]).rsplit("/", 1)[1]
+
+
 def check(history: Iterable[Op], max_deliveries: int) -> Result:
     ops = pair(client_ops(history))
     anomalies: dict[str, list[Any]] = defaultdict(list)
@@ -62,7 +71,7 @@ def check(history: Iterable[Op], max_deliveries: int) -> Result:
     sent: dict[Key, Any] = {}
     for op in ops:
         if op.invoke.f == "send" and op.type == "ok":
-            sent[_key(op.value["partition"], op.value["offset"])] = op.value["value"]
+            sent[_key(_sent_partition(op.value), op.value["offset"])] = op.value["value"]
 
     accepted: dict[Key, list[Completed]] = defaultdict(list)  # ok accepts
     rejected: set[Key] = set()  # rejects that may have applied (ok or unknown)
@@ -127,3 +136,28 @@ def check(history: Iterable[Op], max_deliveries: int) -> Result:
         "deliveries": sum(len(v) for v in receives.values()),
     }
     return Result(not anomalies, dict(anomalies), stats)
+
+
+def has_share_ops(ops: Iterable[Op]) -> bool:
+    return any(op.f in ("receive", "settle") for op in ops)
+
+
+def max_deliveries_of(ops: Iterable[Op], default: int = 5) -> int:
+    """The queue's max_deliveries as its create call recorded it (the API's default else)."""
+    for op in ops:
+        if op.f == "queue-create" and isinstance(op.value, dict) and "max_deliveries" in op.value:
+            return int(op.value["max_deliveries"])
+    return default
+
+
+def verdict(ops: list[Op]) -> dict[str, Any]:
+    """`check` as report.py shows it: valid, anomaly types and counts, examples, stats."""
+    result = check(ops, max_deliveries_of(ops))
+    return {
+        "valid": result.valid,
+        "max_deliveries": max_deliveries_of(ops),
+        "anomaly_types": sorted(result.anomalies),
+        "anomaly_counts": {k: len(v) for k, v in result.anomalies.items()},
+        "anomalies": result.anomalies,
+        "stats": result.stats,
+    }

@@ -34,6 +34,7 @@ class Driver(abc.ABC):
     """
 
     system: str = ""
+    queues: bool = False  # has create_queue / consume_queue (workload kind "queue-ack")
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
@@ -76,6 +77,23 @@ class Driver(abc.ABC):
 
     @abc.abstractmethod
     async def close(self) -> None: ...
+
+    # Queues (workload kind "queue-ack"): shared consumption with per-message acknowledgement.
+
+    async def create_queue(self, topic: str, partitions: int) -> None:
+        """The topic and a queue over all its partitions that `consume_queue` receives from."""
+        raise NotImplementedError(f"{self.system} has no queue driver")
+
+    async def delete_queue(self, topic: str, partitions: int) -> None:
+        raise NotImplementedError(f"{self.system} has no queue driver")
+
+    async def consume_queue(
+        self, topic: str, partitions: int, on_delivery: OnDelivery, stop: asyncio.Event
+    ) -> None:
+        """One receiver of the topic's queue, sharing it with the others, until stop is set:
+        calls on_delivery with the payloads it received once it acknowledged them (as far as
+        the system confirms an acknowledgement: see the driver's durability)."""
+        raise NotImplementedError(f"{self.system} has no queue driver")
 
     @staticmethod
     def partition_name(topic: str, partition: int) -> str:

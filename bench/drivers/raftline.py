@@ -15,12 +15,18 @@ from raftline.clients.client import AsyncClient, AsyncConsumer, AsyncProducer
 FETCH_MAX_MESSAGES = 100_000
 FETCH_MAX_BYTES = 1024 * 1024
 FETCH_WAIT_MS = 500
+# Queue receivers: messages per receive, and receives (each then acked) in flight per receiver.
+QUEUE_RECEIVE_MAX = 1000
+QUEUE_WAIT_MS = 500
+QUEUE_WINDOW = 4
+QUEUE_LOCK_MS = 30_000
 
 
 class RaftlineDriver(Driver):
     """acks=all returns once a majority of the partition's replicas have the batch on disk."""
 
     system = "raftline"
+    queues = True
 
     @property
     def durability(self) -> str:
@@ -88,6 +94,47 @@ class RaftlineDriver(Driver):
             values = await consumer.poll_values()
             if values:
                 on_delivery(values)  # type: ignore[arg-type]  # bench payloads are never null
+
+    @property
+    def queue_durability(self) -> str:
+        r = self.endpoint.replicas
+        return (
+            f"{self.durability}. Queue: one over all partitions; a receive locks up to "
+            f"{QUEUE_RECEIVE_MAX} messages on the partition leaders, the ack (accept) of the "
+            f"batch's receipts answers after the settle committed in the queue's Raft state "
+            f"group ({r} replica{'s' if r > 1 else ''}, same fsync policy); {QUEUE_WINDOW} "
+            "receive-then-ack loops per receiver over HTTP (clients/queueing.py)"
+        )
+
+    @staticmethod
+    def queue_name(topic: str) -> str:
+        return f"{topic}-q"
+
+    async def create_queue(self, topic: str, partitions: int) -> None:
+        await self.create_topic(topic, partitions)
+        queue = self.client.queue(self.queue_name(topic))
+        await queue.create(topic, lock_ms=QUEUE_LOCK_MS, max_deliveries=5)
+
+    async def delete_queue(self, topic: str, partitions: int) -> None:
+        await self.client.queue(self.queue_name(topic)).delete()
+        await self.delete_topic(topic, partitions)
+
+    async def consume_queue(
+        self, topic: str, partitions: int, on_delivery: OnDelivery, stop: asyncio.Event
+    ) -> None:
+        queue = self.client.queue(
+            self.queue_name(topic), max_messages=QUEUE_RECEIVE_MAX, wait_ms=QUEUE_WAIT_MS
+        )
+
+        async def loop() -> None:
+            while not stop.is_set():
+                messages = await queue.receive()
+                if not messages:
+                    continue
+                held = await queue.ack(messages)
+                on_delivery([m.value for m, ok in zip(messages, held, strict=True) if ok])
+
+        await asyncio.gather(*(loop() for _ in range(QUEUE_WINDOW)))
 
     async def close(self) -> None:
         for producer in self.producers.values():
