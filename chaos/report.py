@@ -60,6 +60,12 @@ def analyse(ops: list[Op], allowed: tuple[str, ...] = ()) -> dict[str, Any]:
     }
 
 
+def _anomaly_lines(title: str, checked: dict[str, Any]) -> list[str]:
+    if not checked["anomaly_types"]:
+        return [f"{title}: none"]
+    return [f"{title}:"] + [f"  {kind}: {n}" for kind, n in checked["anomaly_counts"].items()]
+
+
 def summary_text(result: dict[str, Any]) -> str:
     meta, avail = result["metadata_linearizability"], result["availability"]
     lines = [f"verdict: {'VALID' if result['valid'] else 'INVALID'}"]
@@ -70,11 +76,7 @@ def summary_text(result: dict[str, Any]) -> str:
             f" sends, {queue['stats']['values_read']} values read in"
             f" {queue['stats']['polls']} polls"
         )
-        if queue["anomaly_types"]:
-            lines.append("anomalies:")
-            lines += [f"  {kind}: {n}" for kind, n in queue["anomaly_counts"].items()]
-        else:
-            lines.append("anomalies: none")
+        lines += _anomaly_lines("anomalies", queue)
     share = result.get("share")
     if share is not None:
         stats = share["stats"]
@@ -83,11 +85,7 @@ def summary_text(result: dict[str, Any]) -> str:
             f" {stats['dead_lettered']} dead-lettered, {stats['deliveries']} deliveries"
             f" (max_deliveries {share['max_deliveries']})"
         )
-        if share["anomaly_types"]:
-            lines.append("share anomalies:")
-            lines += [f"  {kind}: {n}" for kind, n in share["anomaly_counts"].items()]
-        else:
-            lines.append("share anomalies: none")
+        lines += _anomaly_lines("share anomalies", share)
     group = result.get("group")
     if group is not None:
         stats = group["stats"]
@@ -96,11 +94,7 @@ def summary_text(result: dict[str, Any]) -> str:
             f" {stats['members']} members over {stats['generations']} generations;"
             f" {stats['commits_ok']} commits ok, {stats['commits_refused']} refused"
         )
-        if group["anomaly_types"]:
-            lines.append("group anomalies:")
-            lines += [f"  {kind}: {n}" for kind, n in group["anomaly_counts"].items()]
-        else:
-            lines.append("group anomalies: none")
+        lines += _anomaly_lines("group anomalies", group)
     lines.append(f"metadata linearizability: {meta['verdict']} over {meta['keys']} topics")
     for failure in meta["failures"]:
         lines.append(
