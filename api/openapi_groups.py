@@ -362,7 +362,8 @@ def group_paths() -> dict[str, Any]:
                     _query(
                         "isolation",
                         {"type": "string", "enum": ["read_uncommitted", "read_committed"]},
-                        "accepted; both read everything Raft committed until transactions exist",
+                        "read_committed: only non-transactional messages and those of committed "
+                        "transactions, each partition up to its last stable offset",
                     ),
                 ],
                 "responses": {
