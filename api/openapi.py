@@ -11,6 +11,7 @@ from typing import Any
 from raftline.api.codec import BATCH_CONTENT_TYPE
 from raftline.api.openapi_groups import GROUP_SCHEMAS, group_paths
 from raftline.api.openapi_queues import QUEUE_SCHEMAS, queue_paths
+from raftline.api.openapi_restore import restore_paths
 
 JSON = "application/json"
 MSGPACK = "application/msgpack"
@@ -664,6 +665,6 @@ def openapi_document() -> dict[str, Any]:
             '{"error": {"code", "message", "retryable"}}. Bodies may be JSON or msgpack '
             "(Content-Type application/msgpack); answers are msgpack when Accept asks.",
         },
-        "paths": {**paths, **group_paths(), **queue_paths()},
+        "paths": {**paths, **group_paths(), **queue_paths(), **restore_paths()},
         "components": {"schemas": {**_SCHEMAS, **GROUP_SCHEMAS, **QUEUE_SCHEMAS}},
     }

@@ -153,6 +153,17 @@ class PartitionTiering:
                 self._effects.pop(next(iter(self._effects)))
             write_atomically(self.path, json.dumps(self.state.snapshot()).encode())
 
+    def restore_from(self, document: dict[str, Any], restore_point: int) -> None:
+        """A replica restored from the bucket (node/restore.py): its log starts at
+        `restore_point`, and the bucket's manifest says what lies below (segments the new
+        leader added since are left to the commands in the log, which apply on top)."""
+        state = ManifestState.from_document(document)
+        state.segments = [s for s in state.segments if s.last_offset < restore_point]
+        state.durable_next = min(state.durable_next, state.next_offset)
+        state.applied_index = restore_point - 1
+        self.state = state
+        write_atomically(self.path, json.dumps(state.snapshot()).encode())
+
     def start_offset(self, local_start: int) -> int:
         """The partition's log start: the bucket's when it joins the local log."""
         state = self.state

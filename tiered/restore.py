@@ -1,0 +1,129 @@
+"""What a bucket can restore: its topics and, per partition, where the uploaded log ends.
+
+Owns reading the topic objects and partition manifests of a bucket (tiered/FORMAT.md §2-3) into
+restore plans: one per topic name (its current incarnation), with each partition's remote log
+start and next offset. The node turns a plan into a topic (node/restore.py); nothing here writes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from raftline.tiered.manifest import FORMAT_VERSION
+from raftline.tiered.store import ObjectNotFound, ObjectStore
+
+TOPICS_PREFIX = "topics/"
+
+
+class RestoreError(ValueError):
+    """The bucket holds something a restore cannot use (an unknown format, a broken object)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionBackup:
+    """One partition as its manifest has it: records [start_offset, next_offset) are in the
+    bucket. No manifest yet (nothing uploaded): both 0."""
+
+    start_offset: int = 0
+    next_offset: int = 0
+    segments: int = 0
+    size_bytes: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "start_offset": self.start_offset,
+            "next_offset": self.next_offset,
+            "segments": self.segments,
+            "size_bytes": self.size_bytes,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TopicBackup:
+    name: str
+    topic_id: int
+    replication_factor: int
+    config: dict[str, str]
+    created_ms: int
+    partitions: tuple[PartitionBackup, ...]
+
+    @property
+    def next_offsets(self) -> list[int]:
+        return [p.next_offset for p in self.partitions]
+
+
+def _json(data: bytes, key: str) -> dict[str, Any]:
+    try:
+        document = json.loads(data)
+    except ValueError as exc:
+        raise RestoreError(f"{key} is not JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise RestoreError(f"{key} is not a JSON object")
+    version = document.get("format_version")
+    if version != FORMAT_VERSION:
+        raise RestoreError(f"{key}: format_version {version!r}, this node reads {FORMAT_VERSION}")
+    return document
+
+
+def partition_backup(document: dict[str, Any], key: str) -> PartitionBackup:
+    """What a manifest (tiered/FORMAT.md §3) says the bucket holds of its partition."""
+    try:
+        segments = document["segments"]
+        start, next_offset = int(document["start_offset"]), int(document["next_offset"])
+        size = sum(int(s["size_bytes"]) for s in segments)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RestoreError(f"{key} is not a manifest: {exc!r}") from None
+    if not 0 <= start <= next_offset:
+        raise RestoreError(f"{key}: start_offset {start} above next_offset {next_offset}")
+    return PartitionBackup(start, next_offset, len(segments), size)
+
+
+async def read_manifest(store: ObjectStore, key: str) -> dict[str, Any] | None:
+    """The manifest document at `key`, None when the partition has uploaded nothing."""
+    try:
+        return _json(await store.get(key), key)
+    except ObjectNotFound:
+        return None
+
+
+async def topic_backups(store: ObjectStore, names: list[str] | None = None) -> list[TopicBackup]:
+    """Every topic of the bucket (or those in `names`), by name; of several incarnations of a
+    name, the latest created (FORMAT.md §2). A name asked for but absent raises RestoreError."""
+    latest: dict[str, dict[str, Any]] = {}
+    for info in await store.list(TOPICS_PREFIX):
+        if not info.key.endswith("/topic.json"):
+            continue
+        document = _json(await store.get(info.key), info.key)
+        name = str(document.get("topic"))
+        if names is not None and name not in names:
+            continue
+        rank = (int(document.get("created_ms", 0)), int(document.get("topic_id", 0)))
+        held = latest.get(name)
+        if held is None or rank > (int(held.get("created_ms", 0)), int(held["topic_id"])):
+            latest[name] = document
+    missing = sorted(set(names or ()) - set(latest))
+    if missing:
+        raise RestoreError(f"no topic object in the bucket for {', '.join(missing)}")
+    return [await _backup(store, latest[name]) for name in sorted(latest)]
+
+
+async def _backup(store: ObjectStore, document: dict[str, Any]) -> TopicBackup:
+    try:
+        name = str(document["topic"])
+        topic_id, factor = int(document["topic_id"]), int(document["replication_factor"])
+        config = {str(k): str(v) for k, v in document["config"].items()}
+        manifests = [str(key) for key in document["manifests"]]
+        created_ms = int(document.get("created_ms", 0))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        topic = document.get("topic")
+        raise RestoreError(f"topic object of {topic!r} is broken: {exc!r}") from None
+    if not manifests or len(manifests) != int(document.get("partitions", len(manifests))):
+        raise RestoreError(f"topic {name!r}: partitions and manifests disagree")
+    partitions = []
+    for key in manifests:
+        manifest = await read_manifest(store, key)
+        backup = PartitionBackup() if manifest is None else partition_backup(manifest, key)
+        partitions.append(backup)
+    return TopicBackup(name, topic_id, factor, config, created_ms, tuple(partitions))
