@@ -205,3 +205,73 @@ async def test_bad_tiered_settings_are_refused(
     with pytest.raises(BrokerError, match=problem) as refused:
         await node.create_topic("bad", 1, 1, config)
     assert refused.value.code == "invalid_request"
+
+
+async def test_a_new_leader_continues_the_manifest_without_other_objects(
+    tmp_path: Path, s3_env: SeaweedServer, bucket: str, prefix: str
+) -> None:
+    cfgs = configs(tmp_path, 3)
+    for config in cfgs:
+        config.s3_endpoint, config.s3_bucket, config.s3_prefix = s3_env.endpoint, bucket, prefix
+        config.retention_check_s = 0.1
+        config.fsync = "never"
+    brokers = await start_all(cfgs)
+    stopped: Broker | None = None
+    try:
+        await brokers[0].create_topic("moving", 1, 3, TIERED)
+        group = next(iter(brokers[0].partitions))
+
+        def leader() -> Broker | None:
+            return next(
+                (b for b in brokers if b is not stopped and b.partitions[group].role == "leader"),
+                None,
+            )
+
+        await wait_for(lambda: leader() is not None)
+        first = leader()
+        assert first is not None
+        values = await produce(first, "moving", 60)
+        await wait_for(
+            lambda: all(len(b.tiering.partitions[group].state.segments) >= 2 for b in brokers),
+            timeout=30,
+        )  # type: ignore[union-attr]
+        store = store_of(s3_env, bucket, prefix)
+        before = {
+            info.key: await store.get(info.key)
+            for info in await store.list()
+            if info.key.endswith(".log")
+        }
+
+        stopped = first
+        await first.stop()
+        # What the survivors know is in the bucket (an add the old leader committed last may
+        # still be applied under the new leader: that segment was uploaded by the old one).
+        handed_over_at = min(
+            b.tiering.partitions[group].state.next_offset  # type: ignore[union-attr]
+            for b in brokers
+            if b is not first
+        )
+        await wait_for(lambda: leader() is not None, timeout=20)
+        second = leader()
+        assert second is not None
+        values += await produce(second, "moving", 60)
+        tiering = second.tiering.partitions[group]  # type: ignore[union-attr]
+        await wait_for(lambda: tiering.state.next_offset > len(values), timeout=30)
+        await wait_for(lambda: tiering.state.durable_revision == tiering.state.revision, timeout=30)
+
+        after = {info.key for info in await store.list() if info.key.endswith(".log")}
+        manifest = json.loads(await store.get(tiering._manifest_key()))
+        named = [s["object"] for s in manifest["segments"]]
+        assert after == set(named)  # no object the manifest does not name: none was redone
+        # The new leader uploaded only what was not in the bucket when it took over.
+        new = [s for s in manifest["segments"] if s["base_offset"] >= handed_over_at]
+        assert 0 < second.tiering.uploaded_segments <= len(new)  # type: ignore[union-attr]
+        for key, data in before.items():
+            assert await store.get(key) == data  # objects already there are untouched
+        for earlier, later in zip(manifest["segments"], manifest["segments"][1:], strict=False):
+            assert later["base_offset"] == earlier["last_offset"] + 1
+        assert [v for _, v in await fetch_all(second, "moving")] == values
+    finally:
+        for broker in brokers:
+            if broker is not stopped:
+                await broker.stop()
