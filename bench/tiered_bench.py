@@ -14,6 +14,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from aiohttp import web
+
+from raftline.api.app import create_app
+from raftline.clients.aio import AsyncClient
 from raftline.node.broker import Broker
 from raftline.node.config import NodeConfig
 from raftline.node.tiering import PartitionTiering
@@ -44,6 +48,20 @@ async def fetch_everything(broker: Broker, topic: str, upto: int) -> int:
     return total
 
 
+async def fetch_over_http(url: str, topic: str, upto: int) -> int:
+    """The same reads as a consumer makes them: the Python client's value fetches over HTTP
+    (raw batches on the wire); returns the values' bytes."""
+    total, offset = 0, 0
+    async with AsyncClient(url) as client:
+        while offset < upto:
+            fetched = await client.fetch_values(
+                topic, 0, offset, max_messages=100_000, max_bytes=1 << 20
+            )
+            total += sum(len(v or b"") for v in fetched.values)
+            offset = fetched.next_offset
+    return total
+
+
 async def run(server_endpoint: str, bucket: str, root: Path, mib: int, segment_mib: int) -> None:
     [config] = configs(root, 1)
     config.s3_endpoint, config.s3_bucket, config.s3_prefix = server_endpoint, bucket, "bench"
@@ -57,10 +75,15 @@ async def run(server_endpoint: str, bucket: str, root: Path, mib: int, segment_m
 
     PartitionTiering.upload_round = gated  # type: ignore[method-assign]
     [broker] = await start_all([config])
+    runner = web.AppRunner(create_app(broker, self_http=config.http))
+    await runner.setup()
+    host, port = config.http.rsplit(":", 1)
+    await web.TCPSite(runner, host, int(port)).start()
     try:
         await upload_bench(broker, config, gate, mib, segment_mib)
-        await fetch_bench(broker, mib, segment_mib)
+        await fetch_bench(broker, f"http://{config.http}", mib, segment_mib)
     finally:
+        await runner.cleanup()
         await broker.stop()
         PartitionTiering.upload_round = upload_round  # type: ignore[method-assign]
 
@@ -101,7 +124,7 @@ async def upload_bench(
     print(f"  ratio: {put_s / upload_s:.2f}")
 
 
-async def fetch_bench(broker: Broker, mib: int, segment_mib: int) -> None:
+async def fetch_bench(broker: Broker, url: str, mib: int, segment_mib: int) -> None:
     await broker.create_topic(
         "read",
         1,
@@ -118,19 +141,29 @@ async def fetch_bench(broker: Broker, mib: int, segment_mib: int) -> None:
     started = time.perf_counter()
     local_bytes = await fetch_everything(broker, "read", upto)
     local_s = time.perf_counter() - started
+    started = time.perf_counter()
+    local_http = await fetch_over_http(url, "read", upto)
+    local_http_s = time.perf_counter() - started
     await wait_for(lambda: replica.log.log_start_offset >= upto, timeout=600)
     assert broker.tiering is not None
-    broker.tiering.cache._chunks.clear()  # a cold cache: every byte comes from the bucket
-    broker.tiering.cache._held = 0
+    cache = broker.tiering.cache
+    cache.drop_all()  # a cold cache: every byte comes from the bucket
     started = time.perf_counter()
     remote_bytes = await fetch_everything(broker, "read", upto)
     remote_s = time.perf_counter() - started
-    assert remote_bytes == local_bytes
+    cache.drop_all()
+    started = time.perf_counter()
+    remote_http = await fetch_over_http(url, "read", upto)
+    remote_http_s = time.perf_counter() - started
+    assert (remote_bytes, remote_http) == (local_bytes, local_http)
     mb = local_bytes / (1 << 20)
-    print(f"sequential fetch of {mb:.0f} MiB from offset 0 in 1 MiB fetches")
-    print(f"  local disk:             {mb / local_s:7.1f} MiB/s")
-    print(f"  bucket (cold cache):    {mb / remote_s:7.1f} MiB/s")
+    print(f"sequential fetch of {mb:.0f} MiB from offset 0 in 1 MiB fetches (cold cache)")
+    print(f"  broker.fetch, local disk:  {mb / local_s:8.1f} MiB/s")
+    print(f"  broker.fetch, bucket:      {mb / remote_s:8.1f} MiB/s")
     print(f"  ratio: {local_s / remote_s:.2f}")
+    print(f"  HTTP client, local disk:   {mb / local_http_s:8.1f} MiB/s")
+    print(f"  HTTP client, bucket:       {mb / remote_http_s:8.1f} MiB/s")
+    print(f"  ratio: {local_http_s / remote_http_s:.2f}")
 
 
 def main() -> None:

@@ -23,7 +23,13 @@ from raftline.raftlog.records import TIERED, build_control_batch, control_type_o
 from raftline.raftlog.types import Entry, EntryKind
 from raftline.tiered import layout
 from raftline.tiered.manifest import Effect, ManifestState, decode_command, encode_command
-from raftline.tiered.reader import DEFAULT_CACHE_BYTES, ChunkCache, RemoteRead, read_segment
+from raftline.tiered.reader import (
+    CHUNK_BYTES,
+    DEFAULT_CACHE_BYTES,
+    ChunkCache,
+    RemoteRead,
+    read_segment,
+)
 from raftline.tiered.store import ObjectNotFound, ObjectStore, ObjectStoreError, S3Config
 
 log = logging.getLogger(__name__)
@@ -186,6 +192,11 @@ class PartitionTiering:
             ) from exc
         self.node.remote_reads += 1
         self.node.remote_read_bytes += len(answer.data)
+        if answer.end_position + CHUNK_BYTES >= segment.size_bytes:
+            # Near the end of this object: a sequential reader needs the next one soon.
+            following = self.state.segment_for(segment.last_offset + 1)
+            if following is not None:
+                self.node.cache.prefetch(following.object, following.size_bytes)
         return answer
 
     # ---- the leader's loop ------------------------------------------------------------

@@ -20,7 +20,7 @@ from .layout import INDEX_INTERVAL_BYTES, AbortedRange, offset_index_floor, read
 from .manifest import SegmentMeta
 from .store import ObjectStore
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 4 << 20  # one ranged GET; large enough that request overhead stays small
 DEFAULT_CACHE_BYTES = 64 << 20
 READ_AHEAD_CHUNKS = 4
 _BATCH_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
@@ -30,6 +30,7 @@ _LAST_OFFSET_DELTA = 23  # position of lastOffsetDelta in a batch
 class RemoteRead(NamedTuple):
     data: bytes  # whole batches, as the local log would return them
     aborted: list[AbortedRange]  # the segment's aborted transactions (read_committed)
+    end_position: int  # where in the object the read stopped
 
 
 class ChunkCache:
@@ -87,7 +88,9 @@ class ChunkCache:
         self._last_chunk[key] = number
         if len(self._last_chunk) > 1024:
             self._last_chunk.pop(next(iter(self._last_chunk)))
-        if previous is None or not previous <= number <= previous + 1:
+        # A reader that starts at an object's first chunk is taken as a sequential one.
+        forward = number == 0 if previous is None else previous <= number <= previous + 1
+        if not forward:
             return
         last_chunk = (size - 1) // CHUNK_BYTES
         for ahead in range(number + 1, min(number + READ_AHEAD_CHUNKS, last_chunk) + 1):
@@ -95,6 +98,13 @@ class ChunkCache:
             if slot in self._chunks or slot in self._loading:
                 continue
             task = asyncio.ensure_future(self._prefetch(key, ahead, size))
+            self._ahead.add(task)
+            task.add_done_callback(self._ahead.discard)
+
+    def prefetch(self, key: str, size: int) -> None:
+        """Start loading the first chunk of an object a sequential reader goes to next."""
+        if (key, 0) not in self._chunks and (key, 0) not in self._loading:
+            task = asyncio.ensure_future(self._prefetch(key, 0, size))
             self._ahead.add(task)
             task.add_done_callback(self._ahead.discard)
 
@@ -114,14 +124,21 @@ class ChunkCache:
             self._small.popitem(last=False)
         return data
 
-    async def read_range(self, key: str, size: int, start: int, end: int) -> bytes:
-        """Bytes [start, end) of the object, through the chunks."""
+    async def read_range(self, key: str, size: int, start: int, end: int) -> memoryview:
+        """Bytes [start, end) of the object, through the chunks (a view: no copy when they
+        lie in one chunk)."""
         first, last = start // CHUNK_BYTES, (end - 1) // CHUNK_BYTES
         self.read_ahead(key, last, size)
         parts = [await self.chunk(key, n, size) for n in range(first, last + 1)]
         joined = parts[0] if len(parts) == 1 else b"".join(parts)
         base = first * CHUNK_BYTES
-        return joined[start - base : end - base]
+        return memoryview(joined)[start - base : end - base]
+
+    def drop_all(self) -> None:
+        """Forget every cached chunk (benchmarks measure a cold cache with it)."""
+        self._chunks.clear()
+        self._small.clear()
+        self._held = 0
 
     def close(self) -> None:
         for task in list(self._ahead):
@@ -145,7 +162,7 @@ async def read_segment(
         # A window past the start position: the batches wanted plus those skipped to reach
         # `offset` (at most one index interval) usually fit in one.
         end = min(size, position + max(max_bytes, LOG_OVERHEAD) + INDEX_INTERVAL_BYTES)
-        window = memoryview(await cache.read_range(segment.object, size, position, end))
+        window = await cache.read_range(segment.object, size, position, end)
         at = 0
         while True:
             if at + LOG_OVERHEAD > len(window):
@@ -157,10 +174,9 @@ async def read_segment(
                 break
             if at + batch_size > len(window):
                 if at == 0:  # one batch larger than the window: read exactly it
-                    whole = await cache.read_range(
+                    window = await cache.read_range(
                         segment.object, size, position, position + batch_size
                     )
-                    window, at = memoryview(whole), 0
                     continue
                 break
             batch = window[at : at + batch_size]
@@ -174,7 +190,7 @@ async def read_segment(
     aborted: list[AbortedRange] = []
     if segment.txn_index is not None:
         aborted = read_txn_index(await cache.small(segment.txn_index))
-    return RemoteRead(b"".join(out), aborted)
+    return RemoteRead(b"".join(out), aborted, position)
 
 
 def _last_offset_delta(batch: memoryview) -> int:
