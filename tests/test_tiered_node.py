@@ -8,11 +8,15 @@ import itertools
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 from inproc_harness import configs, start_all, wait_for
+from kafka.record.memory_records import MemoryRecords
 from seaweedfs import SeaweedServer, running_seaweedfs
 
+from raftline.api.app import create_app
 from raftline.node.broker import Broker, BrokerError
 from raftline.raftlog.records import Record, build_batch, decode_batch
 from raftline.tiered.store import ObjectStore, S3Config
@@ -275,3 +279,118 @@ async def test_a_new_leader_continues_the_manifest_without_other_objects(
         for broker in brokers:
             if broker is not stopped:
                 await broker.stop()
+
+
+async def _ok(response: Any, status: int = 200) -> Any:
+    assert response.status == status, await response.text()
+    return await response.json()
+
+
+async def _read_all(api: TestClient, isolation: str) -> list[str]:
+    values: list[str] = []
+    offset = 0
+    while True:
+        body = await _ok(
+            await api.get(
+                f"/v1/topics/tx/partitions/0/messages?offset={offset}&isolation={isolation}"
+            )
+        )
+        values += [m["value"] for m in body["messages"]]
+        if body["next_offset"] == offset or body["next_offset"] >= body["high_watermark"]:
+            return values
+        offset = body["next_offset"]
+
+
+async def test_read_committed_from_the_bucket_drops_aborted_transactions(
+    node: Broker,
+) -> None:
+    api = TestClient(TestServer(create_app(node, self_http=node.config.http)))
+    await api.start_server()
+    try:
+        await _ok(await api.post("/v1/topics", json={"name": "tx", "config": TIERED}), 201)
+        init = {"transactional_id": "tx-1", "transaction_timeout_ms": 60_000}
+        producer = await _ok(await api.post("/v1/producers", json=init))
+        pid, epoch = producer["producer_id"], producer["producer_epoch"]
+        expected: list[str] = []
+        everything: list[str] = []
+        filler = "f" * 300
+        for round_ in range(6):
+            commit = round_ % 2 == 0
+            values = [f"{'c' if commit else 'a'}{round_}-{i}-{filler}" for i in range(4)]
+            body = {
+                "transactional": True,
+                "transactional_id": "tx-1",
+                "producer_id": pid,
+                "producer_epoch": epoch,
+                "sequence": 0,
+                "messages": [{"value": v, "partition": 0} for v in values],
+            }
+            await _ok(await api.post("/v1/topics/tx/messages", json=body))
+            plain = [f"p{round_}-{i}-{filler}" for i in range(10)]
+            await _ok(
+                await api.post(
+                    "/v1/topics/tx/messages",
+                    json={"messages": [{"value": v, "partition": 0} for v in plain]},
+                )
+            )
+            action = "commit" if commit else "abort"
+            ended = await _ok(
+                await api.post(
+                    f"/v1/transactions/tx-1/{action}",
+                    json={"producer_id": pid, "producer_epoch": epoch},
+                )
+            )
+            epoch = ended["producer_epoch"]
+            expected += [*values, *plain] if commit else plain
+            everything += [*values, *plain]
+        # Filler after the last marker, so that the transactions' segments seal and upload.
+        for _ in range(4):
+            plain = [f"z-{filler}" for _ in range(10)]
+            await _ok(
+                await api.post(
+                    "/v1/topics/tx/messages",
+                    json={"messages": [{"value": v, "partition": 0} for v in plain]},
+                )
+            )
+            expected += plain
+            everything += plain
+        replica = next(r for r in node.partitions.values() if r.topic == "tx")
+        tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+        await wait_for(
+            lambda: (
+                any(s.txn_index for s in tiering.state.segments)
+                and replica.log.log_start_offset > tiering.state.segments[-1].base_offset
+            ),
+            timeout=30,
+        )
+        # Local producer state forgot the aborted transactions below the local log start:
+        # only the bucket's transaction index can drop them now.
+        assert replica.producers.state.aborted_in(0, replica.log.log_start_offset) == []
+        assert sorted(await _read_all(api, "read_committed")) == sorted(expected)
+        assert await _read_all(api, "read_committed") == expected
+        assert await _read_all(api, "read_uncommitted") == everything
+    finally:
+        await api.close()
+
+
+async def test_bucket_objects_are_kafka_batches_with_tiered_entries_as_control_batches(
+    node: Broker, s3_env: SeaweedServer, bucket: str, prefix: str
+) -> None:
+    await node.create_topic("kafka", 1, 1, TIERED)
+    values = await produce(node, "kafka", 80)
+    replica = next(r for r in node.partitions.values() if r.topic == "kafka")
+    tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+    await wait_for(lambda: len(tiering.state.segments) >= 4, timeout=30)
+    store = store_of(s3_env, bucket, prefix)
+    seen: list[bytes] = []
+    controls = 0
+    for segment in tiering.state.segments:
+        records = MemoryRecords(await store.get(segment.object))
+        while (kbatch := records.next_batch()) is not None:
+            assert kbatch.validate_crc()
+            if kbatch.is_control_batch:
+                controls += 1
+                continue
+            seen += [r.value for r in kbatch]
+    assert controls > 0  # Raft no-ops and tiered entries travel as control batches
+    assert seen == values[: len(seen)] and len(seen) > 20
