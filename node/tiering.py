@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from raftline.node.errors import BrokerError
+from raftline.raftlog.batch import iter_headers
 from raftline.raftlog.log import write_atomically
 from raftline.raftlog.records import TIERED, build_control_batch, control_type_of, decode_batch
 from raftline.raftlog.types import Entry, EntryKind
@@ -129,6 +130,7 @@ class PartitionTiering:
         self.path = Path(storage.log.directory) / SNAPSHOT_FILE
         self.state = _load_snapshot(self.path)
         self._effects: dict[int, Effect] = {}  # leader: effects of its own proposals
+        self._held: list[tuple[int, dict[str, Any]]] | None = None  # while rebuilding
         self._task: asyncio.Task[None] | None = None
         self._topic_written = False
         self._last_verify = 0.0
@@ -152,6 +154,8 @@ class PartitionTiering:
         except ValueError as exc:
             log.error("%s: unreadable tiered entry at %d: %s", self.group, entry.index, exc)
             return
+        if self._held is not None:  # the state is being rebuilt: apply after it
+            self._held.append((entry.index, command))
         effect = self.state.apply(entry.index, command)
         if effect.reason != "replayed":
             self._effects[entry.index] = effect
@@ -261,16 +265,56 @@ class PartitionTiering:
         the commands after it are still in its log and apply on top (adds are idempotent)."""
         state = self.state
         first = self.storage.first_index()
-        if state.applied_index + 1 >= first or state.segments:
+        # A replica's own retention never trims past its last durable mark (an entry after
+        # the segments it covers), so a gap here means a trim point came from the leader.
+        if state.applied_index + 1 >= first:
             return
         try:
             document = json.loads(await self.node.store.get(self._manifest_key()))
         except ObjectNotFound:
             return
         restored = ManifestState.from_document(document)
-        restored.applied_index = state.applied_index
+        if restored.revision < state.revision:
+            return
+        # The commands still in the local log apply on top of the bucket's manifest (the old
+        # state applied them already, against missing history); commands committed meanwhile
+        # wait in `_held` and follow.
+        restored.applied_index = first - 1
+        self._held = []
+        try:
+            upto = self.replica.high_watermark
+            commands = await self.node.runtime.run_on_disk(self._tiered_commands, first, upto)
+            for index, command in [*commands, *self._held]:
+                restored.apply(index, command)
+        finally:
+            held, self._held = self._held, None
         self.state = restored
+        log.warning(
+            "%s: rebuilt the tiered manifest from the bucket (revision %d) and %d local commands",
+            self.group,
+            restored.revision,
+            len(commands) + len(held),
+        )
         write_atomically(self.path, json.dumps(restored.snapshot()).encode())
+
+    def _tiered_commands(self, start: int, end: int) -> list[tuple[int, dict[str, Any]]]:
+        """Blocking: the TIERED commands of the local log in [start, end)."""
+        found = []
+        offset = start
+        log_ = self.storage.log
+        while offset < end:
+            data = log_.read(offset, 1 << 20, upto=end)
+            if not data:
+                break
+            for position, header in iter_headers(data):
+                offset = header.last_offset + 1
+                if not header.is_control:
+                    continue
+                decoded = decode_batch(memoryview(data)[position : position + header.size])
+                if control_type_of(decoded.records) == TIERED:
+                    value = decoded.records[0].value or b""
+                    found.append((header.base_offset, decode_command(value)))
+        return found
 
     async def _write_topic_object(self) -> None:
         if self._topic_written:

@@ -19,6 +19,7 @@ from seaweedfs import SeaweedServer, running_seaweedfs
 from raftline.api.app import create_app
 from raftline.node.broker import Broker, BrokerError
 from raftline.raftlog.records import Record, build_batch, decode_batch
+from raftline.tiered.manifest import ManifestState
 from raftline.tiered.store import ObjectStore, S3Config
 
 _prefixes = (f"t{i}" for i in itertools.count())
@@ -394,3 +395,22 @@ async def test_bucket_objects_are_kafka_batches_with_tiered_entries_as_control_b
             seen += [r.value for r in kbatch]
     assert controls > 0  # Raft no-ops and tiered entries travel as control batches
     assert seen == values[: len(seen)] and len(seen) > 20
+
+
+async def test_a_replica_that_missed_tiered_entries_rebuilds_from_the_bucket(node: Broker) -> None:
+    """As a follower that installed the leader's trim point: its state lacks the commands below
+    its log start; before leading it takes the bucket's manifest plus the commands it still has."""
+    await node.create_topic("rebuilt", 1, 1, TIERED)
+    await produce(node, "rebuilt", 80)
+    replica = next(r for r in node.partitions.values() if r.topic == "rebuilt")
+    tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+    await wait_for(lambda: replica.log.log_start_offset > 40, timeout=30)
+    await wait_for(lambda: tiering.state.durable_revision == tiering.state.revision, timeout=30)
+    tiering.stop()
+    known = list(tiering.state.segments)
+    uploaded = node.tiering.uploaded_segments  # type: ignore[union-attr]
+    tiering.state = ManifestState()  # everything below the log start "missed"
+    await tiering.upload_round()
+    assert tiering.state.segments[: len(known)] == known
+    assert node.tiering.uploaded_segments == uploaded  # type: ignore[union-attr]
+    tiering.state.check()
