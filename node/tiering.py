@@ -39,6 +39,7 @@ SNAPSHOT_FILE = "tiered-manifest.json"
 UPLOAD_POLL_S = 0.5  # a leader with nothing to upload looks again after this
 MAX_OBJECT_BYTES = 64 << 20  # a longer sealed segment is uploaded as several objects
 MAX_ADDS_PER_MANIFEST = 16  # segments recorded before the manifest is rewritten
+UPLOAD_RUNS = 4  # runs whose objects are uploaded together (MAX_OBJECT_BYTES at most in all)
 UPLOAD_CONCURRENCY = 4  # object PUTs in flight per node
 BACKOFF_MAX_S = 30.0
 VERIFY_MANIFEST_S = 30.0  # the leader re-reads the bucket's manifest this often
@@ -251,8 +252,8 @@ class PartitionTiering:
         await self._catch_up_from_bucket()
         await self._write_topic_object()
         added = 0
-        while added < MAX_ADDS_PER_MANIFEST and await self._upload_next():
-            added += 1
+        while added < MAX_ADDS_PER_MANIFEST and (recorded := await self._upload_runs()):
+            added += recorded
         truncated = await self._apply_remote_retention()
         wrote = await self._publish_manifest()
         collected = await self._collect_garbage()
@@ -333,24 +334,27 @@ class PartitionTiering:
         await self.node.store.put_if_absent(key, _json(document))
         self._topic_written = True
 
-    def _next_range(self) -> tuple[int, int] | None:
-        """(first offset, end) of the next run to upload: inside one sealed segment, below the
+    def _upload_start(self) -> int:
+        """Where the next upload starts: the bucket's end (the local log start at first)."""
+        start = self.state.next_offset
+        local_start = self.storage.log.log_start_offset
+        if start < local_start:
+            if self.state.segments:
+                raise BrokerError(
+                    "internal_error",
+                    f"offsets {start}..{local_start - 1} left the local log before upload",
+                )
+            start = local_start
+        return start
+
+    def _next_range(self, start: int) -> tuple[int, int] | None:
+        """(start, end) of the run to upload from `start`: inside one sealed segment, below the
         commit index and the last stable offset (every transaction in it is decided)."""
         replica = self.replica
         limit = replica.high_watermark
         if replica.producers is not None:
             limit = replica.producers.state.last_stable_offset(limit)
-        start = self.state.next_offset
-        log_ = self.storage.log
-        if start < log_.log_start_offset:
-            if self.state.segments:
-                raise BrokerError(
-                    "internal_error",
-                    f"offsets {start}..{log_.log_start_offset - 1} left the local log "
-                    "before they were uploaded",
-                )
-            start = log_.log_start_offset  # the first upload starts at the local log start
-        for segment in log_.sealed_segments():
+        for segment in self.storage.log.sealed_segments():
             if segment.next_offset <= start:
                 continue
             if segment.next_offset > limit:
@@ -358,33 +362,47 @@ class PartitionTiering:
             return max(start, segment.base_offset), segment.next_offset
         return None
 
-    async def _upload_next(self) -> bool:
-        found = self._next_range()
-        if found is None:
-            return False
-        start, end = found
+    async def _upload_runs(self) -> int:
+        """Upload the next runs (up to UPLOAD_RUNS, their objects in parallel), then record
+        them in order; returns how many were recorded."""
+        runs: list[layout.SegmentObjects] = []
+        start = self._upload_start()
+        held = 0
+        while len(runs) < UPLOAD_RUNS and held < MAX_OBJECT_BYTES:
+            found = self._next_range(start)
+            if found is None:
+                break
+            objects = await self._prepare(*found)
+            if objects is None:
+                break
+            runs.append(objects)
+            held += objects.meta.size_bytes
+            start = objects.meta.last_offset + 1
+        # Objects first: an add entry (and later the manifest) names only durable objects.
+        await asyncio.gather(*(self._put(key, body) for run in runs for key, body in _puts(run)))
+        for run in runs:
+            meta = run.meta
+            effect = await self._propose({"op": "add", "segment": meta.to_json()})
+            if not effect.accepted and effect.reason != "already recorded":
+                raise BrokerError("internal_error", f"{meta.object} refused: {effect.reason}")
+            self.node.uploaded_bytes += meta.size_bytes
+            self.node.uploaded_segments += 1
+            self.last_upload_s = time.time()
+        return len(runs)
+
+    async def _prepare(self, start: int, end: int) -> layout.SegmentObjects | None:
+        """Read a run of the local log and build its objects (on the disk pool)."""
         data = await self.node.runtime.run_on_disk(self._read_run, start, end)
         if not data:
-            return False
+            return None
         producers = self.replica.producers
         aborted = []
         if producers is not None:
             aborted = layout.aborted_ranges(producers.state.aborted_in(start, end))
-        objects = await self.node.runtime.run_on_disk(self._build, data, aborted)
-        meta = objects.meta
-        puts = [(meta.object, objects.log), (meta.index, objects.index)]
-        puts.append((meta.time_index, objects.time_index))
-        if objects.txn_index is not None and meta.txn_index is not None:
-            puts.append((meta.txn_index, objects.txn_index))
-        # Objects first: the add entry (and later the manifest) names only durable objects.
-        await asyncio.gather(*(self._put(key, body) for key, body in puts))
-        effect = await self._propose({"op": "add", "segment": meta.to_json()})
-        if not effect.accepted and effect.reason != "already recorded":
-            raise BrokerError("internal_error", f"upload of {meta.object} refused: {effect.reason}")
-        self.node.uploaded_bytes += meta.size_bytes
-        self.node.uploaded_segments += 1
-        self.last_upload_s = time.time()
-        return True
+        objects: layout.SegmentObjects = await self.node.runtime.run_on_disk(
+            self._build, data, aborted
+        )
+        return objects
 
     def _read_run(self, start: int, end: int) -> bytes:
         data: bytes = self.storage.log.read(start, MAX_OBJECT_BYTES, upto=end)
@@ -489,6 +507,14 @@ class PartitionTiering:
         if effect is None:
             raise BrokerError("leader_unavailable", "the tiered entry was overwritten")
         return effect
+
+
+def _puts(run: layout.SegmentObjects) -> list[tuple[str, Any]]:
+    meta = run.meta
+    puts = [(meta.object, run.log), (meta.index, run.index), (meta.time_index, run.time_index)]
+    if run.txn_index is not None and meta.txn_index is not None:
+        puts.append((meta.txn_index, run.txn_index))
+    return puts
 
 
 def _json(document: dict[str, Any]) -> bytes:
