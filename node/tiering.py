@@ -25,10 +25,10 @@ from raftline.raftlog.types import Entry, EntryKind
 from raftline.tiered import layout
 from raftline.tiered.manifest import Effect, ManifestState, decode_command, encode_command
 from raftline.tiered.reader import (
-    CHUNK_BYTES,
     DEFAULT_CACHE_BYTES,
     ChunkCache,
     RemoteRead,
+    chunks_ahead,
     read_segment,
 )
 from raftline.tiered.store import ObjectNotFound, ObjectStore, ObjectStoreError, S3Config
@@ -132,6 +132,7 @@ class PartitionTiering:
         self.state = _load_snapshot(self.path)
         self._effects: dict[int, Effect] = {}  # leader: effects of its own proposals
         self._held: list[tuple[int, dict[str, Any]]] | None = None  # while rebuilding
+        self._read_end = -1  # where the last remote read ended (sequential readers continue)
         self._task: asyncio.Task[None] | None = None
         self._topic_written = False
         self._last_verify = 0.0
@@ -186,9 +187,11 @@ class PartitionTiering:
 
     async def read(self, offset: int, max_bytes: int, upto: int) -> RemoteRead | None:
         """Batches below the local log start, from the bucket; None if it has none there."""
-        segment = self.state.segment_for(offset)
-        if segment is None:
+        segments = self.state.segments
+        at = self.state.segment_index(offset)
+        if at is None:
             return None
+        segment = segments[at]
         try:
             answer = await read_segment(self.node.cache, segment, offset, max_bytes, upto)
         except ObjectStoreError as exc:
@@ -197,11 +200,10 @@ class PartitionTiering:
             ) from exc
         self.node.remote_reads += 1
         self.node.remote_read_bytes += len(answer.data)
-        if answer.end_position + CHUNK_BYTES >= segment.size_bytes:
-            # Near the end of this object: a sequential reader needs the next one soon.
-            following = self.state.segment_for(segment.last_offset + 1)
-            if following is not None:
-                self.node.cache.prefetch(following.object, following.size_bytes)
+        if offset in (self._read_end, segment.base_offset):  # sequential: load what comes next
+            for key, number, size in chunks_ahead(segments, at, answer.end_position):
+                self.node.cache.prefetch(key, number, size)
+        self._read_end = answer.next_offset
         return answer
 
     # ---- the leader's loop ------------------------------------------------------------

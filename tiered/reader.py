@@ -1,8 +1,8 @@
 """Reads of a partition's uploaded segments: the node-wide chunk cache with read-ahead.
 
 Owns fetching byte ranges of segment objects in fixed-size chunks (ranged GETs), a node-wide
-LRU of chunks bounded in bytes, one GET per chunk however many readers wait for it, read-ahead
-for readers that move forward through an object, and cutting whole batches out of the chunks
+LRU of chunks bounded in bytes, one GET per chunk however many readers wait for it, the chunks
+a sequential reader needs next (across objects), and cutting whole batches out of the chunks
 exactly as the local log's read does (same bytes, same first batch, same limits).
 """
 
@@ -22,7 +22,7 @@ from .store import ObjectStore
 
 CHUNK_BYTES = 4 << 20  # one ranged GET; large enough that request overhead stays small
 DEFAULT_CACHE_BYTES = 64 << 20
-READ_AHEAD_CHUNKS = 4
+READ_AHEAD_BYTES = 16 << 20  # what a sequential reader's next reads will want, loaded now
 _BATCH_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
 _LAST_OFFSET_DELTA = 23  # position of lastOffsetDelta in a batch
 
@@ -31,6 +31,7 @@ class RemoteRead(NamedTuple):
     data: bytes  # whole batches, as the local log would return them
     aborted: list[AbortedRange]  # the segment's aborted transactions (read_committed)
     end_position: int  # where in the object the read stopped
+    next_offset: int  # the offset after the last batch returned
 
 
 class ChunkCache:
@@ -44,7 +45,6 @@ class ChunkCache:
         self._small: OrderedDict[str, bytes] = OrderedDict()  # index and txn-index objects
         self._held = 0
         self._ahead: set[asyncio.Task[None]] = set()
-        self._last_chunk: dict[str, int] = {}  # object -> last chunk a reader asked for
         self.hits = 0
         self.misses = 0
 
@@ -81,30 +81,11 @@ class ChunkCache:
             _, evicted = self._chunks.popitem(last=False)
             self._held -= len(evicted)
 
-    def read_ahead(self, key: str, number: int, size: int) -> None:
-        """A reader asked for chunk `number`: if it moves forward through the object, start
-        loading the next chunks in the background."""
-        previous = self._last_chunk.get(key)
-        self._last_chunk[key] = number
-        if len(self._last_chunk) > 1024:
-            self._last_chunk.pop(next(iter(self._last_chunk)))
-        # A reader that starts at an object's first chunk is taken as a sequential one.
-        forward = number == 0 if previous is None else previous <= number <= previous + 1
-        if not forward:
-            return
-        last_chunk = (size - 1) // CHUNK_BYTES
-        for ahead in range(number + 1, min(number + READ_AHEAD_CHUNKS, last_chunk) + 1):
-            slot = (key, ahead)
-            if slot in self._chunks or slot in self._loading:
-                continue
-            task = asyncio.ensure_future(self._prefetch(key, ahead, size))
-            self._ahead.add(task)
-            task.add_done_callback(self._ahead.discard)
-
-    def prefetch(self, key: str, size: int) -> None:
-        """Start loading the first chunk of an object a sequential reader goes to next."""
-        if (key, 0) not in self._chunks and (key, 0) not in self._loading:
-            task = asyncio.ensure_future(self._prefetch(key, 0, size))
+    def prefetch(self, key: str, number: int, size: int) -> None:
+        """Start loading chunk `number` of an object in the background (read-ahead)."""
+        slot = (key, number)
+        if slot not in self._chunks and slot not in self._loading:
+            task = asyncio.ensure_future(self._prefetch(key, number, size))
             self._ahead.add(task)
             task.add_done_callback(self._ahead.discard)
 
@@ -128,7 +109,6 @@ class ChunkCache:
         """Bytes [start, end) of the object, through the chunks (a view: no copy when they
         lie in one chunk)."""
         first, last = start // CHUNK_BYTES, (end - 1) // CHUNK_BYTES
-        self.read_ahead(key, last, size)
         parts = [await self.chunk(key, n, size) for n in range(first, last + 1)]
         joined = parts[0] if len(parts) == 1 else b"".join(parts)
         base = first * CHUNK_BYTES
@@ -157,6 +137,7 @@ async def read_segment(
     size = segment.size_bytes
     out: list[memoryview] = []
     taken = 0
+    end_offset = offset
     done = False
     while not done and position < size:
         # A window past the start position: the batches wanted plus those skipped to reach
@@ -180,9 +161,11 @@ async def read_segment(
                     continue
                 break
             batch = window[at : at + batch_size]
-            if base + _last_offset_delta(batch) >= offset:
+            next_offset = base + _last_offset_delta(batch) + 1
+            if next_offset > offset:
                 out.append(batch)
                 taken += batch_size
+                end_offset = next_offset
             at += batch_size
         position += at
         if at == 0:
@@ -190,8 +173,26 @@ async def read_segment(
     aborted: list[AbortedRange] = []
     if segment.txn_index is not None:
         aborted = read_txn_index(await cache.small(segment.txn_index))
-    return RemoteRead(b"".join(out), aborted, position)
+    return RemoteRead(b"".join(out), aborted, position, end_offset)
 
 
 def _last_offset_delta(batch: memoryview) -> int:
     return int.from_bytes(batch[_LAST_OFFSET_DELTA : _LAST_OFFSET_DELTA + 4], "big")
+
+
+def chunks_ahead(
+    segments: list[SegmentMeta], index: int, position: int, budget: int = READ_AHEAD_BYTES
+) -> list[tuple[str, int, int]]:
+    """(object, chunk, object size) of the next `budget` bytes after `position` in
+    segments[index], continuing into the following segments."""
+    out = []
+    number = position // CHUNK_BYTES + 1
+    while budget > 0 and index < len(segments):
+        segment = segments[index]
+        last = (segment.size_bytes - 1) // CHUNK_BYTES
+        while number <= last and budget > 0:
+            out.append((segment.object, number, segment.size_bytes))
+            budget -= CHUNK_BYTES
+            number += 1
+        index, number = index + 1, 0
+    return out
