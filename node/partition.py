@@ -21,6 +21,7 @@ from raftline.node.errors import BrokerError, NotLeader, OutcomeUnknown
 from raftline.node.producers import PartitionProducers
 from raftline.node.runtime import Runtime
 from raftline.raftlog.batch import CorruptBatchError, check_crc, iter_headers, parse_header
+from raftline.raftlog.log import OffsetOutOfRangeError
 from raftline.raftlog.records import iter_batches
 from raftline.raftlog.types import Entry, EntryKind
 
@@ -171,11 +172,22 @@ class PartitionReplica:
     async def _read(self, offset: int, max_bytes: int, upto: int) -> tuple[bytes, list[Any]]:
         """Whole batches from the one holding `offset` (the bucket's below the local log
         start), and the aborted transactions the bucket lists for them."""
-        if self.remote is not None and offset < self.log.log_start_offset:
-            answer = await self.remote.read(offset, max(max_bytes, 1), upto)
+        remote = self.remote
+        if remote is not None and offset < self.log.log_start_offset:
+            answer = await remote.read(offset, max(max_bytes, 1), upto)
             if answer is not None:
                 return answer.data, answer.aborted
-        data = await self.runtime.read_log(self.group, self.log, offset, max(max_bytes, 1), upto)
+        try:
+            data = await self.runtime.read_log(
+                self.group, self.log, offset, max(max_bytes, 1), upto
+            )
+        except OffsetOutOfRangeError:
+            # Local retention moved the log start past `offset` during the read: the bucket
+            # holds it now (local disk drops only what a durable manifest names).
+            answer = None if remote is None else await remote.read(offset, max(max_bytes, 1), upto)
+            if answer is None:
+                raise
+            return answer.data, answer.aborted
         return data, []
 
     # requests

@@ -18,12 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from raftline.node.errors import BrokerError
+from raftline.raftlog.batch import iter_headers
 from raftline.raftlog.log import write_atomically
 from raftline.raftlog.records import TIERED, build_control_batch, control_type_of, decode_batch
 from raftline.raftlog.types import Entry, EntryKind
 from raftline.tiered import layout
 from raftline.tiered.manifest import Effect, ManifestState, decode_command, encode_command
-from raftline.tiered.reader import DEFAULT_CACHE_BYTES, ChunkCache, RemoteRead, read_segment
+from raftline.tiered.reader import (
+    DEFAULT_CACHE_BYTES,
+    ChunkCache,
+    RemoteRead,
+    chunks_ahead,
+    read_segment,
+)
 from raftline.tiered.store import ObjectNotFound, ObjectStore, ObjectStoreError, S3Config
 
 log = logging.getLogger(__name__)
@@ -32,6 +39,7 @@ SNAPSHOT_FILE = "tiered-manifest.json"
 UPLOAD_POLL_S = 0.5  # a leader with nothing to upload looks again after this
 MAX_OBJECT_BYTES = 64 << 20  # a longer sealed segment is uploaded as several objects
 MAX_ADDS_PER_MANIFEST = 16  # segments recorded before the manifest is rewritten
+UPLOAD_RUNS = 4  # runs whose objects are uploaded together (MAX_OBJECT_BYTES at most in all)
 UPLOAD_CONCURRENCY = 4  # object PUTs in flight per node
 BACKOFF_MAX_S = 30.0
 VERIFY_MANIFEST_S = 30.0  # the leader re-reads the bucket's manifest this often
@@ -123,6 +131,8 @@ class PartitionTiering:
         self.path = Path(storage.log.directory) / SNAPSHOT_FILE
         self.state = _load_snapshot(self.path)
         self._effects: dict[int, Effect] = {}  # leader: effects of its own proposals
+        self._held: list[tuple[int, dict[str, Any]]] | None = None  # while rebuilding
+        self._read_end = -1  # where the last remote read ended (sequential readers continue)
         self._task: asyncio.Task[None] | None = None
         self._topic_written = False
         self._last_verify = 0.0
@@ -146,6 +156,8 @@ class PartitionTiering:
         except ValueError as exc:
             log.error("%s: unreadable tiered entry at %d: %s", self.group, entry.index, exc)
             return
+        if self._held is not None:  # the state is being rebuilt: apply after it
+            self._held.append((entry.index, command))
         effect = self.state.apply(entry.index, command)
         if effect.reason != "replayed":
             self._effects[entry.index] = effect
@@ -186,9 +198,11 @@ class PartitionTiering:
 
     async def read(self, offset: int, max_bytes: int, upto: int) -> RemoteRead | None:
         """Batches below the local log start, from the bucket; None if it has none there."""
-        segment = self.state.segment_for(offset)
-        if segment is None:
+        segments = self.state.segments
+        at = self.state.segment_index(offset)
+        if at is None:
             return None
+        segment = segments[at]
         try:
             answer = await read_segment(self.node.cache, segment, offset, max_bytes, upto)
         except ObjectStoreError as exc:
@@ -197,6 +211,10 @@ class PartitionTiering:
             ) from exc
         self.node.remote_reads += 1
         self.node.remote_read_bytes += len(answer.data)
+        if offset in (self._read_end, segment.base_offset):  # sequential: load what comes next
+            for key, number, size in chunks_ahead(segments, at, answer.end_position):
+                self.node.cache.prefetch(key, number, size)
+        self._read_end = answer.next_offset
         return answer
 
     # ---- the leader's loop ------------------------------------------------------------
@@ -247,8 +265,8 @@ class PartitionTiering:
         await self._catch_up_from_bucket()
         await self._write_topic_object()
         added = 0
-        while added < MAX_ADDS_PER_MANIFEST and await self._upload_next():
-            added += 1
+        while added < MAX_ADDS_PER_MANIFEST and (recorded := await self._upload_runs()):
+            added += recorded
         truncated = await self._apply_remote_retention()
         wrote = await self._publish_manifest()
         collected = await self._collect_garbage()
@@ -261,16 +279,56 @@ class PartitionTiering:
         the commands after it are still in its log and apply on top (adds are idempotent)."""
         state = self.state
         first = self.storage.first_index()
-        if state.applied_index + 1 >= first or state.segments:
+        # A replica's own retention never trims past its last durable mark (an entry after
+        # the segments it covers), so a gap here means a trim point came from the leader.
+        if state.applied_index + 1 >= first:
             return
         try:
             document = json.loads(await self.node.store.get(self._manifest_key()))
         except ObjectNotFound:
             return
         restored = ManifestState.from_document(document)
-        restored.applied_index = state.applied_index
+        if restored.revision < state.revision:
+            return
+        # The commands still in the local log apply on top of the bucket's manifest (the old
+        # state applied them already, against missing history); commands committed meanwhile
+        # wait in `_held` and follow.
+        restored.applied_index = first - 1
+        self._held = []
+        try:
+            upto = self.replica.high_watermark
+            commands = await self.node.runtime.run_on_disk(self._tiered_commands, first, upto)
+            for index, command in [*commands, *self._held]:
+                restored.apply(index, command)
+        finally:
+            held, self._held = self._held, None
         self.state = restored
+        log.warning(
+            "%s: rebuilt the tiered manifest from the bucket (revision %d) and %d local commands",
+            self.group,
+            restored.revision,
+            len(commands) + len(held),
+        )
         write_atomically(self.path, json.dumps(restored.snapshot()).encode())
+
+    def _tiered_commands(self, start: int, end: int) -> list[tuple[int, dict[str, Any]]]:
+        """Blocking: the TIERED commands of the local log in [start, end)."""
+        found = []
+        offset = start
+        log_ = self.storage.log
+        while offset < end:
+            data = log_.read(offset, 1 << 20, upto=end)
+            if not data:
+                break
+            for position, header in iter_headers(data):
+                offset = header.last_offset + 1
+                if not header.is_control:
+                    continue
+                decoded = decode_batch(memoryview(data)[position : position + header.size])
+                if control_type_of(decoded.records) == TIERED:
+                    value = decoded.records[0].value or b""
+                    found.append((header.base_offset, decode_command(value)))
+        return found
 
     async def _write_topic_object(self) -> None:
         if self._topic_written:
@@ -289,24 +347,27 @@ class PartitionTiering:
         await self.node.store.put_if_absent(key, _json(document))
         self._topic_written = True
 
-    def _next_range(self) -> tuple[int, int] | None:
-        """(first offset, end) of the next run to upload: inside one sealed segment, below the
+    def _upload_start(self) -> int:
+        """Where the next upload starts: the bucket's end (the local log start at first)."""
+        start = self.state.next_offset
+        local_start = self.storage.log.log_start_offset
+        if start < local_start:
+            if self.state.segments:
+                raise BrokerError(
+                    "internal_error",
+                    f"offsets {start}..{local_start - 1} left the local log before upload",
+                )
+            start = local_start
+        return start
+
+    def _next_range(self, start: int) -> tuple[int, int] | None:
+        """(start, end) of the run to upload from `start`: inside one sealed segment, below the
         commit index and the last stable offset (every transaction in it is decided)."""
         replica = self.replica
         limit = replica.high_watermark
         if replica.producers is not None:
             limit = replica.producers.state.last_stable_offset(limit)
-        start = self.state.next_offset
-        log_ = self.storage.log
-        if start < log_.log_start_offset:
-            if self.state.segments:
-                raise BrokerError(
-                    "internal_error",
-                    f"offsets {start}..{log_.log_start_offset - 1} left the local log "
-                    "before they were uploaded",
-                )
-            start = log_.log_start_offset  # the first upload starts at the local log start
-        for segment in log_.sealed_segments():
+        for segment in self.storage.log.sealed_segments():
             if segment.next_offset <= start:
                 continue
             if segment.next_offset > limit:
@@ -314,33 +375,47 @@ class PartitionTiering:
             return max(start, segment.base_offset), segment.next_offset
         return None
 
-    async def _upload_next(self) -> bool:
-        found = self._next_range()
-        if found is None:
-            return False
-        start, end = found
+    async def _upload_runs(self) -> int:
+        """Upload the next runs (up to UPLOAD_RUNS, their objects in parallel), then record
+        them in order; returns how many were recorded."""
+        runs: list[layout.SegmentObjects] = []
+        start = self._upload_start()
+        held = 0
+        while len(runs) < UPLOAD_RUNS and held < MAX_OBJECT_BYTES:
+            found = self._next_range(start)
+            if found is None:
+                break
+            objects = await self._prepare(*found)
+            if objects is None:
+                break
+            runs.append(objects)
+            held += objects.meta.size_bytes
+            start = objects.meta.last_offset + 1
+        # Objects first: an add entry (and later the manifest) names only durable objects.
+        await asyncio.gather(*(self._put(key, body) for run in runs for key, body in _puts(run)))
+        for run in runs:
+            meta = run.meta
+            effect = await self._propose({"op": "add", "segment": meta.to_json()})
+            if not effect.accepted and effect.reason != "already recorded":
+                raise BrokerError("internal_error", f"{meta.object} refused: {effect.reason}")
+            self.node.uploaded_bytes += meta.size_bytes
+            self.node.uploaded_segments += 1
+            self.last_upload_s = time.time()
+        return len(runs)
+
+    async def _prepare(self, start: int, end: int) -> layout.SegmentObjects | None:
+        """Read a run of the local log and build its objects (on the disk pool)."""
         data = await self.node.runtime.run_on_disk(self._read_run, start, end)
         if not data:
-            return False
+            return None
         producers = self.replica.producers
         aborted = []
         if producers is not None:
             aborted = layout.aborted_ranges(producers.state.aborted_in(start, end))
-        objects = await self.node.runtime.run_on_disk(self._build, data, aborted)
-        meta = objects.meta
-        puts = [(meta.object, objects.log), (meta.index, objects.index)]
-        puts.append((meta.time_index, objects.time_index))
-        if objects.txn_index is not None and meta.txn_index is not None:
-            puts.append((meta.txn_index, objects.txn_index))
-        # Objects first: the add entry (and later the manifest) names only durable objects.
-        await asyncio.gather(*(self._put(key, body) for key, body in puts))
-        effect = await self._propose({"op": "add", "segment": meta.to_json()})
-        if not effect.accepted and effect.reason != "already recorded":
-            raise BrokerError("internal_error", f"upload of {meta.object} refused: {effect.reason}")
-        self.node.uploaded_bytes += meta.size_bytes
-        self.node.uploaded_segments += 1
-        self.last_upload_s = time.time()
-        return True
+        objects: layout.SegmentObjects = await self.node.runtime.run_on_disk(
+            self._build, data, aborted
+        )
+        return objects
 
     def _read_run(self, start: int, end: int) -> bytes:
         data: bytes = self.storage.log.read(start, MAX_OBJECT_BYTES, upto=end)
@@ -445,6 +520,14 @@ class PartitionTiering:
         if effect is None:
             raise BrokerError("leader_unavailable", "the tiered entry was overwritten")
         return effect
+
+
+def _puts(run: layout.SegmentObjects) -> list[tuple[str, Any]]:
+    meta = run.meta
+    puts = [(meta.object, run.log), (meta.index, run.index), (meta.time_index, run.time_index)]
+    if run.txn_index is not None and meta.txn_index is not None:
+        puts.append((meta.txn_index, run.txn_index))
+    return puts
 
 
 def _json(document: dict[str, Any]) -> bytes:

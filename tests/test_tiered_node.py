@@ -8,13 +8,18 @@ import itertools
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 from inproc_harness import configs, start_all, wait_for
+from kafka.record.memory_records import MemoryRecords
 from seaweedfs import SeaweedServer, running_seaweedfs
 
+from raftline.api.app import create_app
 from raftline.node.broker import Broker, BrokerError
 from raftline.raftlog.records import Record, build_batch, decode_batch
+from raftline.tiered.manifest import ManifestState
 from raftline.tiered.store import ObjectStore, S3Config
 
 _prefixes = (f"t{i}" for i in itertools.count())
@@ -205,3 +210,207 @@ async def test_bad_tiered_settings_are_refused(
     with pytest.raises(BrokerError, match=problem) as refused:
         await node.create_topic("bad", 1, 1, config)
     assert refused.value.code == "invalid_request"
+
+
+async def test_a_new_leader_continues_the_manifest_without_other_objects(
+    tmp_path: Path, s3_env: SeaweedServer, bucket: str, prefix: str
+) -> None:
+    cfgs = configs(tmp_path, 3)
+    for config in cfgs:
+        config.s3_endpoint, config.s3_bucket, config.s3_prefix = s3_env.endpoint, bucket, prefix
+        config.retention_check_s = 0.1
+        config.fsync = "never"
+    brokers = await start_all(cfgs)
+    stopped: Broker | None = None
+    try:
+        await brokers[0].create_topic("moving", 1, 3, TIERED)
+        group = next(iter(brokers[0].partitions))
+
+        def leader() -> Broker | None:
+            return next(
+                (b for b in brokers if b is not stopped and b.partitions[group].role == "leader"),
+                None,
+            )
+
+        await wait_for(lambda: leader() is not None)
+        first = leader()
+        assert first is not None
+        values = await produce(first, "moving", 60)
+        await wait_for(
+            lambda: all(len(b.tiering.partitions[group].state.segments) >= 2 for b in brokers),
+            timeout=30,
+        )  # type: ignore[union-attr]
+        store = store_of(s3_env, bucket, prefix)
+        before = {
+            info.key: await store.get(info.key)
+            for info in await store.list()
+            if info.key.endswith(".log")
+        }
+
+        stopped = first
+        await first.stop()
+        # What the survivors know is in the bucket (an add the old leader committed last may
+        # still be applied under the new leader: that segment was uploaded by the old one).
+        handed_over_at = min(
+            b.tiering.partitions[group].state.next_offset  # type: ignore[union-attr]
+            for b in brokers
+            if b is not first
+        )
+        await wait_for(lambda: leader() is not None, timeout=20)
+        second = leader()
+        assert second is not None
+        values += await produce(second, "moving", 60)
+        tiering = second.tiering.partitions[group]  # type: ignore[union-attr]
+        await wait_for(lambda: tiering.state.next_offset > len(values), timeout=30)
+        await wait_for(lambda: tiering.state.durable_revision == tiering.state.revision, timeout=30)
+
+        after = {info.key for info in await store.list() if info.key.endswith(".log")}
+        manifest = json.loads(await store.get(tiering._manifest_key()))
+        named = [s["object"] for s in manifest["segments"]]
+        assert after == set(named)  # no object the manifest does not name: none was redone
+        # The new leader uploaded only what was not in the bucket when it took over.
+        new = [s for s in manifest["segments"] if s["base_offset"] >= handed_over_at]
+        assert 0 < second.tiering.uploaded_segments <= len(new)  # type: ignore[union-attr]
+        for key, data in before.items():
+            assert await store.get(key) == data  # objects already there are untouched
+        for earlier, later in zip(manifest["segments"], manifest["segments"][1:], strict=False):
+            assert later["base_offset"] == earlier["last_offset"] + 1
+        assert [v for _, v in await fetch_all(second, "moving")] == values
+    finally:
+        for broker in brokers:
+            if broker is not stopped:
+                await broker.stop()
+
+
+async def _ok(response: Any, status: int = 200) -> Any:
+    assert response.status == status, await response.text()
+    return await response.json()
+
+
+async def _read_all(api: TestClient, isolation: str) -> list[str]:
+    values: list[str] = []
+    offset = 0
+    while True:
+        body = await _ok(
+            await api.get(
+                f"/v1/topics/tx/partitions/0/messages?offset={offset}&isolation={isolation}"
+            )
+        )
+        values += [m["value"] for m in body["messages"]]
+        if body["next_offset"] == offset or body["next_offset"] >= body["high_watermark"]:
+            return values
+        offset = body["next_offset"]
+
+
+async def test_read_committed_from_the_bucket_drops_aborted_transactions(
+    node: Broker,
+) -> None:
+    api = TestClient(TestServer(create_app(node, self_http=node.config.http)))
+    await api.start_server()
+    try:
+        await _ok(await api.post("/v1/topics", json={"name": "tx", "config": TIERED}), 201)
+        init = {"transactional_id": "tx-1", "transaction_timeout_ms": 60_000}
+        producer = await _ok(await api.post("/v1/producers", json=init))
+        pid, epoch = producer["producer_id"], producer["producer_epoch"]
+        expected: list[str] = []
+        everything: list[str] = []
+        filler = "f" * 300
+        for round_ in range(6):
+            commit = round_ % 2 == 0
+            values = [f"{'c' if commit else 'a'}{round_}-{i}-{filler}" for i in range(4)]
+            body = {
+                "transactional": True,
+                "transactional_id": "tx-1",
+                "producer_id": pid,
+                "producer_epoch": epoch,
+                "sequence": 0,
+                "messages": [{"value": v, "partition": 0} for v in values],
+            }
+            await _ok(await api.post("/v1/topics/tx/messages", json=body))
+            plain = [f"p{round_}-{i}-{filler}" for i in range(10)]
+            await _ok(
+                await api.post(
+                    "/v1/topics/tx/messages",
+                    json={"messages": [{"value": v, "partition": 0} for v in plain]},
+                )
+            )
+            action = "commit" if commit else "abort"
+            ended = await _ok(
+                await api.post(
+                    f"/v1/transactions/tx-1/{action}",
+                    json={"producer_id": pid, "producer_epoch": epoch},
+                )
+            )
+            epoch = ended["producer_epoch"]
+            expected += [*values, *plain] if commit else plain
+            everything += [*values, *plain]
+        # Filler after the last marker, so that the transactions' segments seal and upload.
+        for _ in range(4):
+            plain = [f"z-{filler}" for _ in range(10)]
+            await _ok(
+                await api.post(
+                    "/v1/topics/tx/messages",
+                    json={"messages": [{"value": v, "partition": 0} for v in plain]},
+                )
+            )
+            expected += plain
+            everything += plain
+        replica = next(r for r in node.partitions.values() if r.topic == "tx")
+        tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+        await wait_for(
+            lambda: (
+                any(s.txn_index for s in tiering.state.segments)
+                and replica.log.log_start_offset > tiering.state.segments[-1].base_offset
+            ),
+            timeout=30,
+        )
+        # Local producer state forgot the aborted transactions below the local log start:
+        # only the bucket's transaction index can drop them now.
+        assert replica.producers.state.aborted_in(0, replica.log.log_start_offset) == []
+        assert sorted(await _read_all(api, "read_committed")) == sorted(expected)
+        assert await _read_all(api, "read_committed") == expected
+        assert await _read_all(api, "read_uncommitted") == everything
+    finally:
+        await api.close()
+
+
+async def test_bucket_objects_are_kafka_batches_with_tiered_entries_as_control_batches(
+    node: Broker, s3_env: SeaweedServer, bucket: str, prefix: str
+) -> None:
+    await node.create_topic("kafka", 1, 1, TIERED)
+    values = await produce(node, "kafka", 80)
+    replica = next(r for r in node.partitions.values() if r.topic == "kafka")
+    tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+    await wait_for(lambda: len(tiering.state.segments) >= 4, timeout=30)
+    store = store_of(s3_env, bucket, prefix)
+    seen: list[bytes] = []
+    controls = 0
+    for segment in tiering.state.segments:
+        records = MemoryRecords(await store.get(segment.object))
+        while (kbatch := records.next_batch()) is not None:
+            assert kbatch.validate_crc()
+            if kbatch.is_control_batch:
+                controls += 1
+                continue
+            seen += [r.value for r in kbatch]
+    assert controls > 0  # Raft no-ops and tiered entries travel as control batches
+    assert seen == values[: len(seen)] and len(seen) > 20
+
+
+async def test_a_replica_that_missed_tiered_entries_rebuilds_from_the_bucket(node: Broker) -> None:
+    """As a follower that installed the leader's trim point: its state lacks the commands below
+    its log start; before leading it takes the bucket's manifest plus the commands it still has."""
+    await node.create_topic("rebuilt", 1, 1, TIERED)
+    await produce(node, "rebuilt", 80)
+    replica = next(r for r in node.partitions.values() if r.topic == "rebuilt")
+    tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+    await wait_for(lambda: replica.log.log_start_offset > 40, timeout=30)
+    await wait_for(lambda: tiering.state.durable_revision == tiering.state.revision, timeout=30)
+    tiering.stop()
+    known = list(tiering.state.segments)
+    uploaded = node.tiering.uploaded_segments  # type: ignore[union-attr]
+    tiering.state = ManifestState()  # everything below the log start "missed"
+    await tiering.upload_round()
+    assert tiering.state.segments[: len(known)] == known
+    assert node.tiering.uploaded_segments == uploaded  # type: ignore[union-attr]
+    tiering.state.check()
