@@ -263,6 +263,8 @@ class PartitionTiering:
     async def upload_round(self) -> bool:
         """One round of the leader's work; True when it did something (look again at once)."""
         await self._catch_up_from_bucket()
+        # segment.ms seals an idle partition's active segment too, so that it gets uploaded.
+        await self.node.runtime.run_on_disk(self.storage.log.roll_if_older)
         await self._write_topic_object()
         added = 0
         while added < MAX_ADDS_PER_MANIFEST and (recorded := await self._upload_runs()):

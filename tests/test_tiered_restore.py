@@ -241,6 +241,33 @@ async def test_a_restored_partition_reads_the_same_after_its_leader_fails(
         await stop_all(brokers)
 
 
+async def test_an_idle_partition_uploads_its_last_records_within_segment_ms(
+    nodes: list[NodeConfig],
+) -> None:
+    """The restore's RPO: with no append to roll the active segment, segment.ms still seals it
+    and the leader uploads it."""
+    brokers = await start_all(nodes)
+    try:
+        config = {**TIERED, "segment.bytes": str(1 << 20), "segment.ms": "1500"}
+        await brokers[0].create_topic("idle", 1, 3, config)
+        head = await leader(brokers, "idle", 0)
+        [*_, last] = await produce(head, "idle", 0, range(10))
+        topic_id = head.meta.state.topics["idle"].topic_id
+
+        async def uploaded() -> bool:
+            try:
+                [document] = await manifests(nodes[0], "idle", topic_id, 1)
+            except Exception:  # no manifest yet
+                return False
+            return bool(document["next_offset"] > last)
+
+        started = time.monotonic()
+        await eventually(uploaded, timeout=30)
+        assert time.monotonic() - started < 1.5 + 10
+    finally:
+        await stop_all(brokers)
+
+
 async def test_restore_on_a_node_without_object_storage_is_refused(tmp_path: Path) -> None:
     [broker] = await start_all(configs(tmp_path, 1))
     try:
