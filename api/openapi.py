@@ -153,6 +153,11 @@ _SCHEMAS: dict[str, Any] = {
                 "default": 1048576,
             },
             "segment.bytes": {"type": ["string", "integer"]},
+            "segment.ms": {
+                "type": ["string", "integer"],
+                "description": "a segment is sealed at this age (ms, at least 1); with remote "
+                "storage even when no write comes, which bounds what a restore can lose",
+            },
             "compression.type": {
                 "type": "string",
                 "enum": ["producer", "none", "gzip", "snappy", "lz4", "zstd"],
