@@ -241,6 +241,29 @@ async def test_a_restored_partition_reads_the_same_after_its_leader_fails(
         await stop_all(brokers)
 
 
+async def test_segments_a_stale_manifest_lost_are_restored_from_their_objects(
+    nodes: list[NodeConfig],
+) -> None:
+    """A manifest overwritten by an older one (a PUT the store ran after its client gave up)
+    names fewer segments than the bucket holds: the restore repairs it from the objects."""
+    topic_id, uploaded, documents = await written_and_uploaded(nodes, "ledger", 120)
+    stale = dict(documents[0])
+    dropped = stale["segments"][-2:]
+    stale["segments"] = stale["segments"][:-2]
+    stale["next_offset"] = dropped[0]["base_offset"]
+    store = store_of(nodes[0])
+    await store.put(layout.manifest_key("ledger", topic_id, 0), json.dumps(stale).encode())
+    brokers = await start_all(nodes)
+    try:
+        [result] = await brokers[0].restore_topics()
+        assert result["partitions"][0]["next_offset"] == documents[0]["next_offset"]
+        assert await read_all(await leader(brokers, "ledger", 0), "ledger", 0) == uploaded[0]
+        [repaired] = await manifests(nodes[0], "ledger", topic_id, 1)
+        assert [s["object"] for s in repaired["segments"][-2:]] == [s["object"] for s in dropped]
+    finally:
+        await stop_all(brokers)
+
+
 async def test_an_idle_partition_uploads_its_last_records_within_segment_ms(
     nodes: list[NodeConfig],
 ) -> None:

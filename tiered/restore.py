@@ -2,16 +2,18 @@
 
 Owns reading the topic objects and partition manifests of a bucket (tiered/FORMAT.md §2-3) into
 restore plans: one per topic name (its current incarnation), with each partition's remote log
-start and next offset. The node turns a plan into a topic (node/restore.py); nothing here writes.
+start and next offset. The node turns a plan into a topic (node/restore.py). The one write: a
+manifest that lost segments the bucket still holds is repaired first (`repair_manifest`).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from raftline.tiered.manifest import FORMAT_VERSION
+from raftline.tiered import layout
+from raftline.tiered.manifest import FORMAT_VERSION, ManifestState
 from raftline.tiered.store import ObjectNotFound, ObjectStore
 
 TOPICS_PREFIX = "topics/"
@@ -88,6 +90,59 @@ async def read_manifest(store: ObjectStore, key: str) -> dict[str, Any] | None:
         return None
 
 
+async def repair_manifest(
+    store: ObjectStore, topic: str, topic_id: int, partition: int, document: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The manifest, extended by the segment objects that follow it in the bucket, rewritten
+    when it grew. Such objects are committed data whose manifest was lost: an upload recorded
+    in the partition's Raft log whose manifest PUT was later overwritten by an older one (a
+    request the store executed after its client gave up on it). A restore that started the log
+    at the manifest's end would lose them, and a new write would reuse their names."""
+    state = ManifestState() if document is None else ManifestState.from_document(document)
+    prefix = layout.partition_path(topic, topic_id, partition) + "/"
+    names = {info.key for info in await store.list(prefix)}
+
+    def stem(first: int, last: int) -> str:
+        return layout.segment_stem(topic, topic_id, partition, first, last)
+
+    grown = False
+    while True:
+        following = sorted(
+            k for k in names if k.endswith(".log") and _base_of(k) == state.next_offset
+        )
+        if not following:
+            break
+        key = following[0]
+        txn_key = key.removesuffix(".log") + ".txnindex"
+        aborted = []
+        if txn_key in names:
+            aborted = layout.read_txn_index(await store.get(txn_key))
+        try:
+            meta = layout.build_segment(stem, await store.get(key), 0, aborted).meta
+        except ValueError as exc:
+            raise RestoreError(f"{key} is not a segment object: {exc}") from None
+        if meta.object != key or not {meta.index, meta.time_index} <= names:
+            break  # not what its name says, or its upload did not finish: not history
+        # Uploads happen only below the commit index; its exact value then is not recorded.
+        segment = replace(meta, committed_offset=meta.last_offset + 1)
+        effect = state.apply(state.applied_index + 1, {"op": "add", "segment": segment.to_json()})
+        if not effect.accepted:
+            break
+        grown = True
+    if not grown:
+        return document
+    repaired = state.document(topic, topic_id, partition)
+    await store.put(layout.manifest_key(topic, topic_id, partition), json.dumps(repaired).encode())
+    return repaired
+
+
+def _base_of(key: str) -> int:
+    try:
+        return int(key.rsplit("/", 1)[-1].split("-")[0])
+    except ValueError:
+        return -1
+
+
 async def topic_backups(store: ObjectStore, names: list[str] | None = None) -> list[TopicBackup]:
     """Every topic of the bucket (or those in `names`), by name; of several incarnations of a
     name, the latest created (FORMAT.md §2). A name asked for but absent raises RestoreError."""
@@ -122,8 +177,9 @@ async def _backup(store: ObjectStore, document: dict[str, Any]) -> TopicBackup:
     if not manifests or len(manifests) != int(document.get("partitions", len(manifests))):
         raise RestoreError(f"topic {name!r}: partitions and manifests disagree")
     partitions = []
-    for key in manifests:
+    for partition, key in enumerate(manifests):
         manifest = await read_manifest(store, key)
+        manifest = await repair_manifest(store, name, topic_id, partition, manifest)
         backup = PartitionBackup() if manifest is None else partition_backup(manifest, key)
         partitions.append(backup)
     return TopicBackup(name, topic_id, factor, config, created_ms, tuple(partitions))
