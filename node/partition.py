@@ -428,9 +428,13 @@ class PartitionReplica:
         self._require_leader()
         await self._await_term_commit()
         high_watermark = self.high_watermark
-        base = self.log.offset_for_timestamp(timestamp)
+        base = None
+        if self.remote is not None:  # the bucket first: it holds the older records
+            base = self.remote.offset_for_timestamp(timestamp, self.log.log_start_offset)
+        if base is None:
+            base = self.log.offset_for_timestamp(timestamp)
         while base is not None and base < high_watermark:
-            data = await self.runtime.read_log(self.group, self.log, base, 1, high_watermark)
+            data, _ = await self._read(base, 1, high_watermark)
             batches = list(iter_batches(data))
             if not batches:
                 break

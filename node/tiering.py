@@ -206,6 +206,16 @@ class PartitionTiering:
         self._read_end = answer.next_offset
         return answer
 
+    def offset_for_timestamp(self, timestamp: int, local_start: int) -> int | None:
+        """Where to look for the first record at or after `timestamp` below the local log
+        start: the first uploaded segment whose largest timestamp reaches it (None: local)."""
+        for segment in self.state.segments:
+            if segment.last_offset >= local_start:
+                return None
+            if segment.max_timestamp >= timestamp:
+                return max(segment.base_offset, self.state.start_offset)
+        return None
+
     # ---- the leader's loop ------------------------------------------------------------
 
     def on_role(self, role: str) -> None:

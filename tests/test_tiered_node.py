@@ -414,3 +414,18 @@ async def test_a_replica_that_missed_tiered_entries_rebuilds_from_the_bucket(nod
     assert tiering.state.segments[: len(known)] == known
     assert node.tiering.uploaded_segments == uploaded  # type: ignore[union-attr]
     tiering.state.check()
+
+
+async def test_offset_for_a_timestamp_below_the_local_log_start_comes_from_the_bucket(
+    node: Broker,
+) -> None:
+    await node.create_topic("timed", 1, 1, TIERED)
+    for i in range(60):
+        record = Record(f"{i:04d}".encode() + b"t" * 200, timestamp=1_000_000 + i * 1000)
+        await node.produce("timed", 0, build_batch([record]), "all")
+    replica = next(r for r in node.partitions.values() if r.topic == "timed")
+    await wait_for(lambda: replica.log.log_start_offset > 30, timeout=30)
+    offset = await node.offset_for_timestamp("timed", 0, 1_000_000 + 10 * 1000)
+    batches, _, _ = await node.fetch("timed", 0, offset, 1, 0)
+    first = decode_batch(batches[0]).records[0]
+    assert first.value is not None and first.value.startswith(b"0010")
