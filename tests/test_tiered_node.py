@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from inproc_harness import configs, start_all, wait_for
 from kafka.record.memory_records import MemoryRecords
-from seaweedfs import SeaweedServer, running_seaweedfs
+from seaweedfs import SeaweedServer
 
 from raftline.api.app import create_app
 from raftline.node.broker import Broker, BrokerError
@@ -23,17 +23,6 @@ from raftline.tiered.manifest import ManifestState
 from raftline.tiered.store import ObjectStore, S3Config
 
 _prefixes = (f"t{i}" for i in itertools.count())
-
-
-@pytest.fixture(scope="module")
-def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
-    with running_seaweedfs(Path(tmp_path_factory.mktemp("weed"))) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def bucket(seaweed: SeaweedServer) -> str:
-    return seaweed.create_bucket()
 
 
 @pytest.fixture
