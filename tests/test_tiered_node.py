@@ -19,6 +19,7 @@ from seaweedfs import SeaweedServer
 from raftline.api.app import create_app
 from raftline.node.broker import Broker, BrokerError
 from raftline.raftlog.records import Record, build_batch, decode_batch
+from raftline.tiered import layout
 from raftline.tiered.manifest import ManifestState
 from raftline.tiered.store import ObjectStore, S3Config
 
@@ -418,3 +419,30 @@ async def test_offset_for_a_timestamp_below_the_local_log_start_comes_from_the_b
     batches, _, _ = await node.fetch("timed", 0, offset, 1, 0)
     first = decode_batch(batches[0]).records[0]
     assert first.value is not None and first.value.startswith(b"0010")
+
+
+async def test_retention_removes_old_segments_from_the_bucket_too(
+    node: Broker, s3_env: SeaweedServer, bucket: str, prefix: str
+) -> None:
+    await node.create_topic("aging", 1, 1, {**TIERED, "retention.bytes": "8192"})
+    values = await produce(node, "aging", 100)
+    replica = next(r for r in node.partitions.values() if r.topic == "aging")
+    tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+    await wait_for(lambda: tiering.state.start_offset > 0 and not tiering.state.garbage, 30)
+    state = tiering.state
+    store = store_of(s3_env, bucket, prefix)
+    logs = {
+        i.key
+        for i in await store.list(
+            layout.partition_path("aging", replica_topic_id(node, "aging"), 0)
+        )
+    }
+    named = {key for s in state.segments for key in s.keys}
+    assert {k for k in logs if not k.endswith("manifest.json")} == named  # the rest deleted
+    manifest = json.loads(await store.get(tiering._manifest_key()))
+    assert manifest["start_offset"] == state.start_offset > 0
+    with pytest.raises(BrokerError) as gone:
+        await node.fetch("aging", 0, 0, 1000, 0)
+    assert gone.value.code == "offset_out_of_range"
+    records = await fetch_all(node, "aging", state.start_offset)
+    assert [v for _, v in records] == values[-len(records) :]
