@@ -431,14 +431,10 @@ async def test_retention_removes_old_segments_from_the_bucket_too(
     await wait_for(lambda: tiering.state.start_offset > 0 and not tiering.state.garbage, 30)
     state = tiering.state
     store = store_of(s3_env, bucket, prefix)
-    logs = {
-        i.key
-        for i in await store.list(
-            layout.partition_path("aging", replica_topic_id(node, "aging"), 0)
-        )
-    }
+    topic_id = node.meta.state.topics["aging"].topic_id
+    stored = {i.key for i in await store.list(layout.partition_path("aging", topic_id, 0))}
     named = {key for s in state.segments for key in s.keys}
-    assert {k for k in logs if not k.endswith("manifest.json")} == named  # the rest deleted
+    assert {k for k in stored if not k.endswith("manifest.json")} == named  # the rest deleted
     manifest = json.loads(await store.get(tiering._manifest_key()))
     assert manifest["start_offset"] == state.start_offset > 0
     with pytest.raises(BrokerError) as gone:
