@@ -14,8 +14,9 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from raftline.node.errors import BrokerError
 from raftline.raftlog.batch import iter_headers
@@ -34,6 +35,7 @@ from raftline.tiered.reader import (
 from raftline.tiered.store import ObjectNotFound, ObjectStore, ObjectStoreError, S3Config
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SNAPSHOT_FILE = "tiered-manifest.json"
 UPLOAD_POLL_S = 0.5  # a leader with nothing to upload looks again after this
@@ -62,6 +64,9 @@ class NodeTiering:
         self.cluster_id = cluster_id
         self.now_ms = now_ms
         self.upload_slots = asyncio.Semaphore(UPLOAD_CONCURRENCY)
+        # Reading and indexing runs to upload: a thread of its own, so that neither Raft's
+        # disk rounds nor consumers' fetch reads queue behind a 64 MiB read.
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftline-tiered")
         self.partitions: dict[str, PartitionTiering] = {}
         self.uploaded_bytes = 0
         self.uploaded_segments = 0
@@ -87,10 +92,14 @@ class NodeTiering:
         tiering = self.partitions.get(group)
         return point if tiering is None else min(point, tiering.state.durable_next - 1)
 
+    async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
     def close(self) -> None:
         for tiering in self.partitions.values():
             tiering.stop()
         self.cache.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def metrics(self) -> dict[str, int | float]:
         lag_bytes = lag_segments = 0
@@ -296,7 +305,7 @@ class PartitionTiering:
         self._held = []
         try:
             upto = self.replica.high_watermark
-            commands = await self.node.runtime.run_on_disk(self._tiered_commands, first, upto)
+            commands = await self.node.off_loop(self._tiered_commands, first, upto)
             for index, command in [*commands, *self._held]:
                 restored.apply(index, command)
         finally:
@@ -404,17 +413,14 @@ class PartitionTiering:
 
     async def _prepare(self, start: int, end: int) -> layout.SegmentObjects | None:
         """Read a run of the local log and build its objects (on the disk pool)."""
-        data = await self.node.runtime.run_on_disk(self._read_run, start, end)
+        data = await self.node.off_loop(self._read_run, start, end)
         if not data:
             return None
         producers = self.replica.producers
         aborted = []
         if producers is not None:
             aborted = layout.aborted_ranges(producers.state.aborted_in(start, end))
-        objects: layout.SegmentObjects = await self.node.runtime.run_on_disk(
-            self._build, data, aborted
-        )
-        return objects
+        return await self.node.off_loop(self._build, data, aborted)
 
     def _read_run(self, start: int, end: int) -> bytes:
         data: bytes = self.storage.log.read(start, MAX_OBJECT_BYTES, upto=end)
