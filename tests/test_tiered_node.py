@@ -14,7 +14,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from inproc_harness import configs, start_all, wait_for
 from kafka.record.memory_records import MemoryRecords
-from seaweedfs import SeaweedServer
+from seaweedfs import FlakyProxy, SeaweedServer
 
 from raftline.api.app import create_app
 from raftline.node.broker import Broker, BrokerError
@@ -442,3 +442,29 @@ async def test_retention_removes_old_segments_from_the_bucket_too(
     assert gone.value.code == "offset_out_of_range"
     records = await fetch_all(node, "aging", state.start_offset)
     assert [v for _, v in records] == values[-len(records) :]
+
+
+async def test_a_store_failing_some_requests_still_gets_every_segment_and_manifest(
+    tmp_path: Path, s3_env: SeaweedServer, bucket: str, prefix: str
+) -> None:
+    proxy = await FlakyProxy(s3_env.endpoint, every=3).start()
+    [config] = configs(tmp_path, 1)
+    config.s3_endpoint, config.s3_bucket, config.s3_prefix = proxy.endpoint, bucket, prefix
+    config.retention_check_s, config.fsync = 0.1, "never"
+    [broker] = await start_all([config])
+    try:
+        await broker.create_topic("flaky", 1, 1, TIERED)
+        values = await produce(broker, "flaky", 100)
+        replica = next(r for r in broker.partitions.values() if r.topic == "flaky")
+        await wait_for(lambda: replica.log.log_start_offset > 60, timeout=60)
+        assert proxy.failed > 0 and broker.tiering.store.retries > 0  # type: ignore[union-attr]
+        store = store_of(s3_env, bucket, prefix)
+        tiering = broker.tiering.partitions[replica.group]  # type: ignore[union-attr]
+        manifest = json.loads(await store.get(tiering._manifest_key()))
+        for segment in manifest["segments"]:  # every object the manifest names is there
+            data = await store.get(segment["object"])
+            assert len(data) == segment["size_bytes"]
+        assert [v for _, v in await fetch_all(broker, "flaky")] == values
+    finally:
+        await broker.stop()
+        await proxy.stop()
