@@ -90,7 +90,12 @@ class NodeTiering:
     def trim_point(self, group: str, point: int) -> int:
         """The last offset local retention may drop: never past what a durable manifest holds."""
         tiering = self.partitions.get(group)
-        return point if tiering is None else min(point, tiering.state.durable_next - 1)
+        if tiering is None:
+            return point
+        state = tiering.state
+        # Never past what a durable manifest holds; always past what retention.* removed from
+        # the bucket (the whole log's retention: expired on local disk too).
+        return max(min(point, state.durable_next - 1), state.start_offset - 1)
 
     async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -177,7 +182,9 @@ class PartitionTiering:
     def start_offset(self, local_start: int) -> int:
         """The partition's log start: the bucket's when it joins the local log."""
         state = self.state
-        if state.segments and state.start_offset < local_start <= state.next_offset:
+        if state.start_offset > local_start:  # retention.* removed more than local disk did
+            return state.start_offset
+        if state.segments and local_start <= state.next_offset:
             return state.start_offset
         return local_start
 
@@ -472,10 +479,33 @@ class PartitionTiering:
         if state.revision <= state.durable_revision:
             return False
         revision, next_offset = state.revision, state.next_offset
-        document = state.document(self.topic.name, self.topic.topic_id, self.partition)
-        await self.node.store.put(self._manifest_key(), _json(document))
+        if not await self._write_manifest(state.document(*self._names())):
+            return False  # a newer leader wrote a newer manifest: this one is deposed
         await self._propose({"op": "durable", "revision": revision, "next_offset": next_offset})
         return True
+
+    async def _write_manifest(self, document: dict[str, Any]) -> bool:
+        """Replace the bucket's manifest by `document` unless the bucket holds a newer one
+        (a deposed leader's late write must never replace a new leader's): read it with its
+        ETag, compare revisions, write with If-Match (If-None-Match when there is none).
+        True: the bucket holds `document`; False: it holds a newer manifest."""
+        store, key = self.node.store, self._manifest_key()
+        body = _json(document)
+        while True:
+            try:
+                current, etag = await store.get_versioned(key)
+            except ObjectNotFound:
+                if await store.put_if_absent(key, body):
+                    return True
+                continue  # another writer created it meanwhile: compare with theirs
+            held = int(json.loads(current).get("revision", -1))
+            if held >= document["revision"]:  # equal: the same state, so the same document
+                return held == document["revision"]
+            if etag is None:  # a store without ETags: the plain write (see FORMAT.md)
+                await store.put(key, body)
+                return True
+            if await store.put_if_match(key, body, etag):
+                return True
 
     async def _collect_garbage(self) -> bool:
         keys = self.state.collectable()
@@ -486,22 +516,18 @@ class PartitionTiering:
         return True
 
     async def _verify_manifest(self) -> None:
-        """A deposed leader's late manifest PUT could land over a newer one: the leader reads
-        the bucket's manifest now and then, and rewrites it when it is behind."""
+        """Now and then the leader checks that the bucket's manifest is not behind the durable
+        state (e.g. deleted by hand), and rewrites it if so."""
         now = time.monotonic()
         if now - self._last_verify < VERIFY_MANIFEST_S or self.state.durable_revision == 0:
             return
         self._last_verify = now
-        try:
-            document = json.loads(await self.node.store.get(self._manifest_key()))
-            behind = int(document.get("revision", -1)) < self.state.durable_revision
-        except ObjectNotFound:
-            behind = True
-        if behind:
-            log.warning("%s: the bucket's manifest is behind; rewriting it", self.group)
-            state = self.state
-            document = state.document(self.topic.name, self.topic.topic_id, self.partition)
-            await self.node.store.put(self._manifest_key(), _json(document))
+        state = self.state
+        if state.revision == state.durable_revision:
+            await self._write_manifest(state.document(*self._names()))
+
+    def _names(self) -> tuple[str, int, int]:
+        return self.topic.name, self.topic.topic_id, self.partition
 
     def _manifest_key(self) -> str:
         return layout.manifest_key(self.topic.name, self.topic.topic_id, self.partition)

@@ -468,3 +468,20 @@ async def test_a_store_failing_some_requests_still_gets_every_segment_and_manife
     finally:
         await broker.stop()
         await proxy.stop()
+
+
+async def test_a_stale_manifest_never_replaces_a_newer_one_in_the_bucket(
+    node: Broker, s3_env: SeaweedServer, bucket: str, prefix: str
+) -> None:
+    await node.create_topic("cas", 1, 1, TIERED)
+    await produce(node, "cas", 40)
+    replica = next(r for r in node.partitions.values() if r.topic == "cas")
+    tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+    await wait_for(lambda: tiering.state.durable_revision >= 2, timeout=30)
+    tiering.stop()
+    store = store_of(s3_env, bucket, prefix)
+    newest = await store.get(tiering._manifest_key())
+    stale = ManifestState()  # as a deposed leader would hold it: one segment, revision 1
+    stale.apply(1, {"op": "add", "segment": tiering.state.segments[0].to_json()})
+    assert not await tiering._write_manifest(stale.document("cas", 1, 0))
+    assert await store.get(tiering._manifest_key()) == newest
