@@ -144,7 +144,8 @@ class PartitionTiering:
         self.replica = replica  # node.partition.PartitionReplica
         self.path = Path(storage.log.directory) / SNAPSHOT_FILE
         self.state = _load_snapshot(self.path)
-        self._effects: dict[int, Effect] = {}  # leader: effects of its own proposals
+        # index -> (term, effect) of applied commands: a leader finds its proposals' outcome
+        self._effects: dict[int, tuple[int, Effect]] = {}
         self._held: list[tuple[int, dict[str, Any]]] | None = None  # while rebuilding
         self._read_end = -1  # where the last remote read ended (sequential readers continue)
         self._task: asyncio.Task[None] | None = None
@@ -174,7 +175,7 @@ class PartitionTiering:
             self._held.append((entry.index, command))
         effect = self.state.apply(entry.index, command)
         if effect.reason != "replayed":
-            self._effects[entry.index] = effect
+            self._effects[entry.index] = (entry.term, effect)
             if len(self._effects) > 1024:
                 self._effects.pop(next(iter(self._effects)))
             write_atomically(self.path, json.dumps(self.state.snapshot()).encode())
@@ -537,7 +538,9 @@ class PartitionTiering:
         batch = build_control_batch(TIERED, encode_command(command))
         replica = self.replica
         try:
-            index, _ = await replica.runtime.propose(self.group, batch, 1, kind=EntryKind.CONTROL)
+            index, term = await replica.runtime.propose(
+                self.group, batch, 1, kind=EntryKind.CONTROL
+            )
         except Exception as exc:
             raise BrokerError("leader_unavailable", f"proposal failed: {exc}") from exc
         deadline = time.monotonic() + replica.timeout_s
@@ -547,10 +550,10 @@ class PartitionTiering:
             if replica.role != "leader":
                 raise BrokerError("leader_unavailable", "leadership moved")
             await asyncio.sleep(0.01)
-        effect = self._effects.pop(index, None)
-        if effect is None:
+        applied = self._effects.pop(index, None)
+        if applied is None or applied[0] != term:  # another leader's entry took the index
             raise BrokerError("leader_unavailable", "the tiered entry was overwritten")
-        return effect
+        return applied[1]
 
 
 def _puts(run: layout.SegmentObjects) -> list[tuple[str, Any]]:
