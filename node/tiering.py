@@ -190,11 +190,10 @@ class PartitionTiering:
         return local_start
 
     def pending_upload(self) -> tuple[int, int]:
-        """(bytes, segments) of the local log not yet in the bucket (sealed or not)."""
-        log_ = self.storage.log
+        """(bytes, segments) of sealed local segments not yet (wholly) in the bucket."""
         pending_bytes = pending_segments = 0
         next_offset = self.state.next_offset
-        for segment in [*log_.sealed_segments()]:
+        for segment in self.storage.log.sealed_segments():
             if segment.next_offset > next_offset:
                 pending_bytes += segment.size
                 pending_segments += 1
