@@ -169,6 +169,17 @@ class PartitionReplica:
         self._require_leader()
         await self._await_term_commit()
 
+    async def until_committed(self, index: int) -> None:
+        """Return once the entry at `index` committed (and was applied here); raise when this
+        replica stops leading or the request timeout passes first."""
+        try:
+            async with asyncio.timeout(self._timeout):
+                while self.high_watermark <= index:
+                    self._require_leader()
+                    await self._new_data.wait()
+        except TimeoutError:
+            raise BrokerError("timeout", f"entry {index} did not commit in time") from None
+
     async def _read(self, offset: int, max_bytes: int, upto: int) -> tuple[bytes, list[Any]]:
         """Whole batches from the one holding `offset` (the bucket's below the local log
         start), and the aborted transactions the bucket lists for them."""

@@ -542,13 +542,7 @@ class PartitionTiering:
             )
         except Exception as exc:
             raise BrokerError("leader_unavailable", f"proposal failed: {exc}") from exc
-        deadline = time.monotonic() + replica.timeout_s
-        while replica.high_watermark <= index:  # committed entries are applied first
-            if time.monotonic() > deadline:
-                raise BrokerError("timeout", "the tiered entry did not commit in time")
-            if replica.role != "leader":
-                raise BrokerError("leader_unavailable", "leadership moved")
-            await asyncio.sleep(0.01)
+        await replica.until_committed(index)  # committed entries are applied first
         applied = self._effects.pop(index, None)
         if applied is None or applied[0] != term:  # another leader's entry took the index
             raise BrokerError("leader_unavailable", "the tiered entry was overwritten")
