@@ -150,6 +150,7 @@ class PartitionTiering:
         self._read_end = -1  # where the last remote read ended (sequential readers continue)
         self._task: asyncio.Task[None] | None = None
         self._topic_written = False
+        self._checked_new = False  # the bucket had nothing for this partition before it
         self._last_verify = 0.0
         self.last_upload_s = 0.0
         self.last_error: str | None = None
@@ -264,11 +265,15 @@ class PartitionTiering:
                 )
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
-            except BrokerError as exc:  # not the leader any more, or Raft did not commit
-                log.info("%s: tiered round stopped: %s", self.group, exc.message)
+            except BrokerError as exc:  # not the leader any more, Raft did not commit, or a
+                # bucket this partition must not write to
                 if self.replica.role != "leader":
                     return
+                self.node.upload_errors += 1
+                self.last_error = exc.message
+                log.warning("%s: tiered round stopped: %s", self.group, exc.message)
                 await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX_S)
             except Exception:
                 self.node.upload_errors += 1
                 log.exception("%s: tiered round failed", self.group)
@@ -279,6 +284,7 @@ class PartitionTiering:
         """One round of the leader's work; True when it did something (look again at once)."""
         await self._catch_up_from_bucket()
         await self._write_topic_object()
+        await self._check_partition_is_new()
         added = 0
         while added < MAX_ADDS_PER_MANIFEST and (recorded := await self._upload_runs()):
             added += recorded
@@ -287,6 +293,27 @@ class PartitionTiering:
         collected = await self._collect_garbage()
         await self._verify_manifest()
         return bool(added or truncated or wrote or collected)
+
+    async def _check_partition_is_new(self) -> None:
+        """Before a partition's first upload: the bucket must hold nothing under its keys. A
+        manifest there with segments belongs to another cluster that gave a topic of the same
+        name the same id (a bucket shared by two clusters): writing on would mix both."""
+        state = self.state
+        if state.revision or self._checked_new:
+            return
+        try:
+            document = json.loads(await self.node.store.get(self._manifest_key()))
+        except ObjectNotFound:
+            self._checked_new = True
+            return
+        if document.get("segments"):
+            raise BrokerError(
+                "internal_error",
+                f"the bucket already holds {self._manifest_key()} (another cluster's topic "
+                "of the same name and id?): not uploading into it; restore it, or use "
+                "another bucket or --s3-prefix",
+            )
+        self._checked_new = True
 
     async def _catch_up_from_bucket(self) -> None:
         """A replica that missed commands (its log was trimmed past them while it lagged, and

@@ -485,3 +485,34 @@ async def test_a_stale_manifest_never_replaces_a_newer_one_in_the_bucket(
     stale.apply(1, {"op": "add", "segment": tiering.state.segments[0].to_json()})
     assert not await tiering._write_manifest(stale.document("cas", 1, 0))
     assert await store.get(tiering._manifest_key()) == newest
+
+
+async def test_a_second_cluster_never_writes_into_a_partition_another_one_uploaded(
+    tmp_path: Path, node: Broker, s3_env: SeaweedServer, bucket: str, prefix: str
+) -> None:
+    await node.create_topic("shared", 1, 1, TIERED)
+    await produce(node, "shared", 40)
+    first = next(r for r in node.partitions.values() if r.topic == "shared")
+    first_tiering = node.tiering.partitions[first.group]  # type: ignore[union-attr]
+    await wait_for(lambda: first_tiering.state.durable_revision > 0, timeout=30)
+    store = store_of(s3_env, bucket, prefix)
+    manifest = await store.get(first_tiering._manifest_key())
+
+    [config] = configs(tmp_path / "other", 1)  # another cluster, same bucket and prefix
+    config.s3_endpoint, config.s3_bucket, config.s3_prefix = s3_env.endpoint, bucket, prefix
+    config.retention_check_s, config.fsync = 0.1, "never"
+    [other] = await start_all([config])
+    try:
+        await other.create_topic("shared", 1, 1, TIERED)
+        second = next(r for r in other.partitions.values() if r.topic == "shared")
+        assert (
+            other.meta.state.topics["shared"].topic_id == node.meta.state.topics["shared"].topic_id
+        )
+        await produce(other, "shared", 40)
+        tiering = other.tiering.partitions[second.group]  # type: ignore[union-attr]
+        await wait_for(lambda: tiering.last_error is not None, timeout=30)
+        assert "already holds" in tiering.last_error
+        assert tiering.state.segments == [] and second.log.log_start_offset == 0
+        assert await store.get(first_tiering._manifest_key()) == manifest
+    finally:
+        await other.stop()
