@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,7 +25,13 @@ from raftline.raftlog.log import write_atomically
 from raftline.raftlog.records import TIERED, build_control_batch, control_type_of, decode_batch
 from raftline.raftlog.types import Entry, EntryKind
 from raftline.tiered import layout
-from raftline.tiered.manifest import Effect, ManifestState, decode_command, encode_command
+from raftline.tiered.manifest import (
+    Effect,
+    ManifestState,
+    SegmentMeta,
+    decode_command,
+    encode_command,
+)
 from raftline.tiered.reader import (
     DEFAULT_CACHE_BYTES,
     ChunkCache,
@@ -41,7 +48,7 @@ SNAPSHOT_FILE = "tiered-manifest.json"
 UPLOAD_POLL_S = 0.5  # a leader with nothing to upload looks again after this
 MAX_OBJECT_BYTES = 64 << 20  # a longer sealed segment is uploaded as several objects
 MAX_ADDS_PER_MANIFEST = 16  # segments recorded before the manifest is rewritten
-UPLOAD_RUNS = 4  # runs whose objects are uploaded together (MAX_OBJECT_BYTES at most in all)
+UPLOAD_RUNS = 4  # runs whose objects are in flight together (MAX_OBJECT_BYTES at most in all)
 UPLOAD_CONCURRENCY = 4  # object PUTs in flight per node
 BACKOFF_MAX_S = 30.0
 VERIFY_MANIFEST_S = 30.0  # the leader re-reads the bucket's manifest this often
@@ -285,9 +292,7 @@ class PartitionTiering:
         await self._catch_up_from_bucket()
         await self._write_topic_object()
         await self._check_partition_is_new()
-        added = 0
-        while added < MAX_ADDS_PER_MANIFEST and (recorded := await self._upload_runs()):
-            added += recorded
+        added = await self._upload_runs(MAX_ADDS_PER_MANIFEST)
         truncated = await self._apply_remote_retention()
         wrote = await self._publish_manifest()
         collected = await self._collect_garbage()
@@ -417,33 +422,44 @@ class PartitionTiering:
             return max(start, segment.base_offset), segment.next_offset
         return None
 
-    async def _upload_runs(self) -> int:
-        """Upload the next runs (up to UPLOAD_RUNS, their objects in parallel), then record
-        them in order; returns how many were recorded."""
-        runs: list[layout.SegmentObjects] = []
+    async def _upload_runs(self, limit: int) -> int:
+        """Upload up to `limit` runs as a pipeline: while the objects of up to UPLOAD_RUNS runs
+        (MAX_OBJECT_BYTES in all at most) are being PUT, the oldest whose objects are durable
+        is recorded through Raft (in order); returns how many were recorded."""
+        pending: deque[tuple[layout.SegmentObjects, asyncio.Task[None]]] = deque()
         start = self._upload_start()
-        held = 0
-        while len(runs) < UPLOAD_RUNS and held < MAX_OBJECT_BYTES:
-            found = self._next_range(start)
-            if found is None:
-                break
-            objects = await self._prepare(*found)
-            if objects is None:
-                break
-            runs.append(objects)
-            held += objects.meta.size_bytes
-            start = objects.meta.last_offset + 1
-        # Objects first: an add entry (and later the manifest) names only durable objects.
-        await asyncio.gather(*(self._put(key, body) for run in runs for key, body in _puts(run)))
-        for run in runs:
-            meta = run.meta
-            effect = await self._propose({"op": "add", "segment": meta.to_json()})
-            if not effect.accepted and effect.reason != "already recorded":
-                raise BrokerError("internal_error", f"{meta.object} refused: {effect.reason}")
-            self.node.uploaded_bytes += meta.size_bytes
-            self.node.uploaded_segments += 1
-            self.last_upload_s = time.time()
-        return len(runs)
+        recorded = 0
+        try:
+            while True:
+                while (
+                    len(pending) < UPLOAD_RUNS
+                    and recorded + len(pending) < limit
+                    and (sum(run.meta.size_bytes for run, _ in pending) < MAX_OBJECT_BYTES)
+                ):
+                    found = self._next_range(start)
+                    run = None if found is None else await self._prepare(*found)
+                    if run is None:
+                        break
+                    puts = asyncio.gather(*(self._put(key, body) for key, body in _puts(run)))
+                    pending.append((run, asyncio.ensure_future(puts)))
+                    start = run.meta.last_offset + 1
+                if not pending:
+                    return recorded
+                run, puts = pending.popleft()
+                await puts  # objects first: an add names only durable objects
+                await self._record(run.meta)
+                recorded += 1
+        finally:
+            for _, puts in pending:
+                puts.cancel()
+
+    async def _record(self, meta: SegmentMeta) -> None:
+        effect = await self._propose({"op": "add", "segment": meta.to_json()})
+        if not effect.accepted and effect.reason != "already recorded":
+            raise BrokerError("internal_error", f"{meta.object} refused: {effect.reason}")
+        self.node.uploaded_bytes += meta.size_bytes
+        self.node.uploaded_segments += 1
+        self.last_upload_s = time.time()
 
     async def _prepare(self, start: int, end: int) -> layout.SegmentObjects | None:
         """Read a run of the local log and build its objects (on the disk pool)."""
