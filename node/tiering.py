@@ -110,6 +110,10 @@ class NodeTiering:
     def close(self) -> None:
         for tiering in self.partitions.values():
             tiering.stop()
+            try:  # a clean stop leaves current snapshots: the next start replays nothing
+                _write_snapshot(tiering.path, tiering.state)
+            except OSError as exc:
+                log.warning("%s: tiered manifest snapshot not written: %s", tiering.group, exc)
         self.cache.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
@@ -154,6 +158,8 @@ class PartitionTiering:
         # index -> (term, effect) of applied commands: a leader finds its proposals' outcome
         self._effects: dict[int, tuple[int, Effect]] = {}
         self._held: list[tuple[int, dict[str, Any]]] | None = None  # while rebuilding
+        self._saving: asyncio.Task[None] | None = None
+        self._save_wanted = False
         self._read_end = -1  # where the last remote read ended (sequential readers continue)
         self._task: asyncio.Task[None] | None = None
         self._topic_written = False
@@ -186,7 +192,24 @@ class PartitionTiering:
             self._effects[entry.index] = (entry.term, effect)
             if len(self._effects) > 1024:
                 self._effects.pop(next(iter(self._effects)))
-            write_atomically(self.path, json.dumps(self.state.snapshot()).encode())
+            self._save_soon()
+
+    def _save_soon(self) -> None:
+        """Write the state's snapshot file off the loop, the latest state once per write. A
+        file left behind by a crash is safe: a restart replays the commands after it, or, when
+        local trimming removed them, rebuilds from the bucket (_catch_up_from_bucket)."""
+        self._save_wanted = True
+        if self._saving is None or self._saving.done():
+            self._saving = asyncio.ensure_future(self._save())
+
+    async def _save(self) -> None:
+        while self._save_wanted:
+            self._save_wanted = False
+            state = self.state.copy()  # immutable segments: the copy is a few list copies
+            try:
+                await self.node.off_loop(_write_snapshot, self.path, state)
+            except Exception:
+                log.exception("%s: tiered manifest snapshot not written", self.group)
 
     def start_offset(self, local_start: int) -> int:
         """The partition's log start: the bucket's when it joins the local log."""
@@ -356,7 +379,7 @@ class PartitionTiering:
             restored.revision,
             len(commands) + len(held),
         )
-        write_atomically(self.path, json.dumps(restored.snapshot()).encode())
+        self._save_soon()
 
     def _tiered_commands(self, start: int, end: int) -> list[tuple[int, dict[str, Any]]]:
         """Blocking: the TIERED commands of the local log in [start, end)."""
@@ -602,6 +625,10 @@ def _puts(run: layout.SegmentObjects) -> list[tuple[str, Any]]:
 
 def _json(document: dict[str, Any]) -> bytes:
     return json.dumps(document, indent=1, sort_keys=True).encode()
+
+
+def _write_snapshot(path: Path, state: ManifestState) -> None:
+    write_atomically(path, json.dumps(state.snapshot()).encode())
 
 
 def _load_snapshot(path: Path) -> ManifestState:

@@ -516,3 +516,33 @@ async def test_a_second_cluster_never_writes_into_a_partition_another_one_upload
         assert await store.get(first_tiering._manifest_key()) == manifest
     finally:
         await other.stop()
+
+
+async def test_a_restarted_node_keeps_its_manifest_state_and_serves_the_bucket(
+    tmp_path: Path, s3_env: SeaweedServer, bucket: str, prefix: str
+) -> None:
+    [config] = configs(tmp_path, 1)
+    config.s3_endpoint, config.s3_bucket, config.s3_prefix = s3_env.endpoint, bucket, prefix
+    config.retention_check_s, config.fsync = 0.1, "never"
+    [broker] = await start_all([config])
+    try:
+        await broker.create_topic("again", 1, 1, TIERED)
+        values = await produce(broker, "again", 60)
+        replica = next(r for r in broker.partitions.values() if r.topic == "again")
+        await wait_for(lambda: replica.log.log_start_offset > 30, timeout=30)
+        segments = list(broker.tiering.partitions[replica.group].state.segments)  # type: ignore[union-attr]
+    finally:
+        await broker.stop()
+    [broker] = await start_all([config])
+    try:
+        await wait_for(lambda: replica.group in broker.partitions, timeout=30)
+        await wait_for(lambda: broker.partitions[replica.group].role == "leader", timeout=30)
+        tiering = broker.tiering.partitions[replica.group]  # type: ignore[union-attr]
+        assert tiering.state.segments[: len(segments)] == segments
+        assert [v for _, v in await fetch_all(broker, "again")] == values
+        values += await produce(broker, "again", 40)
+        await wait_for(lambda: tiering.state.next_offset > segments[-1].last_offset + 20, 30)
+        tiering.state.check()
+        assert [v for _, v in await fetch_all(broker, "again")] == values
+    finally:
+        await broker.stop()
