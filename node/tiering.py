@@ -13,9 +13,11 @@ import asyncio
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from raftline.node.errors import BrokerError
 from raftline.raftlog.batch import iter_headers
@@ -23,7 +25,13 @@ from raftline.raftlog.log import write_atomically
 from raftline.raftlog.records import TIERED, build_control_batch, control_type_of, decode_batch
 from raftline.raftlog.types import Entry, EntryKind
 from raftline.tiered import layout
-from raftline.tiered.manifest import Effect, ManifestState, decode_command, encode_command
+from raftline.tiered.manifest import (
+    Effect,
+    ManifestState,
+    SegmentMeta,
+    decode_command,
+    encode_command,
+)
 from raftline.tiered.reader import (
     DEFAULT_CACHE_BYTES,
     ChunkCache,
@@ -34,12 +42,13 @@ from raftline.tiered.reader import (
 from raftline.tiered.store import ObjectNotFound, ObjectStore, ObjectStoreError, S3Config
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SNAPSHOT_FILE = "tiered-manifest.json"
 UPLOAD_POLL_S = 0.5  # a leader with nothing to upload looks again after this
 MAX_OBJECT_BYTES = 64 << 20  # a longer sealed segment is uploaded as several objects
 MAX_ADDS_PER_MANIFEST = 16  # segments recorded before the manifest is rewritten
-UPLOAD_RUNS = 4  # runs whose objects are uploaded together (MAX_OBJECT_BYTES at most in all)
+UPLOAD_RUNS = 4  # runs whose objects are in flight together (MAX_OBJECT_BYTES at most in all)
 UPLOAD_CONCURRENCY = 4  # object PUTs in flight per node
 BACKOFF_MAX_S = 30.0
 VERIFY_MANIFEST_S = 30.0  # the leader re-reads the bucket's manifest this often
@@ -62,6 +71,9 @@ class NodeTiering:
         self.cluster_id = cluster_id
         self.now_ms = now_ms
         self.upload_slots = asyncio.Semaphore(UPLOAD_CONCURRENCY)
+        # Reading and indexing runs to upload: a thread of its own, so that neither Raft's
+        # disk rounds nor consumers' fetch reads queue behind a 64 MiB read.
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftline-tiered")
         self.partitions: dict[str, PartitionTiering] = {}
         self.uploaded_bytes = 0
         self.uploaded_segments = 0
@@ -85,12 +97,25 @@ class NodeTiering:
     def trim_point(self, group: str, point: int) -> int:
         """The last offset local retention may drop: never past what a durable manifest holds."""
         tiering = self.partitions.get(group)
-        return point if tiering is None else min(point, tiering.state.durable_next - 1)
+        if tiering is None:
+            return point
+        state = tiering.state
+        # Never past what a durable manifest holds; always past what retention.* removed from
+        # the bucket (the whole log's retention: expired on local disk too).
+        return max(min(point, state.durable_next - 1), state.start_offset - 1)
+
+    async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     def close(self) -> None:
         for tiering in self.partitions.values():
             tiering.stop()
+            try:  # a clean stop leaves current snapshots: the next start replays nothing
+                _write_snapshot(tiering.path, tiering.state)
+            except OSError as exc:
+                log.warning("%s: tiered manifest snapshot not written: %s", tiering.group, exc)
         self.cache.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def metrics(self) -> dict[str, int | float]:
         lag_bytes = lag_segments = 0
@@ -130,11 +155,15 @@ class PartitionTiering:
         self.replica = replica  # node.partition.PartitionReplica
         self.path = Path(storage.log.directory) / SNAPSHOT_FILE
         self.state = _load_snapshot(self.path)
-        self._effects: dict[int, Effect] = {}  # leader: effects of its own proposals
+        # index -> (term, effect) of applied commands: a leader finds its proposals' outcome
+        self._effects: dict[int, tuple[int, Effect]] = {}
         self._held: list[tuple[int, dict[str, Any]]] | None = None  # while rebuilding
+        self._saving: asyncio.Task[None] | None = None
+        self._save_wanted = False
         self._read_end = -1  # where the last remote read ended (sequential readers continue)
         self._task: asyncio.Task[None] | None = None
         self._topic_written = False
+        self._checked_new = False  # the bucket had nothing for this partition before it
         self._last_verify = 0.0
         self.last_upload_s = 0.0
         self.last_error: str | None = None
@@ -160,10 +189,27 @@ class PartitionTiering:
             self._held.append((entry.index, command))
         effect = self.state.apply(entry.index, command)
         if effect.reason != "replayed":
-            self._effects[entry.index] = effect
+            self._effects[entry.index] = (entry.term, effect)
             if len(self._effects) > 1024:
                 self._effects.pop(next(iter(self._effects)))
-            write_atomically(self.path, json.dumps(self.state.snapshot()).encode())
+            self._save_soon()
+
+    def _save_soon(self) -> None:
+        """Write the state's snapshot file off the loop, the latest state once per write. A
+        file left behind by a crash is safe: a restart replays the commands after it, or, when
+        local trimming removed them, rebuilds from the bucket (_catch_up_from_bucket)."""
+        self._save_wanted = True
+        if self._saving is None or self._saving.done():
+            self._saving = asyncio.ensure_future(self._save())
+
+    async def _save(self) -> None:
+        while self._save_wanted:
+            self._save_wanted = False
+            state = self.state.copy()  # immutable segments: the copy is a few list copies
+            try:
+                await self.node.off_loop(_write_snapshot, self.path, state)
+            except Exception:
+                log.exception("%s: tiered manifest snapshot not written", self.group)
 
     def restore_from(self, document: dict[str, Any], restore_point: int) -> None:
         """A replica restored from the bucket (node/restore.py): its log starts at
@@ -179,16 +225,17 @@ class PartitionTiering:
     def start_offset(self, local_start: int) -> int:
         """The partition's log start: the bucket's when it joins the local log."""
         state = self.state
-        if state.segments and state.start_offset < local_start <= state.next_offset:
+        if state.start_offset > local_start:  # retention.* removed more than local disk did
+            return state.start_offset
+        if state.segments and local_start <= state.next_offset:
             return state.start_offset
         return local_start
 
     def pending_upload(self) -> tuple[int, int]:
-        """(bytes, segments) of the local log not yet in the bucket (sealed or not)."""
-        log_ = self.storage.log
+        """(bytes, segments) of sealed local segments not yet (wholly) in the bucket."""
         pending_bytes = pending_segments = 0
         next_offset = self.state.next_offset
-        for segment in [*log_.sealed_segments()]:
+        for segment in self.storage.log.sealed_segments():
             if segment.next_offset > next_offset:
                 pending_bytes += segment.size
                 pending_segments += 1
@@ -216,6 +263,16 @@ class PartitionTiering:
                 self.node.cache.prefetch(key, number, size)
         self._read_end = answer.next_offset
         return answer
+
+    def offset_for_timestamp(self, timestamp: int, local_start: int) -> int | None:
+        """Where to look for the first record at or after `timestamp` below the local log
+        start: the first uploaded segment whose largest timestamp reaches it (None: local)."""
+        for segment in self.state.segments:
+            if segment.last_offset >= local_start:
+                return None
+            if segment.max_timestamp >= timestamp:
+                return max(segment.base_offset, self.state.start_offset)
+        return None
 
     # ---- the leader's loop ------------------------------------------------------------
 
@@ -249,11 +306,15 @@ class PartitionTiering:
                 )
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
-            except BrokerError as exc:  # not the leader any more, or Raft did not commit
-                log.info("%s: tiered round stopped: %s", self.group, exc.message)
+            except BrokerError as exc:  # not the leader any more, Raft did not commit, or a
+                # bucket this partition must not write to
                 if self.replica.role != "leader":
                     return
+                self.node.upload_errors += 1
+                self.last_error = exc.message
+                log.warning("%s: tiered round stopped: %s", self.group, exc.message)
                 await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX_S)
             except Exception:
                 self.node.upload_errors += 1
                 log.exception("%s: tiered round failed", self.group)
@@ -266,14 +327,34 @@ class PartitionTiering:
         # segment.ms seals an idle partition's active segment too, so that it gets uploaded.
         await self.node.runtime.run_on_disk(self.storage.log.roll_if_older)
         await self._write_topic_object()
-        added = 0
-        while added < MAX_ADDS_PER_MANIFEST and (recorded := await self._upload_runs()):
-            added += recorded
+        await self._check_partition_is_new()
+        added = await self._upload_runs(MAX_ADDS_PER_MANIFEST)
         truncated = await self._apply_remote_retention()
         wrote = await self._publish_manifest()
         collected = await self._collect_garbage()
         await self._verify_manifest()
         return bool(added or truncated or wrote or collected)
+
+    async def _check_partition_is_new(self) -> None:
+        """Before a partition's first upload: the bucket must hold nothing under its keys. A
+        manifest there with segments belongs to another cluster that gave a topic of the same
+        name the same id (a bucket shared by two clusters): writing on would mix both."""
+        state = self.state
+        if state.revision or self._checked_new:
+            return
+        try:
+            document = json.loads(await self.node.store.get(self._manifest_key()))
+        except ObjectNotFound:
+            self._checked_new = True
+            return
+        if document.get("segments"):
+            raise BrokerError(
+                "internal_error",
+                f"the bucket already holds {self._manifest_key()} (another cluster's topic "
+                "of the same name and id?): not uploading into it; restore it, or use "
+                "another bucket or --s3-prefix",
+            )
+        self._checked_new = True
 
     async def _catch_up_from_bucket(self) -> None:
         """A replica that missed commands (its log was trimmed past them while it lagged, and
@@ -299,7 +380,7 @@ class PartitionTiering:
         self._held = []
         try:
             upto = self.replica.high_watermark
-            commands = await self.node.runtime.run_on_disk(self._tiered_commands, first, upto)
+            commands = await self.node.off_loop(self._tiered_commands, first, upto)
             for index, command in [*commands, *self._held]:
                 restored.apply(index, command)
         finally:
@@ -311,7 +392,7 @@ class PartitionTiering:
             restored.revision,
             len(commands) + len(held),
         )
-        write_atomically(self.path, json.dumps(restored.snapshot()).encode())
+        self._save_soon()
 
     def _tiered_commands(self, start: int, end: int) -> list[tuple[int, dict[str, Any]]]:
         """Blocking: the TIERED commands of the local log in [start, end)."""
@@ -377,47 +458,55 @@ class PartitionTiering:
             return max(start, segment.base_offset), segment.next_offset
         return None
 
-    async def _upload_runs(self) -> int:
-        """Upload the next runs (up to UPLOAD_RUNS, their objects in parallel), then record
-        them in order; returns how many were recorded."""
-        runs: list[layout.SegmentObjects] = []
+    async def _upload_runs(self, limit: int) -> int:
+        """Upload up to `limit` runs as a pipeline: while the objects of up to UPLOAD_RUNS runs
+        (MAX_OBJECT_BYTES in all at most) are being PUT, the oldest whose objects are durable
+        is recorded through Raft (in order); returns how many were recorded."""
+        pending: deque[tuple[layout.SegmentObjects, asyncio.Task[None]]] = deque()
         start = self._upload_start()
-        held = 0
-        while len(runs) < UPLOAD_RUNS and held < MAX_OBJECT_BYTES:
-            found = self._next_range(start)
-            if found is None:
-                break
-            objects = await self._prepare(*found)
-            if objects is None:
-                break
-            runs.append(objects)
-            held += objects.meta.size_bytes
-            start = objects.meta.last_offset + 1
-        # Objects first: an add entry (and later the manifest) names only durable objects.
-        await asyncio.gather(*(self._put(key, body) for run in runs for key, body in _puts(run)))
-        for run in runs:
-            meta = run.meta
-            effect = await self._propose({"op": "add", "segment": meta.to_json()})
-            if not effect.accepted and effect.reason != "already recorded":
-                raise BrokerError("internal_error", f"{meta.object} refused: {effect.reason}")
-            self.node.uploaded_bytes += meta.size_bytes
-            self.node.uploaded_segments += 1
-            self.last_upload_s = time.time()
-        return len(runs)
+        recorded = 0
+        try:
+            while True:
+                while (
+                    len(pending) < UPLOAD_RUNS
+                    and recorded + len(pending) < limit
+                    and (sum(run.meta.size_bytes for run, _ in pending) < MAX_OBJECT_BYTES)
+                ):
+                    found = self._next_range(start)
+                    run = None if found is None else await self._prepare(*found)
+                    if run is None:
+                        break
+                    puts = asyncio.gather(*(self._put(key, body) for key, body in _puts(run)))
+                    pending.append((run, asyncio.ensure_future(puts)))
+                    start = run.meta.last_offset + 1
+                if not pending:
+                    return recorded
+                run, puts = pending.popleft()
+                await puts  # objects first: an add names only durable objects
+                await self._record(run.meta)
+                recorded += 1
+        finally:
+            for _, puts in pending:
+                puts.cancel()
+
+    async def _record(self, meta: SegmentMeta) -> None:
+        effect = await self._propose({"op": "add", "segment": meta.to_json()})
+        if not effect.accepted and effect.reason != "already recorded":
+            raise BrokerError("internal_error", f"{meta.object} refused: {effect.reason}")
+        self.node.uploaded_bytes += meta.size_bytes
+        self.node.uploaded_segments += 1
+        self.last_upload_s = time.time()
 
     async def _prepare(self, start: int, end: int) -> layout.SegmentObjects | None:
         """Read a run of the local log and build its objects (on the disk pool)."""
-        data = await self.node.runtime.run_on_disk(self._read_run, start, end)
+        data = await self.node.off_loop(self._read_run, start, end)
         if not data:
             return None
         producers = self.replica.producers
         aborted = []
         if producers is not None:
             aborted = layout.aborted_ranges(producers.state.aborted_in(start, end))
-        objects: layout.SegmentObjects = await self.node.runtime.run_on_disk(
-            self._build, data, aborted
-        )
-        return objects
+        return await self.node.off_loop(self._build, data, aborted)
 
     def _read_run(self, start: int, end: int) -> bytes:
         data: bytes = self.storage.log.read(start, MAX_OBJECT_BYTES, upto=end)
@@ -469,10 +558,33 @@ class PartitionTiering:
         if state.revision <= state.durable_revision:
             return False
         revision, next_offset = state.revision, state.next_offset
-        document = state.document(self.topic.name, self.topic.topic_id, self.partition)
-        await self.node.store.put(self._manifest_key(), _json(document))
+        if not await self._write_manifest(state.document(*self._names())):
+            return False  # a newer leader wrote a newer manifest: this one is deposed
         await self._propose({"op": "durable", "revision": revision, "next_offset": next_offset})
         return True
+
+    async def _write_manifest(self, document: dict[str, Any]) -> bool:
+        """Replace the bucket's manifest by `document` unless the bucket holds a newer one
+        (a deposed leader's late write must never replace a new leader's): read it with its
+        ETag, compare revisions, write with If-Match (If-None-Match when there is none).
+        True: the bucket holds `document`; False: it holds a newer manifest."""
+        store, key = self.node.store, self._manifest_key()
+        body = _json(document)
+        while True:
+            try:
+                current, etag = await store.get_versioned(key)
+            except ObjectNotFound:
+                if await store.put_if_absent(key, body):
+                    return True
+                continue  # another writer created it meanwhile: compare with theirs
+            held = int(json.loads(current).get("revision", -1))
+            if held >= document["revision"]:  # equal: the same state, so the same document
+                return held == document["revision"]
+            if etag is None:  # a store without ETags: the plain write (see FORMAT.md)
+                await store.put(key, body)
+                return True
+            if await store.put_if_match(key, body, etag):
+                return True
 
     async def _collect_garbage(self) -> bool:
         keys = self.state.collectable()
@@ -483,22 +595,18 @@ class PartitionTiering:
         return True
 
     async def _verify_manifest(self) -> None:
-        """A deposed leader's late manifest PUT could land over a newer one: the leader reads
-        the bucket's manifest now and then, and rewrites it when it is behind."""
+        """Now and then the leader checks that the bucket's manifest is not behind the durable
+        state (e.g. deleted by hand), and rewrites it if so."""
         now = time.monotonic()
         if now - self._last_verify < VERIFY_MANIFEST_S or self.state.durable_revision == 0:
             return
         self._last_verify = now
-        try:
-            document = json.loads(await self.node.store.get(self._manifest_key()))
-            behind = int(document.get("revision", -1)) < self.state.durable_revision
-        except ObjectNotFound:
-            behind = True
-        if behind:
-            log.warning("%s: the bucket's manifest is behind; rewriting it", self.group)
-            state = self.state
-            document = state.document(self.topic.name, self.topic.topic_id, self.partition)
-            await self.node.store.put(self._manifest_key(), _json(document))
+        state = self.state
+        if state.revision == state.durable_revision:
+            await self._write_manifest(state.document(*self._names()))
+
+    def _names(self) -> tuple[str, int, int]:
+        return self.topic.name, self.topic.topic_id, self.partition
 
     def _manifest_key(self) -> str:
         return layout.manifest_key(self.topic.name, self.topic.topic_id, self.partition)
@@ -508,20 +616,16 @@ class PartitionTiering:
         batch = build_control_batch(TIERED, encode_command(command))
         replica = self.replica
         try:
-            index, _ = await replica.runtime.propose(self.group, batch, 1, kind=EntryKind.CONTROL)
+            index, term = await replica.runtime.propose(
+                self.group, batch, 1, kind=EntryKind.CONTROL
+            )
         except Exception as exc:
             raise BrokerError("leader_unavailable", f"proposal failed: {exc}") from exc
-        deadline = time.monotonic() + replica.timeout_s
-        while replica.high_watermark <= index:  # committed entries are applied first
-            if time.monotonic() > deadline:
-                raise BrokerError("timeout", "the tiered entry did not commit in time")
-            if replica.role != "leader":
-                raise BrokerError("leader_unavailable", "leadership moved")
-            await asyncio.sleep(0.01)
-        effect = self._effects.pop(index, None)
-        if effect is None:
+        await replica.until_committed(index)  # committed entries are applied first
+        applied = self._effects.pop(index, None)
+        if applied is None or applied[0] != term:  # another leader's entry took the index
             raise BrokerError("leader_unavailable", "the tiered entry was overwritten")
-        return effect
+        return applied[1]
 
 
 def _puts(run: layout.SegmentObjects) -> list[tuple[str, Any]]:
@@ -534,6 +638,10 @@ def _puts(run: layout.SegmentObjects) -> list[tuple[str, Any]]:
 
 def _json(document: dict[str, Any]) -> bytes:
     return json.dumps(document, indent=1, sort_keys=True).encode()
+
+
+def _write_snapshot(path: Path, state: ManifestState) -> None:
+    write_atomically(path, json.dumps(state.snapshot()).encode())
 
 
 def _load_snapshot(path: Path) -> ManifestState:

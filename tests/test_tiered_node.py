@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -14,26 +14,16 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from inproc_harness import configs, start_all, wait_for
 from kafka.record.memory_records import MemoryRecords
-from seaweedfs import SeaweedServer, running_seaweedfs
+from seaweedfs import FlakyProxy, SeaweedServer
 
 from raftline.api.app import create_app
 from raftline.node.broker import Broker, BrokerError
 from raftline.raftlog.records import Record, build_batch, decode_batch
+from raftline.tiered import layout
 from raftline.tiered.manifest import ManifestState
 from raftline.tiered.store import ObjectStore, S3Config
 
 _prefixes = (f"t{i}" for i in itertools.count())
-
-
-@pytest.fixture(scope="module")
-def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
-    with running_seaweedfs(Path(tmp_path_factory.mktemp("weed"))) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def bucket(seaweed: SeaweedServer) -> str:
-    return seaweed.create_bucket()
 
 
 @pytest.fixture
@@ -414,3 +404,145 @@ async def test_a_replica_that_missed_tiered_entries_rebuilds_from_the_bucket(nod
     assert tiering.state.segments[: len(known)] == known
     assert node.tiering.uploaded_segments == uploaded  # type: ignore[union-attr]
     tiering.state.check()
+
+
+async def test_offset_for_a_timestamp_below_the_local_log_start_comes_from_the_bucket(
+    node: Broker,
+) -> None:
+    await node.create_topic("timed", 1, 1, TIERED)
+    for i in range(60):
+        record = Record(f"{i:04d}".encode() + b"t" * 200, timestamp=1_000_000 + i * 1000)
+        await node.produce("timed", 0, build_batch([record]), "all")
+    replica = next(r for r in node.partitions.values() if r.topic == "timed")
+    await wait_for(lambda: replica.log.log_start_offset > 30, timeout=30)
+    offset = await node.offset_for_timestamp("timed", 0, 1_000_000 + 10 * 1000)
+    batches, _, _ = await node.fetch("timed", 0, offset, 1, 0)
+    first = decode_batch(batches[0]).records[0]
+    assert first.value is not None and first.value.startswith(b"0010")
+
+
+async def test_retention_removes_old_segments_from_the_bucket_too(
+    node: Broker, s3_env: SeaweedServer, bucket: str, prefix: str
+) -> None:
+    await node.create_topic("aging", 1, 1, {**TIERED, "retention.bytes": "8192"})
+    values = await produce(node, "aging", 100)
+    replica = next(r for r in node.partitions.values() if r.topic == "aging")
+    tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+    await wait_for(lambda: tiering.state.start_offset > 0 and not tiering.state.garbage, 30)
+    state = tiering.state
+    store = store_of(s3_env, bucket, prefix)
+    topic_id = node.meta.state.topics["aging"].topic_id
+    stored = {i.key for i in await store.list(layout.partition_path("aging", topic_id, 0))}
+    named = {key for s in state.segments for key in s.keys}
+    assert {k for k in stored if not k.endswith("manifest.json")} == named  # the rest deleted
+    manifest = json.loads(await store.get(tiering._manifest_key()))
+    assert manifest["start_offset"] == state.start_offset > 0
+    with pytest.raises(BrokerError) as gone:
+        await node.fetch("aging", 0, 0, 1000, 0)
+    assert gone.value.code == "offset_out_of_range"
+    records = await fetch_all(node, "aging", state.start_offset)
+    assert [v for _, v in records] == values[-len(records) :]
+
+
+async def test_a_store_failing_some_requests_still_gets_every_segment_and_manifest(
+    tmp_path: Path, s3_env: SeaweedServer, bucket: str, prefix: str
+) -> None:
+    proxy = await FlakyProxy(s3_env.endpoint, every=3).start()
+    [config] = configs(tmp_path, 1)
+    config.s3_endpoint, config.s3_bucket, config.s3_prefix = proxy.endpoint, bucket, prefix
+    config.retention_check_s, config.fsync = 0.1, "never"
+    [broker] = await start_all([config])
+    try:
+        await broker.create_topic("flaky", 1, 1, TIERED)
+        values = await produce(broker, "flaky", 100)
+        replica = next(r for r in broker.partitions.values() if r.topic == "flaky")
+        await wait_for(lambda: replica.log.log_start_offset > 60, timeout=60)
+        assert proxy.failed > 0 and broker.tiering.store.retries > 0  # type: ignore[union-attr]
+        store = store_of(s3_env, bucket, prefix)
+        tiering = broker.tiering.partitions[replica.group]  # type: ignore[union-attr]
+        manifest = json.loads(await store.get(tiering._manifest_key()))
+        for segment in manifest["segments"]:  # every object the manifest names is there
+            data = await store.get(segment["object"])
+            assert len(data) == segment["size_bytes"]
+        assert [v for _, v in await fetch_all(broker, "flaky")] == values
+    finally:
+        await broker.stop()
+        await proxy.stop()
+
+
+async def test_a_stale_manifest_never_replaces_a_newer_one_in_the_bucket(
+    node: Broker, s3_env: SeaweedServer, bucket: str, prefix: str
+) -> None:
+    await node.create_topic("cas", 1, 1, TIERED)
+    await produce(node, "cas", 40)
+    replica = next(r for r in node.partitions.values() if r.topic == "cas")
+    tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+    await wait_for(lambda: tiering.state.durable_revision >= 2, timeout=30)
+    tiering.stop()
+    store = store_of(s3_env, bucket, prefix)
+    newest = await store.get(tiering._manifest_key())
+    stale = ManifestState()  # as a deposed leader would hold it: one segment, revision 1
+    stale.apply(1, {"op": "add", "segment": tiering.state.segments[0].to_json()})
+    assert not await tiering._write_manifest(stale.document("cas", 1, 0))
+    assert await store.get(tiering._manifest_key()) == newest
+
+
+async def test_a_second_cluster_never_writes_into_a_partition_another_one_uploaded(
+    tmp_path: Path, node: Broker, s3_env: SeaweedServer, bucket: str, prefix: str
+) -> None:
+    await node.create_topic("shared", 1, 1, TIERED)
+    await produce(node, "shared", 40)
+    first = next(r for r in node.partitions.values() if r.topic == "shared")
+    first_tiering = node.tiering.partitions[first.group]  # type: ignore[union-attr]
+    await wait_for(lambda: first_tiering.state.durable_revision > 0, timeout=30)
+    store = store_of(s3_env, bucket, prefix)
+    manifest = await store.get(first_tiering._manifest_key())
+
+    [config] = configs(tmp_path / "other", 1)  # another cluster, same bucket and prefix
+    config.s3_endpoint, config.s3_bucket, config.s3_prefix = s3_env.endpoint, bucket, prefix
+    config.retention_check_s, config.fsync = 0.1, "never"
+    [other] = await start_all([config])
+    try:
+        await other.create_topic("shared", 1, 1, TIERED)
+        second = next(r for r in other.partitions.values() if r.topic == "shared")
+        assert (
+            other.meta.state.topics["shared"].topic_id == node.meta.state.topics["shared"].topic_id
+        )
+        await produce(other, "shared", 40)
+        tiering = other.tiering.partitions[second.group]  # type: ignore[union-attr]
+        await wait_for(lambda: tiering.last_error is not None, timeout=30)
+        assert "already holds" in tiering.last_error
+        assert tiering.state.segments == [] and second.log.log_start_offset == 0
+        assert await store.get(first_tiering._manifest_key()) == manifest
+    finally:
+        await other.stop()
+
+
+async def test_a_restarted_node_keeps_its_manifest_state_and_serves_the_bucket(
+    tmp_path: Path, s3_env: SeaweedServer, bucket: str, prefix: str
+) -> None:
+    [config] = configs(tmp_path, 1)
+    config.s3_endpoint, config.s3_bucket, config.s3_prefix = s3_env.endpoint, bucket, prefix
+    config.retention_check_s, config.fsync = 0.1, "never"
+    [broker] = await start_all([config])
+    try:
+        await broker.create_topic("again", 1, 1, TIERED)
+        values = await produce(broker, "again", 60)
+        replica = next(r for r in broker.partitions.values() if r.topic == "again")
+        await wait_for(lambda: replica.log.log_start_offset > 30, timeout=30)
+        segments = list(broker.tiering.partitions[replica.group].state.segments)  # type: ignore[union-attr]
+    finally:
+        await broker.stop()
+    [broker] = await start_all([config])
+    try:
+        await wait_for(lambda: replica.group in broker.partitions, timeout=30)
+        await wait_for(lambda: broker.partitions[replica.group].role == "leader", timeout=30)
+        tiering = broker.tiering.partitions[replica.group]  # type: ignore[union-attr]
+        assert tiering.state.segments[: len(segments)] == segments
+        assert [v for _, v in await fetch_all(broker, "again")] == values
+        values += await produce(broker, "again", 40)
+        await wait_for(lambda: tiering.state.next_offset > segments[-1].last_offset + 20, 30)
+        tiering.state.check()
+        assert [v for _, v in await fetch_all(broker, "again")] == values
+    finally:
+        await broker.stop()

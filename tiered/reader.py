@@ -23,8 +23,9 @@ from .store import ObjectStore
 CHUNK_BYTES = 4 << 20  # one ranged GET; large enough that request overhead stays small
 DEFAULT_CACHE_BYTES = 64 << 20
 READ_AHEAD_BYTES = 16 << 20  # what a sequential reader's next reads will want, loaded now
-_BATCH_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
-_LAST_OFFSET_DELTA = 23  # position of lastOffsetDelta in a batch
+# baseOffset, batchLength, (partitionLeaderEpoch, magic, crc, attributes), lastOffsetDelta
+_BATCH_HEAD = struct.Struct(">qi11xi")
+_HEAD_BYTES = _BATCH_HEAD.size
 
 
 class RemoteRead(NamedTuple):
@@ -145,12 +146,13 @@ async def read_segment(
         end = min(size, position + max(max_bytes, LOG_OVERHEAD) + INDEX_INTERVAL_BYTES)
         window = await cache.read_range(segment.object, size, position, end)
         at = 0
-        while True:
-            if at + LOG_OVERHEAD > len(window):
-                break
-            base, length = _BATCH_PREFIX.unpack_from(window, at)
+        while at + _HEAD_BYTES <= len(window):
+            base, length, last_delta = _BATCH_HEAD.unpack_from(window, at)
             batch_size = length + LOG_OVERHEAD
-            if base >= upto or (out and taken + batch_size > max_bytes):
+            next_offset = base + last_delta + 1
+            # As the local read: never the batch holding `upto`, the first batch whatever its
+            # size, then only whole batches within `max_bytes`.
+            if next_offset > upto or (out and taken + batch_size > max_bytes):
                 done = True
                 break
             if at + batch_size > len(window):
@@ -160,10 +162,8 @@ async def read_segment(
                     )
                     continue
                 break
-            batch = window[at : at + batch_size]
-            next_offset = base + _last_offset_delta(batch) + 1
-            if next_offset > offset:
-                out.append(batch)
+            if next_offset > offset:  # batches before the one holding `offset` are skipped
+                out.append(window[at : at + batch_size])
                 taken += batch_size
                 end_offset = next_offset
             at += batch_size
@@ -174,10 +174,6 @@ async def read_segment(
     if segment.txn_index is not None:
         aborted = read_txn_index(await cache.small(segment.txn_index))
     return RemoteRead(b"".join(out), aborted, position, end_offset)
-
-
-def _last_offset_delta(batch: memoryview) -> int:
-    return int.from_bytes(batch[_LAST_OFFSET_DELTA : _LAST_OFFSET_DELTA + 4], "big")
 
 
 def chunks_ahead(

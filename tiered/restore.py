@@ -132,8 +132,28 @@ async def repair_manifest(
     if not grown:
         return document
     repaired = state.document(topic, topic_id, partition)
-    await store.put(layout.manifest_key(topic, topic_id, partition), json.dumps(repaired).encode())
-    return repaired
+    key = layout.manifest_key(topic, topic_id, partition)
+    body = json.dumps(repaired).encode()
+    # Compare-and-swap, as the brokers write manifests: a manifest that changed meanwhile (a
+    # cluster still writing to this bucket) is never replaced.
+    try:
+        current, etag = await store.get_versioned(key)
+    except ObjectNotFound:
+        current, etag = None, None
+    unchanged = (current is None and document is None) or (
+        current is not None
+        and document is not None
+        and json.loads(current).get("revision") == document.get("revision")
+    )
+    if unchanged:
+        written = (
+            await store.put_if_absent(key, body)
+            if etag is None
+            else await store.put_if_match(key, body, etag)
+        )
+        if written:
+            return repaired
+    raise RestoreError(f"{key} changed while the restore read it: is a cluster writing to it?")
 
 
 def _base_of(key: str) -> int:
