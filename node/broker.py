@@ -159,7 +159,7 @@ class Broker:
         if self._reconciling is not None:
             self._reconciling.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for replica in self.partitions.values():
+        for replica in list(self.partitions.values()):  # a cancelled reconcile may drop one
             replica.close()
             try:
                 await self.runtime.run_on_disk(replica.save_producers)
