@@ -213,9 +213,12 @@ class RoutingClientApi(ClientApi):
         headers: dict[str, str | bytes] | None = None,
         timeout_ms: int = 5_000,
         correlation_id: str | None = None,
+        keep_reply_topic: bool = True,
     ) -> Returns[Reply]:
         """Publish a request to `topic` or through `exchange` and wait up to `timeout_ms`
-        for its reply; raises RaftlineError `timeout` when none comes."""
+        for its reply; raises RaftlineError `timeout` when none comes. The reply comes on
+        this client's reply topic, kept for its next requests; with `keep_reply_topic=False`
+        on one made for this request and deleted after it (for one-off callers)."""
         if (topic is None) == (exchange is None):
             raise ValueError("name exactly one of topic= or exchange=")
         if timeout_ms / 1000 >= self.timeout:
@@ -223,9 +226,10 @@ class RoutingClientApi(ClientApi):
         body: dict[str, Any] = {
             "message": encode_message(value, key, headers=headers),
             "timeout_ms": timeout_ms,
-            "client_id": self.client_id,
             "correlation_id": correlation_id or uuid.uuid4().hex,
         }
+        if keep_reply_topic:
+            body["client_id"] = self.client_id
         if topic is not None:
             body["topic"] = topic
         else:
