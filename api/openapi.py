@@ -9,6 +9,7 @@ from functools import cache
 from typing import Any
 
 from raftline.api.codec import BATCH_CONTENT_TYPE
+from raftline.api.openapi_exchanges import EXCHANGE_SCHEMAS, exchange_paths
 from raftline.api.openapi_groups import GROUP_SCHEMAS, group_paths
 from raftline.api.openapi_queues import QUEUE_SCHEMAS, queue_paths
 
@@ -664,6 +665,8 @@ def openapi_document() -> dict[str, Any]:
             '{"error": {"code", "message", "retryable"}}. Bodies may be JSON or msgpack '
             "(Content-Type application/msgpack); answers are msgpack when Accept asks.",
         },
-        "paths": {**paths, **group_paths(), **queue_paths()},
-        "components": {"schemas": {**_SCHEMAS, **GROUP_SCHEMAS, **QUEUE_SCHEMAS}},
+        "paths": {**paths, **group_paths(), **queue_paths(), **exchange_paths()},
+        "components": {
+            "schemas": {**_SCHEMAS, **GROUP_SCHEMAS, **QUEUE_SCHEMAS, **EXCHANGE_SCHEMAS}
+        },
     }
