@@ -8,15 +8,17 @@ read_committed reader sees all of its messages or none. Read_uncommitted readers
 fetch, queues) read each partition's messages once they are written, before the commit, and
 may read those of a publish that then aborts: that is the one limit of the atomicity.
 
-A failed write aborts the transaction (the answer is the write's error, retryable where it
-was); a commit whose outcome is unknown (the coordinator lost its leader) answers 503 and the
-node's next transaction with that producer fences it (committed or aborted, never half).
+A failed write aborts the transaction: the answer is the write's error at once (retryable
+where it was), the abort runs on in the background. A commit that fails (the coordinator or a
+partition lost its leader while the markers were written) answers 503 like a produce whose
+outcome is unknown: the decision, if it was made, completes on every partition (the
+coordinator resends markers), else the node's next init of that producer aborts it; never
+half. A client that retries such a publish may write it twice.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -34,6 +36,14 @@ ROUTING_PRODUCERS = 8  # transactions a node runs at once for multi-destination 
 TRANSACTION_TIMEOUT_MS = 10_000  # a routing node that dies mid-publish: aborted after this
 INIT_TRIES = 20  # a producer whose last commit is still being completed: try init again
 INIT_PAUSE_S = 0.1
+
+
+class _Aborting(Exception):
+    """A write of the transaction failed with `error`: the transaction is to be aborted."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 @dataclass(slots=True)
@@ -66,12 +76,28 @@ class RoutingProducers:
         idle = self._queue()
         producer = await idle.get()
         try:
-            return await self._transaction(state, producer, writes)
+            bases = await self._transaction(state, producer, writes)
+        except _Aborting as aborting:
+            # Answer now; the abort (markers to every partition, one of which may be waiting
+            # for a new leader) finishes in the background before the producer is used again.
+            task = asyncio.ensure_future(self._abort(state, producer))
+            state.background.add(task)
+            task.add_done_callback(state.background.discard)
+            raise aborting.error from None
         except BaseException:
-            producer.producer_id = None  # whatever happened, the next init fences it
-            raise
-        finally:
+            producer.producer_id = None  # the commit's outcome is unknown: the next init fences
             idle.put_nowait(producer)
+            raise
+        idle.put_nowait(producer)
+        return bases
+
+    async def _abort(self, state: ApiState, producer: _Producer) -> None:
+        try:
+            await self._end(state, producer, commit=False)
+        except Exception:  # the next init fences the transaction and aborts it
+            producer.producer_id = None
+        finally:
+            self._queue().put_nowait(producer)
 
     async def _transaction(
         self,
@@ -94,9 +120,7 @@ class RoutingProducers:
         results = await asyncio.gather(*work, return_exceptions=True)
         failure = next((r for r in results if isinstance(r, BaseException)), None)
         if failure is not None:
-            with contextlib.suppress(Exception):  # else the next init aborts it
-                await self._end(state, producer, commit=False)
-            raise failure
+            raise _Aborting(failure)
         await self._end(state, producer, commit=True)
         broker.counters["exchange_transactions"] += 1
         return {

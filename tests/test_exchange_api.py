@@ -6,6 +6,7 @@ topic removes its bindings; and the documented 4xx answers to bad input."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -291,3 +292,32 @@ async def test_bad_requests_get_a_clear_error(
     await topics(api, "t")
     await ok(api, "POST", "/v1/exchanges", {"name": "x", "kind": "topic"})
     assert await error(api, method, path, body) == (status, code)
+
+
+async def test_a_publish_whose_write_fails_on_one_destination_is_aborted_on_all(
+    api: TestClient,
+) -> None:
+    """A compacted topic refuses a message without a key after the plain topic took it: the
+    transaction aborts, so read_committed readers of the plain topic never see it (read_
+    uncommitted ones do: the documented limit); the node's producer serves the next publish."""
+    await topics(api, "plain")
+    spec = {"name": "compacted", "partitions": 1, "config": {"cleanup.policy": "compact"}}
+    await ok(api, "POST", "/v1/topics", spec)
+    await ok(api, "POST", "/v1/exchanges", {"name": "x", "kind": "fanout"})
+    for topic in ("plain", "compacted"):
+        await ok(api, "POST", "/v1/exchanges/x/bindings", {"topic": topic})
+    messages = {"messages": [{"value": "no key"}]}
+    assert await error(api, "POST", "/v1/exchanges/x/messages", messages) == (
+        400,
+        "invalid_request",
+    )
+    keyed = {"messages": [{"key": "k", "value": "keyed"}]}
+    for _ in range(30):  # the abort runs on in the background; its producer waits for it
+        status, answer = await call(api, "POST", "/v1/exchanges/x/messages", keyed)
+        if status == 200:
+            break
+        await asyncio.sleep(0.1)
+    assert status == 200 and answer["transaction"] is True, answer
+    assert await values(api, "plain", "read_committed") == ["keyed"]
+    assert await values(api, "compacted", "read_committed") == ["keyed"]
+    assert await values(api, "plain") == ["keyed", "no key"]
