@@ -128,7 +128,7 @@ async def publish_messages(request: web.Request) -> web.Response:
         raise invalid(f"messages must be an array of 1..{MAX_PUBLISH_MESSAGES} messages")
     keys, plain = split_routing_keys(raw)
     messages = validation.produce_request({"messages": plain}).messages
-    exchange = await state.broker.exchanges.exchange(name)
+    exchange = await state.broker.exchanges.for_publish(name)
     answer = await publish(state, request.app[PRODUCERS_KEY], exchange, keys, messages)
     return reply(request, answer)
 

@@ -83,7 +83,7 @@ async def request_reply(request: web.Request) -> web.Response:
         await ensure_reply_topic(broker, replies_to)
         start = (await _read(state, replies_to, "latest", 0))["next_offset"]
         if exchange is not None:
-            target = await broker.exchanges.exchange(exchange_name(exchange))
+            target = await broker.exchanges.for_publish(exchange_name(exchange))
             routed = await publish(state, request.app[PRODUCERS_KEY], target, [key], [message])
             if routed["dropped"]:
                 raise ApiError(

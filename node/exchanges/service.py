@@ -2,12 +2,19 @@
 proposed to the metadata group through the controller (wherever it is), and routing tables.
 
 Owns resolving a queue destination to its topic before a binding is proposed, the read of an
-exchange for a publish (local, with a metadata read barrier only when it is not known here),
-and the compiled routing table of each exchange definition (cached by its version).
+exchange for a publish, and the compiled routing table of each exchange definition (cached by
+its version).
+
+A publish reads the exchange after a metadata read barrier, so a binding acknowledged by any
+node is in effect for every publish that starts after the acknowledgement; while the metadata
+group has no leader that answers within an election timeout, the publish goes on with this
+node's view (routing stays available without a controller, possibly a moment stale).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from raftline.node.errors import BrokerError
@@ -76,6 +83,13 @@ class ExchangeService:
         spec = {"topic": topic} if queue is None else {"queue": queue, "topic": topic}
         command = {"op": "unbind", "exchange": name, "key": key, "destination": spec}
         return await self._propose(command)
+
+    async def for_publish(self, name: str) -> Exchange:
+        """The exchange as new as the metadata leader has it, or this node's view when that
+        leader does not answer within an election timeout."""
+        with contextlib.suppress(BrokerError, TimeoutError):
+            await asyncio.wait_for(self.broker._barrier(), self.broker.election_timeout_s)
+        return await self.exchange(name)
 
     async def exchange(self, name: str, current: bool = False) -> Exchange:
         """The exchange's definition as this node's metadata has it; with `current`, or when
