@@ -70,8 +70,9 @@ class Responder:
     """Serves requests from a queue: for each received message, `handler(message)` (a
     QueueMessage; on AsyncClient it may be a coroutine function) returns the reply value
     (str or bytes; None: no reply), which goes to the message's `reply-to` topic with its
-    `correlation-id`; then the message is acknowledged. A handler that raises releases the
-    message (another responder may take it) and the error propagates out of `serve`."""
+    `correlation-id`; then the message is acknowledged (also when the reply topic is gone:
+    the requester gave up). A handler that raises releases the message (another responder
+    may take it) and the error propagates out of `serve`."""
 
     def __init__(
         self,
@@ -107,7 +108,12 @@ class Responder:
                     correlation = message.headers.get(CORRELATION_ID)
                     headers = {} if correlation is None else {CORRELATION_ID: correlation}
                     body = {"messages": [encode_message(value, headers=headers)]}
-                    yield from json_call("POST", messages_path(reply_to), body)
+                    try:
+                        yield from json_call("POST", messages_path(reply_to), body)
+                    except RaftlineError as error:
+                        if error.code != "unknown_topic":
+                            raise
+                        # the requester is gone (its reply topic expired): nobody to answer
                 yield from self.queue.settled([message], "accept")
                 handled += 1
         return handled

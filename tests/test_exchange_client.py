@@ -14,7 +14,13 @@ from collections.abc import Callable
 import pytest
 from cluster_harness import Cluster
 
-from raftline.clients.client import AsyncClient, Client, QueueMessage, RaftlineError
+from raftline.clients.client import (
+    AsyncClient,
+    Client,
+    QueueMessage,
+    RaftlineError,
+    encode_message,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
@@ -114,3 +120,14 @@ def test_async_request_and_responder(
             return reply.text or ""
 
     assert asyncio.run(main()) == "echo x"
+
+
+def test_a_request_whose_requester_is_gone_is_acknowledged_without_a_reply(
+    client: Client, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic(1)
+    client.queue(f"{topic}-q").create(topic)
+    headers: dict[str, str | bytes] = {"reply-to": "_reply.gone", "correlation-id": "c"}
+    client.produce(topic, [encode_message("late", headers=headers)])
+    assert client.responder(f"{topic}-q", lambda m: "answer", wait_ms=500).serve(1) == 1
+    assert client.queue(f"{topic}-q").describe()["acknowledged"] == 1
