@@ -8,36 +8,18 @@ and works again once leaders are elected."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cluster_harness import Cluster, Node, http_json, running_cluster
+from cluster_harness import call_until_done as call
 
 from raftline.clients.client import Client
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
 
 CLIENT_TIMEOUT_S = 3.0
-RETRY_S = 20.0
-
-
-def call(node: Node, method: str, path: str, body: Any = None) -> Any:
-    """A call retried while the answer is retryable; it must succeed in the end."""
-    deadline = time.monotonic() + RETRY_S
-    while True:
-        try:
-            status, answer = http_json(f"{node.url}{path}", method, body, timeout=15.0)
-        except OSError as error:
-            status, answer = 0, {"error": {"retryable": True, "message": str(error)}}
-        retryable = status == 0 or (
-            status >= 500 and isinstance(answer, dict) and answer["error"].get("retryable")
-        )
-        if not retryable or time.monotonic() > deadline:
-            assert status in (200, 201, 204), (method, path, status, answer)
-            return answer
-        time.sleep(0.1)
 
 
 def once(node: Node, method: str, path: str, body: Any = None) -> tuple[int, Any]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
-from inproc_harness import serving, wait_for
+from inproc_harness import call, ok, serving, wait_for
 
 from raftline.node.broker import Broker
 from raftline.node.replies import REPLY_TTL_MS
@@ -26,18 +26,6 @@ pytestmark = pytest.mark.timeout(120)
 async def node(tmp_path: Path) -> AsyncIterator[tuple[TestClient, Broker]]:
     async with serving(tmp_path / "data") as served:
         yield served
-
-
-async def call(api: TestClient, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    response = await api.request(method, path, json=body)
-    text = await response.text()
-    return response.status, (await response.json()) if text else None
-
-
-async def ok(api: TestClient, method: str, path: str, body: Any = None) -> Any:
-    status, answer = await call(api, method, path, body)
-    assert status in (200, 201, 204), (method, path, status, answer)
-    return answer
 
 
 async def responder(api: TestClient, topic: str, decoy: bool = False) -> None:
