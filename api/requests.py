@@ -80,7 +80,7 @@ async def request_reply(request: web.Request) -> web.Response:
     ]
     deadline = time.monotonic() + timeout_ms / 1000
     try:
-        await ensure_reply_topic(broker, replies_to)
+        await ensure_reply_topic(broker, replies_to, timeout_ms + READ_SLICE_MS)
         start = (await _read(state, replies_to, "latest", 0))["next_offset"]
         if exchange is not None:
             target = await broker.exchanges.for_publish(exchange_name(exchange))

@@ -32,18 +32,18 @@ def reply_topic(client_id: str) -> str:
     return REPLY_PREFIX + client_id
 
 
-async def ensure_reply_topic(broker: Broker, topic: str) -> None:
-    """Make `topic` a reply topic that lives at least REPLY_TTL_MS / 2 from now: create it,
-    or push its expiry on when half of its TTL has passed. A topic of that name that is not
-    temporary is refused (a user's own topic is never deleted by expiry)."""
+async def ensure_reply_topic(broker: Broker, topic: str, needed_ms: int) -> None:
+    """Make `topic` a reply topic that lives at least `needed_ms` from now: create it, or
+    push its expiry on when half of its TTL has passed (a push that fails, say while the
+    metadata group elects a leader, is left for the next request when the topic lives long
+    enough without it). A topic of that name that is not temporary is refused (a user's own
+    topic is never deleted by expiry)."""
     now = broker.clock.now_ms()
     state = broker.meta.state
     if topic in state.topics and topic not in state.expiring:
         await broker._barrier()
         if topic in state.topics and topic not in state.expiring:
-            raise BrokerError(
-                "invalid_request", f"{topic!r} is a topic of its own, not a reply topic"
-            )
+            raise _not_temporary(topic)
     expires = state.expiring.get(topic)
     if expires is None:
         args = {
@@ -60,14 +60,20 @@ async def ensure_reply_topic(broker: Broker, topic: str) -> None:
                 raise
             await broker._barrier()  # another request created it a moment ago
             if topic not in broker.meta.state.expiring:
-                raise BrokerError(
-                    "invalid_request", f"{topic!r} is a topic of its own, not a reply topic"
-                ) from None
+                raise _not_temporary(topic) from None
         else:
             await _leader_elected(broker, topic)
     elif expires - now < REPLY_TTL_MS // 2:
         command = {"op": "touch_topic", "name": topic, "expires_ms": now + REPLY_TTL_MS}
-        await broker._controller("metadata_command", command)
+        try:
+            await broker._controller("metadata_command", command)
+        except BrokerError as exc:
+            if not exc.retryable or expires - now <= needed_ms:
+                raise
+
+
+def _not_temporary(topic: str) -> BrokerError:
+    return BrokerError("invalid_request", f"{topic!r} is a topic of its own, not a reply topic")
 
 
 async def _leader_elected(broker: Broker, topic: str) -> None:
