@@ -1,0 +1,308 @@
+"""Push delivery: the streamed forms of partition fetch, group fetch and queue receive, over
+WebSocket (API.md "Streams").
+
+Owns the stream endpoints, their credit-based flow control and the frames they send. A stream
+runs the long-poll it replaces over and over on the node the client connected to (each read
+goes to the partition's or queue's leader wherever it is now, so the stream outlives a leader
+change) and pushes each answer as one JSON text frame. WebSocket rather than Server-Sent
+Events: the consumer replenishes its window on the same connection, so no second endpoint has
+to find the node holding the stream (behind a load balancer it would not), and both aiohttp
+ends speak it.
+
+Flow control: the client grants credit (`credit=` at connect, then `{"credit": n}` frames);
+each message sent spends one; with none left the stream reads nothing and sends nothing.
+Invariant: messages sent <= credit granted, at every moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from aiohttp import WSMsgType, web
+
+from raftline.api import filters, validation
+from raftline.api.app import _resolve_offset, _state, _topic
+from raftline.api.errors import ApiError, from_broker_error, invalid
+from raftline.api.groups import (
+    MAX_GROUP_WAIT_MS,
+    _group,
+    _member_id,
+    fetch_partitions,
+    member_fetch,
+)
+from raftline.api.queues import MAX_MESSAGES as MAX_QUEUE_MESSAGES
+from raftline.api.queues import _queue, receive_messages
+from raftline.node.errors import BrokerError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CREDIT = 100
+MAX_CREDIT = 100_000
+ROUND_WAIT_MS = 5_000  # one round's long-poll; between rounds the stream sees a closed client
+PING_S = 15.0  # WebSocket pings keep proxies from closing an idle stream
+RETRY_S = 0.2  # a round that failed retryably (an election) is tried again after this
+
+
+class Credit:
+    """The window a client grants: `take(n)` spends, `grant(n)` replenishes; `wait()` until
+    some is left. `nudged` is set by any client frame (a group stream waits for one after it
+    announced a rebalance)."""
+
+    def __init__(self, initial: int) -> None:
+        self.left = initial
+        self._changed = asyncio.Event()
+        self.nudged = asyncio.Event()
+
+    def grant(self, amount: int) -> None:
+        self.left = min(self.left + amount, MAX_CREDIT)
+        self.nudged.set()
+        self._changed.set()
+
+    def take(self, amount: int) -> None:
+        assert 0 <= amount <= self.left, "a stream sent more than its credit"
+        self.left -= amount
+
+    async def wait(self) -> None:
+        while self.left <= 0:
+            self._changed.clear()
+            await self._changed.wait()
+
+
+def _credit(query: Any) -> int:
+    text = query.get("credit", str(DEFAULT_CREDIT))
+    try:
+        value = int(text)
+    except ValueError:
+        raise invalid(f"credit must be an integer in 0..{MAX_CREDIT}") from None
+    if not 0 <= value <= MAX_CREDIT:
+        raise invalid(f"credit must be an integer in 0..{MAX_CREDIT}")
+    return value
+
+
+Round = Callable[[int], Awaitable[dict[str, Any] | None]]  # credit left -> a frame, or None
+
+
+async def _serve(request: web.Request, credit: Credit, round_: Round) -> web.StreamResponse:
+    """Upgrade, then run rounds while the client is there: each sends its frame (if any) and
+    spends the credit of the messages in it. An error ends the stream with an error frame."""
+    if request.headers.get("Upgrade", "").lower() != "websocket":
+        raise ApiError(
+            "invalid_request",
+            "this endpoint streams over WebSocket (send Upgrade: websocket); "
+            "without it, use the long-poll endpoint",
+            status=426,
+        )
+    socket = web.WebSocketResponse(heartbeat=PING_S, max_msg_size=1 << 16)
+    await socket.prepare(request)
+    reader = asyncio.ensure_future(_read_credit(socket, credit))
+    try:
+        while not reader.done():
+            waiting = asyncio.ensure_future(credit.wait())
+            await asyncio.wait({waiting, reader}, return_when=asyncio.FIRST_COMPLETED)
+            waiting.cancel()
+            if reader.done():
+                break
+            worker = asyncio.ensure_future(_round_or_retry(round_, credit.left))
+            await asyncio.wait({worker, reader}, return_when=asyncio.FIRST_COMPLETED)
+            if not worker.done():  # the client left mid-round
+                worker.cancel()
+                with contextlib.suppress(BaseException):
+                    await worker
+                break
+            frame = worker.result()
+            if frame is not None:
+                credit.take(len(frame.get("messages", ())))
+                await socket.send_str(_text(frame))
+    except ApiError as exc:
+        await _send_error(socket, exc)
+    except BrokerError as exc:
+        await _send_error(socket, from_broker_error(exc))
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    except Exception:
+        log.exception("stream %s failed", request.path)
+        await _send_error(socket, ApiError("internal_error", "internal error; see the node's log"))
+    finally:
+        reader.cancel()
+        with contextlib.suppress(BaseException):
+            await reader
+        await socket.close()
+    return socket
+
+
+def _text(frame: dict[str, Any]) -> str:
+    return orjson.dumps(frame, option=orjson.OPT_NON_STR_KEYS).decode("utf-8")
+
+
+async def _round_or_retry(round_: Round, left: int) -> dict[str, Any] | None:
+    """One round; a retryable failure (an election under way) is waited out, as a client
+    retrying a long-poll would."""
+    while True:
+        try:
+            return await round_(left)
+        except (ApiError, BrokerError) as exc:
+            if not exc.retryable:
+                raise
+            log.debug("stream round: %s; trying again", exc)
+        await asyncio.sleep(RETRY_S)
+
+
+async def _send_error(socket: web.WebSocketResponse, error: ApiError) -> None:
+    with contextlib.suppress(Exception):
+        await socket.send_str(_text(error.body()))
+
+
+async def _read_credit(socket: web.WebSocketResponse, credit: Credit) -> None:
+    """Client frames until it closes: each `{"credit": n}` adds n. Anything else ends it."""
+    async for message in socket:
+        if message.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
+            return
+        try:
+            body = orjson.loads(message.data)
+            amount = body["credit"]
+        except (ValueError, KeyError, TypeError):
+            await _send_error(socket, invalid('stream frames from the client are {"credit": n}'))
+            return
+        if not validation.is_int(amount) or not 0 <= amount <= MAX_CREDIT:
+            await _send_error(socket, invalid(f"credit must be an integer in 0..{MAX_CREDIT}"))
+            return
+        credit.grant(amount)
+
+
+# ---- partition streams ---------------------------------------------------------------------
+
+
+def _partitions(query: Any, count: int) -> list[int]:
+    text = query.get("partitions")
+    if text is None:
+        return list(range(count))
+    try:
+        chosen = sorted({int(p) for p in text.split(",")})
+    except ValueError:
+        raise invalid("partitions must be a comma-separated list of partition numbers") from None
+    for partition in chosen:
+        if not 0 <= partition < count:
+            raise ApiError("unknown_partition", f"the topic has no partition {partition}")
+    return chosen
+
+
+async def topic_stream(request: web.Request) -> web.StreamResponse:
+    """Partitions of a topic (`partitions=0,2`, default all) from `offset` (or `offset.P=N` per
+    partition, which is how a client resumes): frames `{"messages": [...with topic],
+    "positions": [{"topic", "partition", "offset"}]}`, sent when messages came or a position
+    moved (a filter passed records over)."""
+    state = _state(request)
+    topic = _topic(request)
+    query = request.query
+    spec = validation.fetch_request({k: v for k, v in query.items() if k != "timestamp"})
+    record_filter = filters.from_query(query)
+    credit = Credit(_credit(query))
+    meta = await state.topic_meta(topic)
+    positions: dict[int, int | str] = {}
+    for partition in _partitions(query, meta.partitions):
+        start = query.get(f"offset.{partition}")
+        positions[partition] = spec.offset if start is None else _offset(start)
+
+    async def round_(left: int) -> dict[str, Any] | None:
+        for partition, start in list(positions.items()):
+            if isinstance(start, str):
+                positions[partition] = await _resolve_offset(
+                    state, topic, partition, start, spec.isolation == "read_committed"
+                )
+        starts = [[topic, p, o] for p, o in positions.items()]
+        limited = validation.FetchRequest(
+            0, min(left, spec.max_messages), spec.max_bytes, 0, isolation=spec.isolation
+        )
+        messages, reached, _ = await fetch_partitions(
+            state, starts, limited, ROUND_WAIT_MS, record_filter, None
+        )
+        moved = False
+        for item in reached:
+            if item["offset"] is not None and item["offset"] != positions[item["partition"]]:
+                positions[item["partition"]] = item["offset"]
+                moved = True
+        if not messages and not moved:
+            return None
+        return {"messages": messages, "positions": reached}
+
+    return await _serve(request, credit, round_)
+
+
+def _offset(text: str) -> int | str:
+    return validation.fetch_request({"offset": text}).offset
+
+
+# ---- group streams -------------------------------------------------------------------------
+
+
+async def member_stream(request: web.Request) -> web.StreamResponse:
+    """A group member's fetches, pushed: each frame is a group fetch answer (API.md), sent when
+    it has messages, a position moved, or the generation or rebalancing flag changed. After a
+    frame saying `rebalancing`, the next round waits for a client frame (its credit, maybe 0):
+    the member commits in its generation first, as between two long-polls."""
+    state = _state(request)
+    group = _group(request)
+    member = _member_id(request.match_info["member_id"])
+    spec = validation.fetch_request(dict(request.query))
+    record_filter = filters.from_query(request.query)
+    credit = Credit(_credit(request.query))
+    last: dict[str, Any] = {}
+
+    async def round_(left: int) -> dict[str, Any] | None:
+        if last.get("rebalancing"):
+            credit.nudged.clear()
+            await credit.nudged.wait()
+        wait_ms = min(ROUND_WAIT_MS, MAX_GROUP_WAIT_MS)
+        limited = validation.FetchRequest(
+            0, min(left, spec.max_messages), spec.max_bytes, wait_ms, isolation=spec.isolation
+        )
+        answer = await member_fetch(state, group, member, limited, record_filter)
+        news = (
+            answer["messages"]
+            or answer["generation"] != last.get("generation")
+            or answer["rebalancing"] != last.get("rebalancing")
+            or answer["positions"] != last.get("positions")
+        )
+        last.update(answer)
+        return answer if news else None
+
+    return await _serve(request, credit, round_)
+
+
+# ---- queue streams -------------------------------------------------------------------------
+
+
+async def queue_stream(request: web.Request) -> web.StreamResponse:
+    """A queue's receives, pushed: frames `{"messages": [...]}` as a receive answers (each
+    message locked to this receiver with its receipt); ack them as usual. Credit bounds the
+    messages sent and not yet replenished: a RabbitMQ-style prefetch when the client grants
+    one back per message it settles."""
+    state = _state(request)
+    name = _queue(request.match_info["queue"])
+    query = request.query
+    try:
+        limit = int(query.get("max_messages", "100"))
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= MAX_QUEUE_MESSAGES:
+        raise invalid(f"max_messages must be an integer in 1..{MAX_QUEUE_MESSAGES}")
+    record_filter = filters.from_query(query)
+    credit = Credit(_credit(query))
+
+    async def round_(left: int) -> dict[str, Any] | None:
+        answer = await receive_messages(state, name, min(left, limit), ROUND_WAIT_MS, record_filter)
+        return answer if answer["messages"] else None
+
+    return await _serve(request, credit, round_)
+
+
+def add_routes(app: web.Application) -> None:
+    router = app.router
+    router.add_get("/v1/topics/{topic}/stream", topic_stream)
+    router.add_get("/v1/groups/{group}/members/{member_id}/stream", member_stream)
+    router.add_get("/v1/queues/{queue}/stream", queue_stream)

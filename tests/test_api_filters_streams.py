@@ -1,0 +1,256 @@
+"""Server-side filters and streams through the HTTP API of one in-process node: filtered fetches
+skip and advance, group positions and commits pass filtered records, a filtered queue receive
+leaves the others to other receivers; a stream pushes records produced after it connected and
+never sends more than the credit its client granted."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import WSMsgType
+from aiohttp.test_utils import TestClient
+from inproc_harness import serving
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[TestClient]:
+    async with serving(tmp_path / "data") as (client, _):
+        yield client
+
+
+async def ok(api: TestClient, method: str, path: str, body: Any = None, **kw: Any) -> Any:
+    response = await api.request(method, path, json=body, **kw)
+    text = await response.text()
+    assert response.status < 300, (response.status, text)
+    return json.loads(text) if text else None
+
+
+async def regions(api: TestClient, topic: str = "orders", count: int = 12) -> None:
+    """`count` messages on partition 0: key k<i>, header region eu/us/ap in turn, trace on
+    every third."""
+    await ok(api, "POST", "/v1/topics", {"name": topic, "partitions": 1})
+    messages = []
+    for i in range(count):
+        headers = {"region": ["eu", "us", "ap"][i % 3]}
+        if i % 3 == 0:
+            headers["trace"] = f"t{i}"
+        messages.append({"key": f"k{i}", "value": f"v{i}", "headers": headers, "partition": 0})
+    await ok(api, "POST", f"/v1/topics/{topic}/messages", {"messages": messages})
+
+
+async def test_filtered_fetch_returns_only_matching_records_and_advances_past_the_rest(
+    api: TestClient,
+) -> None:
+    await regions(api)
+    body = await ok(
+        api, "GET", "/v1/topics/orders/partitions/0/messages", params={"header.region": "us"}
+    )
+    assert [m["value"] for m in body["messages"]] == ["v1", "v4", "v7", "v10"]
+    assert body["next_offset"] == 13  # the ap and eu records after v10 are passed over too
+
+
+async def test_a_filtered_fetch_with_a_small_limit_resumes_after_its_last_match(
+    api: TestClient,
+) -> None:
+    await regions(api)
+    params = {"filter": 'headers.region == "ap"', "max_messages": "2"}
+    first = await ok(api, "GET", "/v1/topics/orders/partitions/0/messages", params=params)
+    assert [m["offset"] for m in first["messages"]] == [3, 6]
+    params["offset"] = str(first["next_offset"])
+    second = await ok(api, "GET", "/v1/topics/orders/partitions/0/messages", params=params)
+    assert [m["offset"] for m in second["messages"]] == [9, 12]
+    assert second["next_offset"] == 13
+
+
+async def test_simple_filter_forms_are_all_required_at_once(api: TestClient) -> None:
+    await regions(api)
+    body = await ok(
+        api,
+        "GET",
+        "/v1/topics/orders/partitions/0/messages",
+        params={"has_header": "trace", "header.region": "eu", "filter": "offset >= 5"},
+    )
+    assert [m["key"] for m in body["messages"]] == ["k6", "k9"]
+    by_key = await ok(api, "GET", "/v1/topics/orders/partitions/0/messages", params={"key": "k5"})
+    assert [m["offset"] for m in by_key["messages"]] == [6]
+
+
+async def test_a_filter_that_matches_nothing_answers_empty_at_the_end(api: TestClient) -> None:
+    await regions(api)
+    body = await ok(api, "GET", "/v1/topics/orders/partitions/0/messages", params={"key": "nobody"})
+    assert body["messages"] == [] and body["next_offset"] == 13
+
+
+async def test_a_bad_filter_is_a_400_naming_the_problem_and_position(api: TestClient) -> None:
+    await regions(api)
+    response = await api.get(
+        "/v1/topics/orders/partitions/0/messages", params={"filter": 'key == "a" and'}
+    )
+    body = await response.json()
+    assert response.status == 400
+    assert body["error"]["code"] == "invalid_request"
+    assert "position 14" in body["error"]["message"] and body["filter_position"] == 14
+
+
+async def test_a_filtered_fetch_asking_for_batches_gets_json(api: TestClient) -> None:
+    await regions(api)
+    response = await api.get(
+        "/v1/topics/orders/partitions/0/messages",
+        params={"key": "k3"},
+        headers={"Accept": "application/vnd.raftline.batch"},
+    )
+    assert response.content_type == "application/json"
+    assert [m["key"] for m in (await response.json())["messages"]] == ["k3"]
+
+
+async def test_a_filtered_group_fetch_commits_past_the_records_it_skipped(api: TestClient) -> None:
+    await regions(api)
+    joined = await ok(
+        api,
+        "POST",
+        "/v1/groups/g/members",
+        {"topics": ["orders"], "auto_offset_reset": "earliest"},
+    )
+    member = joined["member_id"]
+    body = await ok(
+        api,
+        "GET",
+        f"/v1/groups/g/members/{member}/messages",
+        params={"filter": 'headers.region in ("eu")'},
+    )
+    assert [m["value"] for m in body["messages"]] == ["v0", "v3", "v6", "v9"]
+    assert body["positions"] == [{"topic": "orders", "partition": 0, "offset": 13}]
+    again = await ok(api, "GET", f"/v1/groups/g/members/{member}/messages")
+    assert again["messages"] == []  # the member never reads the skipped records again
+
+
+async def test_a_filtered_queue_receive_leaves_other_records_to_other_receivers(
+    api: TestClient,
+) -> None:
+    await regions(api, "work", 6)
+    await ok(api, "POST", "/v1/queues", {"name": "jobs", "topic": "work"})
+    eu = await ok(
+        api,
+        "POST",
+        "/v1/queues/jobs/receive",
+        {"max_messages": 10, "filter": {"headers": {"region": "eu"}}},
+    )
+    assert [m["value"] for m in eu["messages"]] == ["v0", "v3"]
+    assert all(m["delivery_count"] == 1 for m in eu["messages"])
+    rest = await ok(api, "POST", "/v1/queues/jobs/receive", {"max_messages": 10})
+    assert sorted(m["value"] for m in rest["messages"]) == ["v1", "v2", "v4", "v5"]
+    assert all(m["delivery_count"] == 1 for m in rest["messages"])  # never counted as delivered
+
+
+async def test_a_bad_queue_filter_is_a_400(api: TestClient) -> None:
+    await regions(api, "work", 1)
+    await ok(api, "POST", "/v1/queues", {"name": "jobs", "topic": "work"})
+    response = await api.post("/v1/queues/jobs/receive", json={"filter": "timestamp > 'x'"})
+    assert response.status == 400
+    assert "timestamp is an integer" in (await response.json())["error"]["message"]
+
+
+async def frames(socket: Any, timeout: float = 5.0) -> dict[str, Any]:
+    message = await socket.receive(timeout=timeout)
+    assert message.type == WSMsgType.TEXT, message
+    return json.loads(message.data)
+
+
+async def test_a_stream_pushes_records_produced_after_it_connected(api: TestClient) -> None:
+    await ok(api, "POST", "/v1/topics", {"name": "live", "partitions": 2})
+    socket = await api.ws_connect("/v1/topics/live/stream", params={"offset": "latest"})
+    await asyncio.sleep(0.3)  # connected and waiting
+    later = {"messages": [{"value": "x", "partition": 1}]}
+    await ok(api, "POST", "/v1/topics/live/messages", later)
+    frame = await frames(socket)
+    assert [(m["topic"], m["partition"], m["value"]) for m in frame["messages"]] == [
+        ("live", 1, "x")
+    ]
+    assert {"topic": "live", "partition": 1, "offset": 2} in frame["positions"]
+    await socket.close()
+
+
+async def test_a_stream_never_sends_more_than_the_credit_granted(api: TestClient) -> None:
+    await regions(api)
+    socket = await api.ws_connect(
+        "/v1/topics/orders/stream", params={"credit": "5", "max_messages": "3"}
+    )
+    got = []
+    while len(got) < 5:
+        got += [m["offset"] for m in (await frames(socket))["messages"]]
+    assert got == [1, 2, 3, 4, 5]
+    with pytest.raises(asyncio.TimeoutError):  # the window is spent: nothing more comes
+        await socket.receive(timeout=1.0)
+    await socket.send_str(json.dumps({"credit": 4}))
+    more = []
+    while len(more) < 4:
+        more += [m["offset"] for m in (await frames(socket))["messages"]]
+    assert more == [6, 7, 8, 9]
+    with pytest.raises(asyncio.TimeoutError):
+        await socket.receive(timeout=1.0)
+    await socket.close()
+
+
+async def test_a_stream_resumes_from_per_partition_offsets_with_a_filter(api: TestClient) -> None:
+    await regions(api)
+    socket = await api.ws_connect(
+        "/v1/topics/orders/stream", params={"offset.0": "5", "has_header": "trace"}
+    )
+    frame = await frames(socket)
+    assert [m["offset"] for m in frame["messages"]] == [7, 10]
+    assert frame["positions"] == [{"topic": "orders", "partition": 0, "offset": 13}]
+    await socket.close()
+
+
+async def test_a_group_stream_sends_group_fetch_answers(api: TestClient) -> None:
+    await regions(api)
+    joined = await ok(
+        api,
+        "POST",
+        "/v1/groups/g/members",
+        {"topics": ["orders"], "auto_offset_reset": "earliest"},
+    )
+    socket = await api.ws_connect(
+        f"/v1/groups/g/members/{joined['member_id']}/stream", params={"key": "k7"}
+    )
+    frame = await frames(socket)
+    assert frame["generation"] == joined["generation"]
+    assert [m["value"] for m in frame["messages"]] == ["v7"]
+    assert frame["positions"] == [{"topic": "orders", "partition": 0, "offset": 13}]
+    await socket.close()
+
+
+async def test_a_queue_stream_pushes_locked_messages_within_its_credit(api: TestClient) -> None:
+    await regions(api, "work", 6)
+    await ok(api, "POST", "/v1/queues", {"name": "jobs", "topic": "work"})
+    socket = await api.ws_connect("/v1/queues/jobs/stream", params={"credit": "2"})
+    frame = await frames(socket)
+    assert len(frame["messages"]) == 2 and all("receipt" in m for m in frame["messages"])
+    with pytest.raises(asyncio.TimeoutError):
+        await socket.receive(timeout=1.0)
+    await socket.close()
+    described = await ok(api, "GET", "/v1/queues/jobs")
+    assert described["locked"] == 2
+
+
+async def test_a_stream_without_websocket_is_refused_with_426(api: TestClient) -> None:
+    await regions(api, "live", 1)
+    response = await api.get("/v1/topics/live/stream")
+    assert response.status == 426
+    assert "WebSocket" in (await response.json())["error"]["message"]
+
+
+async def test_a_bad_credit_frame_ends_the_stream_with_an_error(api: TestClient) -> None:
+    await regions(api, "live", 1)
+    socket = await api.ws_connect("/v1/topics/live/stream", params={"offset": "latest"})
+    await socket.send_str(json.dumps({"credit": -1}))
+    frame = await frames(socket)
+    assert frame["error"]["code"] == "invalid_request"
+    assert (await socket.receive(timeout=5)).type in (WSMsgType.CLOSE, WSMsgType.CLOSED)
