@@ -117,6 +117,7 @@ async def _serve(request: web.Request, credit: Credit, round_: Round) -> web.Str
             frame = worker.result()
             if frame is not None:
                 credit.take(len(frame.get("messages", ())))
+                credit.nudged.clear()  # a client frame from now on answers this one
                 await socket.send_str(_text(frame))
     except ApiError as exc:
         await _send_error(socket, exc)
@@ -255,7 +256,6 @@ async def member_stream(request: web.Request) -> web.StreamResponse:
 
     async def round_(left: int) -> dict[str, Any] | None:
         if last.get("rebalancing"):
-            credit.nudged.clear()
             await credit.nudged.wait()
         wait_ms = min(ROUND_WAIT_MS, MAX_GROUP_WAIT_MS)
         limited = validation.FetchRequest(
