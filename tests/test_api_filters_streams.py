@@ -110,14 +110,16 @@ async def test_a_filtered_fetch_asking_for_batches_gets_json(api: TestClient) ->
     assert [m["key"] for m in (await response.json())["messages"]] == ["k3"]
 
 
+async def join(api: TestClient) -> dict[str, Any]:
+    """A member of group g reading orders from the earliest offset."""
+    body = {"topics": ["orders"], "auto_offset_reset": "earliest"}
+    joined: dict[str, Any] = await ok(api, "POST", "/v1/groups/g/members", body)
+    return joined
+
+
 async def test_a_filtered_group_fetch_commits_past_the_records_it_skipped(api: TestClient) -> None:
     await regions(api)
-    joined = await ok(
-        api,
-        "POST",
-        "/v1/groups/g/members",
-        {"topics": ["orders"], "auto_offset_reset": "earliest"},
-    )
+    joined = await join(api)
     member = joined["member_id"]
     body = await ok(
         api,
@@ -129,6 +131,10 @@ async def test_a_filtered_group_fetch_commits_past_the_records_it_skipped(api: T
     assert body["positions"] == [{"topic": "orders", "partition": 0, "offset": 13}]
     again = await ok(api, "GET", f"/v1/groups/g/members/{member}/messages")
     assert again["messages"] == []  # the member never reads the skipped records again
+    commit = {"member_id": member, "generation": joined["generation"], "offsets": body["positions"]}
+    await ok(api, "POST", "/v1/groups/g/offsets", commit)
+    offsets = await ok(api, "GET", "/v1/groups/g/offsets")
+    assert [(o["offset"], o["lag"]) for o in offsets["offsets"]] == [(13, 0)]
 
 
 async def test_a_filtered_queue_receive_leaves_other_records_to_other_receivers(
@@ -211,12 +217,7 @@ async def test_a_stream_resumes_from_per_partition_offsets_with_a_filter(api: Te
 
 async def test_a_group_stream_sends_group_fetch_answers(api: TestClient) -> None:
     await regions(api)
-    joined = await ok(
-        api,
-        "POST",
-        "/v1/groups/g/members",
-        {"topics": ["orders"], "auto_offset_reset": "earliest"},
-    )
+    joined = await join(api)
     socket = await api.ws_connect(
         f"/v1/groups/g/members/{joined['member_id']}/stream", params={"key": "k7"}
     )
