@@ -138,12 +138,14 @@ async def _fetch_partition(
     wait_ms: int,
     isolation: str = "read_uncommitted",
     record_filter: RecordFilter | None = None,
+    raw: bool = False,
 ) -> dict[str, Any]:
-    """One partition fetch, here if this node leads the partition, else on its leader."""
+    """One partition fetch, here if this node leads the partition, else on its leader. With
+    `raw`, stored batches ("batches") when read here; a leader elsewhere answers messages."""
     spec = validation.FetchRequest(offset, max_messages, max_bytes, wait_ms, isolation=isolation)
 
     async def local() -> dict[str, Any]:
-        return await _fetch_local(state, topic, partition, spec, False, record_filter)
+        return await _fetch_local(state, topic, partition, spec, raw, record_filter)
 
     async def remote(leader: str) -> dict[str, Any]:
         params = {
@@ -260,11 +262,44 @@ async def fetch_partitions(
     reset: str | None,
     watch: Callable[[asyncio.Event], Awaitable[None]] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
+    """Read the partitions of `starts` ([topic, partition, offset]) as read_partitions does:
+    (messages with their topic, at most spec.max_messages; a position per partition: past
+    what is returned; rebalanced)."""
+    bodies, rebalanced = await read_partitions(
+        state, starts, spec, wait_ms, record_filter, reset, watch
+    )
+    messages: list[dict[str, Any]] = []
+    positions = []
+    budget = spec.max_messages
+    for (topic, partition, start), body in zip(starts, bodies, strict=True):
+        position = start if isinstance(start, int) else None
+        if body is not None:
+            taken = body["messages"][:budget]
+            budget -= len(taken)
+            messages.extend({"topic": topic, **m} for m in taken)
+            if len(taken) < len(body["messages"]):
+                position = body["messages"][len(taken)]["offset"]
+            else:
+                position = body["next_offset"]
+        positions.append({"topic": topic, "partition": partition, "offset": position})
+    return messages, positions, rebalanced
+
+
+async def read_partitions(
+    state: ApiState,
+    starts: list[list[Any]],
+    spec: validation.FetchRequest,
+    wait_ms: int,
+    record_filter: RecordFilter | None,
+    reset: str | None,
+    watch: Callable[[asyncio.Event], Awaitable[None]] | None = None,
+    raw: bool = False,
+) -> tuple[list[dict[str, Any] | None], bool]:
     """Read the partitions of `starts` ([topic, partition, offset]) at once, long-polling all
     of them and answering as soon as one has data (or `watch` returns: then `rebalanced`).
-    (messages with their topic, at most spec.max_messages; a position per partition: past
-    what is returned; rebalanced). A partition whose offset left the log restarts at `reset`,
-    or, without one, fails the call with offset_out_of_range."""
+    (each partition's fetch answer, None where it failed or was cut short; rebalanced). A
+    partition whose offset left the log restarts at `reset`, or, without one, fails the call
+    with offset_out_of_range. With `raw`, answers read here hold stored batches."""
 
     async def one(topic: str, partition: int, start: int | str) -> dict[str, Any] | None:
         def read(offset: int | str, wait: int) -> Awaitable[dict[str, Any]]:
@@ -278,6 +313,7 @@ async def fetch_partitions(
                 wait,
                 spec.isolation,
                 record_filter,
+                raw,
             )
 
         try:
@@ -313,7 +349,7 @@ async def fetch_partitions(
                 watcher = None
                 if rebalanced:
                     break
-            if any((r := t.result()) is not None and r["messages"] for t in done if t in tasks):
+            if any(_has_data(t.result()) for t in done if t in tasks):
                 break  # data is there: answer now, the others' long-polls end unread
     finally:
         answered.set()
@@ -323,22 +359,11 @@ async def fetch_partitions(
             watcher.add_done_callback(_consume_outcome)
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-    messages: list[dict[str, Any]] = []
-    positions = []
-    budget = spec.max_messages
-    for (topic, partition, start), task in zip(starts, tasks, strict=True):
-        body = None if task.cancelled() else task.result()
-        position = start if isinstance(start, int) else None
-        if body is not None:
-            taken = body["messages"][:budget]
-            budget -= len(taken)
-            messages.extend({"topic": topic, **m} for m in taken)
-            if len(taken) < len(body["messages"]):
-                position = body["messages"][len(taken)]["offset"]
-            else:
-                position = body["next_offset"]
-        positions.append({"topic": topic, "partition": partition, "offset": position})
-    return messages, positions, rebalanced
+    return [None if task.cancelled() else task.result() for task in tasks], rebalanced
+
+
+def _has_data(body: dict[str, Any] | None) -> bool:
+    return body is not None and bool(body.get("messages") or body.get("batches"))
 
 
 # ---- offsets -------------------------------------------------------------------------------

@@ -25,19 +25,20 @@ from typing import Any
 import orjson
 from aiohttp import WSMsgType, web
 
-from raftline.api import filters, validation
+from raftline.api import codec, filters, validation
 from raftline.api.app import _resolve_offset, _state, _topic
 from raftline.api.errors import ApiError, from_broker_error, invalid
 from raftline.api.groups import (
     MAX_GROUP_WAIT_MS,
     _group,
     _member_id,
-    fetch_partitions,
     member_fetch,
+    read_partitions,
 )
 from raftline.api.queues import MAX_MESSAGES as MAX_QUEUE_MESSAGES
 from raftline.api.queues import _queue, receive_messages
 from raftline.node.errors import BrokerError
+from raftline.raftlog.batch import parse_header
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,8 @@ def _credit(query: Any) -> int:
     return value
 
 
-Round = Callable[[int], Awaitable[dict[str, Any] | None]]  # credit left -> a frame, or None
+Frame = tuple[str | bytes, int]  # a text (JSON) or binary frame, and the messages it holds
+Round = Callable[[int], Awaitable[list[Frame]]]  # credit left -> the frames to send
 
 
 async def _serve(request: web.Request, credit: Credit, round_: Round) -> web.StreamResponse:
@@ -114,16 +116,18 @@ async def _serve(request: web.Request, credit: Credit, round_: Round) -> web.Str
                 with contextlib.suppress(BaseException):
                     await worker
                 break
-            frame = worker.result()
-            if frame is not None:
-                credit.take(len(frame.get("messages", ())))
+            for payload, count in worker.result():
+                credit.take(count)
                 credit.nudged.clear()  # a client frame from now on answers this one
-                await socket.send_str(_text(frame))
+                if isinstance(payload, str):
+                    await socket.send_str(payload)
+                else:
+                    await socket.send_bytes(payload)
     except ApiError as exc:
         await _send_error(socket, exc)
     except BrokerError as exc:
         await _send_error(socket, from_broker_error(exc))
-    except (ConnectionResetError, asyncio.CancelledError):
+    except ConnectionResetError:
         pass
     except Exception:
         log.exception("stream %s failed", request.path)
@@ -140,7 +144,12 @@ def _text(frame: dict[str, Any]) -> str:
     return orjson.dumps(frame, option=orjson.OPT_NON_STR_KEYS).decode("utf-8")
 
 
-async def _round_or_retry(round_: Round, left: int) -> dict[str, Any] | None:
+def json_frames(frame: dict[str, Any] | None) -> list[Frame]:
+    """`frame` as the one text frame of a round (none for None), costing its messages."""
+    return [] if frame is None else [(_text(frame), len(frame.get("messages", ())))]
+
+
+async def _round_or_retry(round_: Round, left: int) -> list[Frame]:
     """One round; a retryable failure (an election under way) is waited out, as a client
     retrying a long-poll would."""
     while True:
@@ -194,14 +203,16 @@ def _partitions(query: Any, count: int) -> list[int]:
 
 async def topic_stream(request: web.Request) -> web.StreamResponse:
     """Partitions of a topic (`partitions=0,2`, default all) from `offset` (or `offset.P=N` per
-    partition, which is how a client resumes): frames `{"messages": [...with topic],
+    partition, which is how a client resumes): text frames `{"messages": [...with topic],
     "positions": [{"topic", "partition", "offset"}]}`, sent when messages came or a position
-    moved (a filter passed records over)."""
+    moved (a filter passed records over). With `format=batches` (and no filter), records read
+    on this node go as they are stored, in binary frames (see batch_frame)."""
     state = _state(request)
     topic = _topic(request)
     query = request.query
     spec = validation.fetch_request({k: v for k, v in query.items() if k != "timestamp"})
     record_filter = filters.from_query(query)
+    raw = record_filter is None and query.get("format") == "batches"
     credit = Credit(_credit(query))
     meta = await state.topic_meta(topic)
     positions: dict[int, int | str] = {}
@@ -209,7 +220,7 @@ async def topic_stream(request: web.Request) -> web.StreamResponse:
         start = query.get(f"offset.{partition}")
         positions[partition] = spec.offset if start is None else _offset(start)
 
-    async def round_(left: int) -> dict[str, Any] | None:
+    async def round_(left: int) -> list[Frame]:
         for partition, start in list(positions.items()):
             if isinstance(start, str):
                 positions[partition] = await _resolve_offset(
@@ -219,19 +230,72 @@ async def topic_stream(request: web.Request) -> web.StreamResponse:
         limited = validation.FetchRequest(
             0, min(left, spec.max_messages), spec.max_bytes, 0, isolation=spec.isolation
         )
-        messages, reached, _ = await fetch_partitions(
-            state, starts, limited, ROUND_WAIT_MS, record_filter, None
+        bodies, _ = await read_partitions(
+            state, starts, limited, ROUND_WAIT_MS, record_filter, None, raw=raw
         )
+        frames: list[Frame] = []
+        messages: list[dict[str, Any]] = []
         moved = False
-        for item in reached:
-            if item["offset"] is not None and item["offset"] != positions[item["partition"]]:
-                positions[item["partition"]] = item["offset"]
-                moved = True
-        if not messages and not moved:
-            return None
-        return {"messages": messages, "positions": reached}
+        budget = limited.max_messages
+        for (_, partition, start), body in zip(starts, bodies, strict=True):
+            if body is None:
+                continue
+            sent_raw = False
+            if "batches" in body:
+                batches, count, reached = _whole_batches(body, start, budget)
+                if batches:
+                    frames.append((batch_frame(topic, partition, reached, batches), count))
+                    sent_raw = True
+                elif not body["batches"]:
+                    reached = int(body["next_offset"])
+                else:  # the first batch begins before `start` or exceeds the credit: decode
+                    decoded = codec.decode_batches(
+                        body["batches"], partition, start, budget, limited.max_bytes
+                    )
+                    taken = [{"topic": topic, **m} for m in decoded.messages]
+                    count, reached = len(taken), decoded.next_offset
+                    messages += taken
+            else:
+                taken = [{"topic": topic, **m} for m in body["messages"][:budget]]
+                count = len(taken)
+                cut = count < len(body["messages"])
+                reached = body["messages"][count]["offset"] if cut else body["next_offset"]
+                messages += taken
+            budget -= count
+            if reached != positions[partition]:
+                positions[partition] = reached
+                moved = moved or not sent_raw  # a batch frame says where it got to
+        if messages or moved:
+            where = [{"topic": topic, "partition": p, "offset": o} for p, o in positions.items()]
+            frames += json_frames({"messages": messages, "positions": where})
+        return frames
 
     return await _serve(request, credit, round_)
+
+
+def _whole_batches(
+    body: dict[str, Any], start: int, budget: int
+) -> tuple[list[codec.Buffer], int, int]:
+    """The stored batches of a local fetch answer that begin at or after `start` and fit in
+    `budget` messages together: (them, their record count, the offset after the last)."""
+    chosen: list[codec.Buffer] = []
+    count = 0
+    reached = start
+    for stored in body["batches"]:
+        header = parse_header(stored)
+        if header.base_offset < start or count + header.records_count > budget:
+            return chosen, count, reached
+        chosen.append(stored)
+        count += header.records_count
+        reached = header.last_offset + 1
+    return chosen, count, max(reached, int(body["next_offset"])) if chosen else start
+
+
+def batch_frame(topic: str, partition: int, next_offset: int, batches: list[codec.Buffer]) -> bytes:
+    """A binary frame: a 4-byte big-endian length, that many bytes of JSON `{"topic",
+    "partition", "next_offset"}`, then Kafka v2 record batches back to back as stored."""
+    header = orjson.dumps({"topic": topic, "partition": partition, "next_offset": next_offset})
+    return b"".join([len(header).to_bytes(4, "big"), header, *batches])
 
 
 def _offset(text: str) -> int | str:
@@ -254,7 +318,7 @@ async def member_stream(request: web.Request) -> web.StreamResponse:
     credit = Credit(_credit(request.query))
     last: dict[str, Any] = {}
 
-    async def round_(left: int) -> dict[str, Any] | None:
+    async def round_(left: int) -> list[Frame]:
         if last.get("rebalancing"):
             await credit.nudged.wait()
         wait_ms = min(ROUND_WAIT_MS, MAX_GROUP_WAIT_MS)
@@ -269,7 +333,7 @@ async def member_stream(request: web.Request) -> web.StreamResponse:
             or answer["positions"] != last.get("positions")
         )
         last.update(answer)
-        return answer if news else None
+        return json_frames(answer if news else None)
 
     return await _serve(request, credit, round_)
 
@@ -294,9 +358,9 @@ async def queue_stream(request: web.Request) -> web.StreamResponse:
     record_filter = filters.from_query(query)
     credit = Credit(_credit(query))
 
-    async def round_(left: int) -> dict[str, Any] | None:
+    async def round_(left: int) -> list[Frame]:
         answer = await receive_messages(state, name, min(left, limit), ROUND_WAIT_MS, record_filter)
-        return answer if answer["messages"] else None
+        return json_frames(answer if answer["messages"] else None)
 
     return await _serve(request, credit, round_)
 

@@ -11,15 +11,19 @@ import itertools
 from typing import Any
 
 from raftline.clients.core import ClientApi, ClientCore, Op, Returns
-from raftline.clients.streaming import StreamCursor
+from raftline.clients.streaming import StreamCursor, batch_frame
 from raftline.clients.wire import (
     FetchedValues,
     FetchResult,
     Message,
     RaftlineError,
+    fetch_answer,
+    fetched_values,
     json_message,
     topic_path,
 )
+
+MAX_FRAME = 1 << 30  # a binary stream frame holds what its credit allowed: decode all of it
 
 
 class Positions:
@@ -142,6 +146,8 @@ class ConsumerCore:
         }
         if self.record_filter is not None:
             params["filter"] = self.record_filter
+        elif self.client.wire == "batch":
+            params["format"] = "batches"  # records read on the node come as stored
         path = topic_path(self.topic, "stream")
         if not (yield from self.stream.opened(path, params)):
             return None
@@ -153,6 +159,17 @@ class ConsumerCore:
             raise
         if frame is None:
             return []
+        if isinstance(frame, bytes):
+            partition, next_offset, answer = batch_frame(frame)
+            offset = positions.next[partition]
+            if values:
+                got = fetched_values(answer, offset, MAX_FRAME)
+                found: list[Any] = got.values
+            else:
+                found = fetch_answer(answer, partition, offset, MAX_FRAME).messages
+            positions.next[partition] = next_offset
+            self.stream.consumed(len(found))
+            return found
         for item in frame.get("positions", ()):
             if item.get("offset") is not None and int(item["partition"]) in positions.next:
                 positions.next[int(item["partition"])] = int(item["offset"])

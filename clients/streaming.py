@@ -10,13 +10,14 @@ send credit and wait for frames.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
-from raftline.clients.wire import RaftlineError
+from raftline.clients.wire import BATCH_CONTENT_TYPE, Answer, RaftlineError
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,8 @@ class Open:
 class Receive:
     """Grant `credit` more messages (a frame even when 0: it also tells a group stream that
     the member is back), then wait up to `wait_s` for a frame. The shell answers the frame (a
-    dict) or None when none came in time; an error frame or a lost stream is thrown."""
+    dict from a text frame, bytes from a binary one) or None when none came in time; an error
+    frame or a lost stream is thrown."""
 
     stream: Any
     credit: int
@@ -54,6 +56,22 @@ class Shut:
 
 
 StreamOp = Generator[Open | Receive | Shut, Any, Any]
+
+
+def batch_frame(frame: bytes) -> tuple[int, int, Answer]:
+    """A binary frame of a topic stream (api/streams.py batch_frame): its partition, the
+    offset after it, and its stored batches as a batch fetch answer (decoded as one)."""
+    size = int.from_bytes(frame[:4], "big")
+    header = json.loads(frame[4 : 4 + size])
+    next_offset = str(header["next_offset"])
+    headers = {
+        "content-type": BATCH_CONTENT_TYPE,
+        "raftline-next-offset": next_offset,
+        "raftline-log-start-offset": "0",
+        "raftline-high-watermark": next_offset,
+    }
+    batches = memoryview(frame)[4 + size :]
+    return int(header["partition"]), int(header["next_offset"]), Answer(headers, batches)  # type: ignore[arg-type]
 
 
 class StreamCursor:

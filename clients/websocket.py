@@ -50,7 +50,7 @@ async def open_stream(
 
 async def receive_frame(
     socket: aiohttp.ClientWebSocketResponse, credit: int, wait_s: float
-) -> dict[str, Any] | None:
+) -> dict[str, Any] | bytes | None:
     try:
         await socket.send_str(json.dumps({"credit": credit}))
         message = await socket.receive(timeout=max(wait_s, 0.001))
@@ -62,6 +62,8 @@ async def receive_frame(
         raise RaftlineError(
             "connection_failed", f"stream ended ({message.type.name})", retryable=True
         )
+    if message.type == aiohttp.WSMsgType.BINARY:
+        return message.data  # type: ignore[no-any-return]  # stored batches (streaming.py)
     frame = json.loads(message.data)
     error = frame.get("error") if isinstance(frame, dict) else None
     if isinstance(error, dict):

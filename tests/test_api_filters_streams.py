@@ -16,6 +16,9 @@ from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient
 from inproc_harness import serving
 
+from raftline.clients.streaming import batch_frame
+from raftline.clients.wire import fetch_answer
+
 pytestmark = pytest.mark.timeout(90)
 
 
@@ -255,3 +258,26 @@ async def test_a_bad_credit_frame_ends_the_stream_with_an_error(api: TestClient)
     frame = await frames(socket)
     assert frame["error"]["code"] == "invalid_request"
     assert (await socket.receive(timeout=5)).type in (WSMsgType.CLOSE, WSMsgType.CLOSED)
+
+
+async def test_a_batch_stream_sends_stored_batches_and_decodes_only_what_credit_cuts(
+    api: TestClient,
+) -> None:
+    await ok(api, "POST", "/v1/topics", {"name": "raw", "partitions": 1})
+    for batch in range(2):  # two stored batches of three records each
+        three = [{"value": f"b{batch}-{i}", "partition": 0} for i in range(3)]
+        await ok(api, "POST", "/v1/topics/raw/messages", {"messages": three})
+    socket = await api.ws_connect(
+        "/v1/topics/raw/stream", params={"format": "batches", "credit": "5"}
+    )
+    first = await socket.receive(timeout=5)
+    assert first.type == WSMsgType.BINARY
+    partition, next_offset, answer = batch_frame(first.data)
+    records = fetch_answer(answer, partition, 1, 1000).messages
+    assert [m.value for m in records] == [b"b0-0", b"b0-1", b"b0-2"] and next_offset == 4
+    second = await frames(socket)  # the next batch does not fit the 2 credits left: decoded
+    assert [m["value"] for m in second["messages"]] == ["b1-0", "b1-1"]
+    assert second["positions"] == [{"topic": "raw", "partition": 0, "offset": 6}]
+    with pytest.raises(asyncio.TimeoutError):
+        await socket.receive(timeout=1.0)
+    await socket.close()
