@@ -1,5 +1,5 @@
 """Push delivery: the streamed forms of partition fetch, group fetch and queue receive, over
-WebSocket (API.md "Streams").
+WebSocket (README "Streams").
 
 Owns the stream endpoints, their credit-based flow control and the frames they send. A stream
 runs the long-poll it replaces over and over on the node the client connected to (each read
@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -109,7 +110,8 @@ async def _serve(request: web.Request, credit: Credit, round_: Round) -> web.Str
             waiting.cancel()
             if reader.done():
                 break
-            worker = asyncio.ensure_future(_round_or_retry(round_, credit.left))
+            give_up_s = _state(request).broker.election_timeout_s * 2
+            worker = asyncio.ensure_future(_round_or_retry(round_, credit.left, give_up_s))
             await asyncio.wait({worker, reader}, return_when=asyncio.FIRST_COMPLETED)
             if not worker.done():  # the client left mid-round
                 worker.cancel()
@@ -149,14 +151,16 @@ def json_frames(frame: dict[str, Any] | None) -> list[Frame]:
     return [] if frame is None else [(_text(frame), len(frame.get("messages", ())))]
 
 
-async def _round_or_retry(round_: Round, left: int) -> list[Frame]:
+async def _round_or_retry(round_: Round, left: int, give_up_s: float) -> list[Frame]:
     """One round; a retryable failure (an election under way) is waited out, as a client
-    retrying a long-poll would."""
+    retrying a long-poll would, for `give_up_s`: then it ends the stream (as a retryable error
+    frame), and the client connects again, maybe to a node that can reach a leader."""
+    deadline = time.monotonic() + give_up_s
     while True:
         try:
             return await round_(left)
         except (ApiError, BrokerError) as exc:
-            if not exc.retryable:
+            if not exc.retryable or time.monotonic() >= deadline:
                 raise
             log.debug("stream round: %s; trying again", exc)
         await asyncio.sleep(RETRY_S)

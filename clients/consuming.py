@@ -78,7 +78,7 @@ class ConsumerCore:
         self.max_messages = max_messages
         self.max_bytes = max_bytes
         self.record_filter = filter
-        self.stream = StreamCursor(stream, prefetch or max_messages)
+        self.stream = StreamCursor(stream, prefetch or max_messages, client.nodes)
 
     def positioned(self) -> Op[Positions]:
         """The positions, made at the first call (looking the partition count up if needed)."""

@@ -127,7 +127,7 @@ class GroupConsumerCore:
         self.heartbeat_s = session_timeout_ms / 1000 / HEARTBEATS_PER_SESSION
         self.clock = clock
         self.record_filter = filter
-        self.stream = StreamCursor(stream, prefetch or max_messages, clock)
+        self.stream = StreamCursor(stream, prefetch or max_messages, client.nodes, clock)
 
         self.generation: int | None = None  # None: not a member (yet, or any more)
         self.assignment: list[TopicPartition] = []

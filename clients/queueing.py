@@ -113,7 +113,7 @@ class QueueCore:
         self.max_messages = max_messages
         self.wait_ms = wait_ms
         self.record_filter = filter
-        self.stream = StreamCursor(stream, prefetch or max_messages)
+        self.stream = StreamCursor(stream, prefetch or max_messages, client.nodes)
         self._unsettled: set[str] = set()  # receipts pushed by the stream, their credit out
 
     def received(self, max_messages: int, wait_ms: int) -> Op[list[QueueMessage]]:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
+from raftline.clients.routing import Nodes
 from raftline.clients.wire import BATCH_CONTENT_TYPE, Answer, RaftlineError
 
 log = logging.getLogger(__name__)
@@ -78,12 +79,19 @@ class StreamCursor:
     """One consumer's stream: on when asked for (`enabled`) and not fallen back."""
 
     def __init__(
-        self, enabled: bool, window: int, clock: Callable[[], float] = time.monotonic
+        self,
+        enabled: bool,
+        window: int,
+        nodes: Nodes | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`nodes`: the client's bootstrap nodes; a stream lost to a retryable error is opened
+        again on the next one."""
         if window < 1:
             raise ValueError("a stream's window (prefetch) must be at least 1 message")
         self.enabled = enabled
         self.window = window
+        self.nodes = nodes
         self.clock = clock
         self.handle: Any = None
         self.owed = 0
@@ -114,7 +122,9 @@ class StreamCursor:
         owed, self.owed = self.owed, 0
         try:
             frame = yield Receive(self.handle, owed, wait_s)
-        except RaftlineError:
+        except RaftlineError as error:
+            if error.retryable and self.nodes is not None:
+                self.nodes.failed(None, error)
             yield from self.shut()
             raise
         return frame
