@@ -204,12 +204,14 @@ async def member_fetch(
     member: str,
     spec: validation.FetchRequest,
     record_filter: RecordFilter | None = None,
+    urgent: Callable[[dict[str, Any]], bool] | None = None,
 ) -> dict[str, Any]:
     """One group fetch (API.md): the member's plan from the coordinator, its partitions read
-    from there, the positions reached told to the coordinator; the answer's fields."""
+    from there, the positions reached told to the coordinator; the answer's fields. A plan
+    that `urgent` says the member must learn now is answered without waiting for data."""
     broker = state.broker
     plan = await broker.group_call(group, "group_poll", {"member_id": member})
-    wait_ms = min(spec.wait_ms, MAX_GROUP_WAIT_MS)
+    wait_ms = 0 if urgent is not None and urgent(plan) else min(spec.wait_ms, MAX_GROUP_WAIT_MS)
     starts = await _resolve_starts(state, plan["plan"])
     if not starts and wait_ms > 0:  # nothing assigned: come back a little later, not at once
         await asyncio.sleep(min(wait_ms, NO_ASSIGNMENT_WAIT_MS) / 1000)

@@ -51,19 +51,24 @@ RETRY_S = 0.2  # a round that failed retryably (an election) is tried again afte
 
 
 class Credit:
-    """The window a client grants: `take(n)` spends, `grant(n)` replenishes; `wait()` until
-    some is left. `nudged` is set by any client frame (a group stream waits for one after it
-    announced a rebalance)."""
+    """The window a client grants: `take(n)` spends, `grant(n, seen)` replenishes; `wait()`
+    until some is left. `seen`: the number of the last frame the client says it has taken in
+    (a group stream waits for the one that announced a rebalance)."""
 
     def __init__(self, initial: int) -> None:
         self.left = initial
+        self.seen = 0
         self._changed = asyncio.Event()
-        self.nudged = asyncio.Event()
 
-    def grant(self, amount: int) -> None:
+    def grant(self, amount: int, seen: int = 0) -> None:
         self.left = min(self.left + amount, MAX_CREDIT)
-        self.nudged.set()
+        self.seen = max(self.seen, seen)
         self._changed.set()
+
+    async def seen_at_least(self, frame: int) -> None:
+        while self.seen < frame:
+            self._changed.clear()
+            await self._changed.wait()
 
     def take(self, amount: int) -> None:
         assert 0 <= amount <= self.left, "a stream sent more than its credit"
@@ -120,7 +125,6 @@ async def _serve(request: web.Request, credit: Credit, round_: Round) -> web.Str
                 break
             for payload, count in worker.result():
                 credit.take(count)
-                credit.nudged.clear()  # a client frame from now on answers this one
                 if isinstance(payload, str):
                     await socket.send_str(payload)
                 else:
@@ -172,20 +176,24 @@ async def _send_error(socket: web.WebSocketResponse, error: ApiError) -> None:
 
 
 async def _read_credit(socket: web.WebSocketResponse, credit: Credit) -> None:
-    """Client frames until it closes: each `{"credit": n}` adds n. Anything else ends it."""
+    """Client frames until it closes: each `{"credit": n}` (with "seen": the last numbered
+    frame taken in, on group streams) adds n. Anything else ends it."""
     async for message in socket:
         if message.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
             return
         try:
             body = orjson.loads(message.data)
-            amount = body["credit"]
-        except (ValueError, KeyError, TypeError):
+            amount, seen = body["credit"], body.get("seen", 0)
+        except (ValueError, KeyError, TypeError, AttributeError):
             await _send_error(socket, invalid('stream frames from the client are {"credit": n}'))
             return
         if not validation.is_int(amount) or not 0 <= amount <= MAX_CREDIT:
             await _send_error(socket, invalid(f"credit must be an integer in 0..{MAX_CREDIT}"))
             return
-        credit.grant(amount)
+        if not validation.is_int(seen) or seen < 0:
+            await _send_error(socket, invalid("seen must be a frame number (an integer >= 0)"))
+            return
+        credit.grant(amount, seen)
 
 
 # ---- partition streams ---------------------------------------------------------------------
@@ -310,34 +318,45 @@ def _offset(text: str) -> int | str:
 
 
 async def member_stream(request: web.Request) -> web.StreamResponse:
-    """A group member's fetches, pushed: each frame is a group fetch answer (API.md), sent when
-    it has messages, a position moved, or the generation or rebalancing flag changed. After a
-    frame saying `rebalancing`, the next round waits for a client frame (its credit, maybe 0):
-    the member commits in its generation first, as between two long-polls."""
+    """A group member's fetches, pushed: each frame is a group fetch answer (API.md) numbered
+    by "frame" (1, 2, ...), sent when it has messages, a position moved, or the generation or
+    rebalancing flag changed. After a frame saying `rebalancing`, the next round waits until
+    the client's credit frame says "seen" that number: the member commits in its generation
+    first, as between two long-polls."""
     state = _state(request)
     group = _group(request)
     member = _member_id(request.match_info["member_id"])
     spec = validation.fetch_request(dict(request.query))
     record_filter = filters.from_query(request.query)
     credit = Credit(_credit(request.query))
-    last: dict[str, Any] = {}
+    last: dict[str, Any] = {"frame": 0}
+
+    def news_of(plan: dict[str, Any]) -> bool:
+        """A generation or rebalancing flag the member has not been sent: send it now."""
+        return bool(
+            plan["generation"] != last.get("generation")
+            or plan["rebalancing"] != last.get("rebalancing")
+        )
 
     async def round_(left: int) -> list[Frame]:
         if last.get("rebalancing"):
-            await credit.nudged.wait()
+            await credit.seen_at_least(last["frame"])
         wait_ms = min(ROUND_WAIT_MS, MAX_GROUP_WAIT_MS)
         limited = validation.FetchRequest(
             0, min(left, spec.max_messages), spec.max_bytes, wait_ms, isolation=spec.isolation
         )
-        answer = await member_fetch(state, group, member, limited, record_filter)
+        answer = await member_fetch(state, group, member, limited, record_filter, news_of)
         news = (
             answer["messages"]
             or answer["generation"] != last.get("generation")
             or answer["rebalancing"] != last.get("rebalancing")
             or answer["positions"] != last.get("positions")
         )
+        if not news:
+            return []
+        answer["frame"] = last["frame"] + 1
         last.update(answer)
-        return json_frames(answer if news else None)
+        return json_frames(answer)
 
     return await _serve(request, credit, round_)
 

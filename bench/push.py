@@ -2,12 +2,13 @@
 process: what a filter saves, and what a stream costs or gains against long-polling.
 
 Owns issue 19's consumer-side figures, each taken against a baseline in the same run:
-- drain: a 1-partition topic preloaded with N 100-byte messages, one in ten with header
-  region=eu, read from the start by a Consumer that long-polls (batch wire: the node sends
-  stored batches), one that long-polls with JSON answers (the node decodes, as a stream
-  does), one that streams (stream=True, prefetch 2,000: JSON frames), and one that long-polls
-  with filter region == "eu" (the node skips nine in ten): msgs/s over N (messages delivered
-  for the filtered one), and messages/s scanned.
+- drain: a 1-partition topic preloaded with N 100-byte messages (stored batches of 2,000),
+  one in ten with header region=eu, read from the start by Consumers that: long-poll with
+  the batch wire (the node sends stored batches); long-poll with JSON answers (the node
+  decodes); stream (stream=True: binary frames of stored batches) with prefetch 2,000 (one
+  batch: the node waits for the client's credit) and 4,000 (it reads ahead while the client
+  decodes); long-poll with filter region == "eu" (the node skips nine in ten). msgs/s over
+  N (messages delivered, for the filtered one; and messages scanned per second).
 - latency: one message produced every 20 ms (acks=all), seconds from its produce call to the
   moment the consumer has it, for a long-polling and a streaming consumer (p50, p99).
 Prints one JSON object. Usage: .venv/bin/python -m bench.push [messages] [samples]
@@ -99,6 +100,7 @@ def main() -> int:
                 "long_poll": drain(client, "drain", messages),
                 "long_poll_json": drain(json_client, "drain", messages),
                 "stream": drain(client, "drain", messages, stream=True, prefetch=2000),
+                "stream_prefetch_2x": drain(client, "drain", messages, stream=True, prefetch=4000),
                 "long_poll_filtered": drain(client, "drain", matching, filter=EU),
             }
             filtered = report["drain"]["long_poll_filtered"]

@@ -84,7 +84,7 @@ class AsyncClient(ClientApi):
                 elif isinstance(call, Open):
                     result = await self._opened(call)
                 elif isinstance(call, Receive):
-                    result = await websocket.receive_frame(call.stream, call.credit, call.wait_s)
+                    result = await websocket.receive_frame(call)
                 elif isinstance(call, Shut):
                     result = await websocket.close_stream(call.stream)
                 else:

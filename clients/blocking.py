@@ -131,7 +131,7 @@ class Client(ClientApi):
                 elif isinstance(call, Open):
                     result = self._opened(call)
                 elif isinstance(call, Receive):
-                    frame = websocket.receive_frame(call.stream, call.credit, call.wait_s)
+                    frame = websocket.receive_frame(call)
                     result = self._streams().run(frame)
                 elif isinstance(call, Shut):
                     result = self._streams().run(websocket.close_stream(call.stream))

@@ -47,6 +47,7 @@ class Receive:
     stream: Any
     credit: int
     wait_s: float
+    seen: int | None = None  # the last numbered frame taken in (group streams number theirs)
 
 
 @dataclass(slots=True)
@@ -95,6 +96,7 @@ class StreamCursor:
         self.clock = clock
         self.handle: Any = None
         self.owed = 0
+        self.seen: int | None = None
         self._fallback_until = 0.0
 
     def active(self) -> bool:
@@ -114,6 +116,7 @@ class StreamCursor:
             self._fallback_until = self.clock() + FALLBACK_S
             return False
         self.owed = 0
+        self.seen = None
         return True
 
     def frame(self, wait_s: float) -> StreamOp:
@@ -121,12 +124,14 @@ class StreamCursor:
         application consumed. A failure closes the stream and is raised."""
         owed, self.owed = self.owed, 0
         try:
-            frame = yield Receive(self.handle, owed, wait_s)
+            frame = yield Receive(self.handle, owed, wait_s, self.seen)
         except RaftlineError as error:
             if error.retryable and self.nodes is not None:
                 self.nodes.failed(None, error)
             yield from self.shut()
             raise
+        if isinstance(frame, dict) and isinstance(frame.get("frame"), int):
+            self.seen = frame["frame"]  # said with the next credit: after the caller took it in
         return frame
 
     def consumed(self, count: int) -> None:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from raftline.clients.streaming import STREAM_UNSUPPORTED
+from raftline.clients.streaming import STREAM_UNSUPPORTED, Receive
 from raftline.clients.wire import RaftlineError, connection_error
 
 _T = TypeVar("_T")
@@ -48,11 +48,15 @@ async def open_stream(
         raise connection_error(base, exc) from exc
 
 
-async def receive_frame(
-    socket: aiohttp.ClientWebSocketResponse, credit: int, wait_s: float
-) -> dict[str, Any] | bytes | None:
+async def receive_frame(call: Receive) -> dict[str, Any] | bytes | None:
+    """Send the call's credit, then wait for a frame (see Receive)."""
+    socket: aiohttp.ClientWebSocketResponse = call.stream
+    grant: dict[str, int] = {"credit": call.credit}
+    if call.seen is not None:
+        grant["seen"] = call.seen
+    wait_s = call.wait_s
     try:
-        await socket.send_str(json.dumps({"credit": credit}))
+        await socket.send_str(json.dumps(grant))
         message = await socket.receive(timeout=max(wait_s, 0.001))
     except TimeoutError:
         return None

@@ -281,3 +281,28 @@ async def test_a_batch_stream_sends_stored_batches_and_decodes_only_what_credit_
     with pytest.raises(asyncio.TimeoutError):
         await socket.receive(timeout=1.0)
     await socket.close()
+
+
+async def test_a_group_stream_announcing_a_rebalance_waits_until_the_member_saw_it(
+    api: TestClient,
+) -> None:
+    await ok(api, "POST", "/v1/topics", {"name": "orders", "partitions": 2})
+    body = {"topics": ["orders"], "auto_offset_reset": "earliest", "member_id": "a"}
+    a = await ok(api, "POST", "/v1/groups/g/members", body)
+    socket = await api.ws_connect("/v1/groups/g/members/a/stream")
+    first = await frames(socket)  # the generation, positions: frame 1
+    assert first["frame"] == 1 and first["rebalancing"] is False
+    joining = asyncio.ensure_future(
+        ok(api, "POST", "/v1/groups/g/members", {**body, "member_id": "b"})
+    )
+    told = await frames(socket)
+    assert told["rebalancing"] is True and told["generation"] == a["generation"]
+    await socket.send_str(json.dumps({"credit": 0, "seen": told["frame"] - 1}))
+    with pytest.raises(asyncio.TimeoutError):  # not seen yet: the stream reads nothing on
+        await socket.receive(timeout=2.0)
+    await socket.send_str(json.dumps({"credit": 0, "seen": told["frame"]}))
+    moved = await frames(socket)
+    assert moved["generation"] == a["generation"] + 1 and moved["frame"] == told["frame"] + 1
+    assert len(moved["assignment"]) == 1
+    await joining
+    await socket.close()
