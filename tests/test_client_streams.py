@@ -176,3 +176,30 @@ def test_a_stream_grants_back_what_the_application_consumed() -> None:
     nxt = Step(consumer.polled(values=False))
     assert isinstance(nxt.call, Receive) and nxt.call.credit == 2
     assert consumer.positions is not None and consumer.positions.next[0] == 5
+
+
+def test_the_async_group_consumer_and_queue_stream_too(node: Cluster, topic_name: str) -> None:
+    async def main() -> tuple[list[Any], list[Any]]:
+        async with AsyncClient(node.urls) as client:
+            await client.create_topic(topic_name, 2)
+            await client.produce(topic_name, [{"value": f"g{i}", "key": f"k{i}"} for i in range(8)])
+            member = client.consumer(
+                topic_name, group=f"{topic_name}-g", auto_offset_reset="earliest", stream=True
+            )
+            got: list[Any] = []
+            while len(got) < 8:
+                got += await member.poll()
+            assert member.stream.handle is not None
+            await member.close()
+            queue = client.queue(f"{topic_name}-q", stream=True, filter='key == "k3"')
+            await queue.create(topic_name)
+            received: list[Any] = []
+            while not received:
+                received = await queue.receive()
+            await queue.ack(received)
+            await queue.close()
+            return got, received
+
+    got, received = asyncio.run(main())
+    assert sorted(m.value for m in got) == sorted(f"g{i}".encode() for i in range(8))
+    assert [m.value for m in received] == [b"g3"]
