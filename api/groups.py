@@ -232,9 +232,19 @@ async def member_fetch(
             if view["generation"] != plan["generation"] or view.get("revoke"):
                 return
 
-    messages, positions, rebalanced = await fetch_partitions(
+    bodies, rebalanced = await read_partitions(
         state, starts, spec, wait_ms, record_filter, plan["auto_offset_reset"], watch
     )
+    messages: list[dict[str, Any]] = []
+    positions = []
+    budget = spec.max_messages
+    for (topic, partition, start), body in zip(starts, bodies, strict=True):
+        position = start if isinstance(start, int) else None
+        if body is not None:
+            taken, position = taken_from(topic, body, budget)
+            budget -= len(taken)
+            messages += taken
+        positions.append({"topic": topic, "partition": partition, "offset": position})
     advance = [
         [p["topic"], p["partition"], p["offset"]] for p in positions if p["offset"] is not None
     ]
@@ -255,36 +265,12 @@ async def member_fetch(
     }
 
 
-async def fetch_partitions(
-    state: ApiState,
-    starts: list[list[Any]],
-    spec: validation.FetchRequest,
-    wait_ms: int,
-    record_filter: RecordFilter | None,
-    reset: str | None,
-    watch: Callable[[asyncio.Event], Awaitable[None]] | None = None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
-    """Read the partitions of `starts` ([topic, partition, offset]) as read_partitions does:
-    (messages with their topic, at most spec.max_messages; a position per partition: past
-    what is returned; rebalanced)."""
-    bodies, rebalanced = await read_partitions(
-        state, starts, spec, wait_ms, record_filter, reset, watch
-    )
-    messages: list[dict[str, Any]] = []
-    positions = []
-    budget = spec.max_messages
-    for (topic, partition, start), body in zip(starts, bodies, strict=True):
-        position = start if isinstance(start, int) else None
-        if body is not None:
-            taken = body["messages"][:budget]
-            budget -= len(taken)
-            messages.extend({"topic": topic, **m} for m in taken)
-            if len(taken) < len(body["messages"]):
-                position = body["messages"][len(taken)]["offset"]
-            else:
-                position = body["next_offset"]
-        positions.append({"topic": topic, "partition": partition, "offset": position})
-    return messages, positions, rebalanced
+def taken_from(topic: str, body: dict[str, Any], budget: int) -> tuple[list[dict[str, Any]], int]:
+    """Up to `budget` messages of a fetch answer, with their topic, and where the partition's
+    next read starts: at the first message left out, else the answer's next_offset."""
+    taken = [{"topic": topic, **m} for m in body["messages"][:budget]]
+    cut = len(taken) < len(body["messages"])
+    return taken, body["messages"][len(taken)]["offset"] if cut else body["next_offset"]
 
 
 async def read_partitions(

@@ -62,7 +62,14 @@ STREAM_SCHEMAS: dict[str, Any] = {
         "type": "object",
         "description": "the one frame a client sends: adds credit (messages) to its window",
         "required": ["credit"],
-        "properties": {"credit": {"type": "integer", "minimum": 0, "maximum": 100_000}},
+        "properties": {
+            "credit": {"type": "integer", "minimum": 0, "maximum": 100_000},
+            "seen": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "group streams: the number (frame) of the last frame taken in",
+            },
+        },
     },
 }
 
@@ -130,10 +137,11 @@ def stream_paths(fetch_params: list[dict[str, Any]]) -> dict[str, Any]:
             "Stream a group member's fetches",
             "streamMember",
             "Each frame is a group fetch answer (generation, assignment, rebalancing, "
-            "messages, positions), sent when it has messages, a position moved or the "
-            "generation or rebalancing changed. After a frame with rebalancing: true the "
-            "stream waits for the client's next frame (commit first, then send credit, even "
-            "0). A member whose stream is lost joins again (reading from its commits).",
+            "messages, positions) numbered by frame (1, 2, ...), sent when it has messages, a "
+            "position moved or the generation or rebalancing changed (those at once). After a "
+            'frame with rebalancing: true the stream reads on only once a {"credit": n, '
+            '"seen": that frame} arrives: the member commits first, in its generation. A '
+            "member whose stream is lost joins again (reading from its commits).",
             [
                 {"name": "group", "in": "path", "required": True, "schema": {"type": "string"}},
                 {

@@ -35,6 +35,7 @@ from raftline.api.groups import (
     _member_id,
     member_fetch,
     read_partitions,
+    taken_from,
 )
 from raftline.api.queues import MAX_MESSAGES as MAX_QUEUE_MESSAGES
 from raftline.api.queues import _queue, receive_messages
@@ -268,10 +269,8 @@ async def topic_stream(request: web.Request) -> web.StreamResponse:
                     count, reached = len(taken), decoded.next_offset
                     messages += taken
             else:
-                taken = [{"topic": topic, **m} for m in body["messages"][:budget]]
+                taken, reached = taken_from(topic, body, budget)
                 count = len(taken)
-                cut = count < len(body["messages"])
-                reached = body["messages"][count]["offset"] if cut else body["next_offset"]
                 messages += taken
             budget -= count
             if reached != positions[partition]:
