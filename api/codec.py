@@ -15,8 +15,8 @@ from typing import Any
 from aiohttp import StreamReader
 
 from raftline.api.errors import ApiError, invalid
-from raftline.api.filters import Predicate
 from raftline.api.validation import ProduceMessage, ProducerFields
+from raftline.node.filters import Predicate
 from raftline.raftlog.batch import HEADER_SIZE, MAX_BATCH_SIZE, CorruptBatchError, parse_header
 from raftline.raftlog.records import Codec, Record, build_batch, check_batch, decode_batch
 

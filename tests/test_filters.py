@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftline.api.filters import FilterError, compile_filter, from_body, from_query
+from raftline.api.errors import ApiError
+from raftline.api.filters import from_body, from_query
+from raftline.node.filters import FilterError, compile_filter
 
 KEYS = ["a", "b", "ab", "é", "", None]
 NAMES = ["region", "trace", "x-id", "and"]
@@ -159,7 +161,7 @@ def test_any_text_either_compiles_or_is_a_filter_error(text: str) -> None:
     try:
         compile_filter(text)
     except FilterError as error:
-        assert 0 <= error.extra["filter_position"] <= len(text)
+        assert 0 <= error.position <= len(text)
 
 
 @pytest.mark.parametrize(
@@ -203,9 +205,8 @@ def test_bad_filters_name_the_problem_and_its_position(
 ) -> None:
     with pytest.raises(FilterError) as caught:
         compile_filter(text)
-    assert problem in caught.value.message
-    assert f"at position {position}" in caught.value.message
-    assert caught.value.status == 400
+    assert problem in caught.value.problem and caught.value.position == position
+    assert str(caught.value).endswith(f"at position {position}")
 
 
 def test_deep_nesting_and_long_text_are_refused() -> None:
@@ -213,6 +214,14 @@ def test_deep_nesting_and_long_text_are_refused() -> None:
         compile_filter("not " * 40 + "key == 'a'")
     with pytest.raises(FilterError, match="longer than"):
         compile_filter("key == '" + "a" * 5000 + "'")
+
+
+def test_a_bad_filter_in_a_request_is_a_400_with_its_position() -> None:
+    with pytest.raises(ApiError) as caught:
+        from_query({"filter": "key == 1"})
+    assert caught.value.status == 400 and caught.value.extra["filter_position"] == 7
+    with pytest.raises(ApiError, match="at position 0"):
+        from_body({"expr": "foo"})
 
 
 def test_simple_forms_compile_to_the_same_filter_as_the_expression() -> None:

@@ -34,9 +34,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from raftline.api.filters import Predicate, compile_filter
 from raftline.node.coordinator.service import GROUPS_TOPIC
 from raftline.node.errors import BrokerError
+from raftline.node.filters import FilterError, Predicate, compile_filter
 from raftline.node.queues import partitions, receipts
 from raftline.node.queues.partitions import RawRecord
 from raftline.node.queues.state import (
@@ -293,7 +293,10 @@ class QueueService:
         # A filtered receive takes only the records its filter matches; the others are neither
         # locked nor counted as delivered: they stay available to other receivers (as JMS
         # selectors on a queue leave them).
-        matches = compile_filter(args["filter"]).matches if args.get("filter") else None
+        try:
+            matches = compile_filter(args["filter"]).matches if args.get("filter") else None
+        except FilterError as exc:  # the receiving node checked it: a node of another version
+            raise BrokerError("invalid_request", str(exc)) from None
         while True:
             messages, next_due = await self._take(shard, queue.name, order, limit, matches)
             remaining = deadline - time.monotonic()
