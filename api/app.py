@@ -63,6 +63,7 @@ class ApiState:
         self.background: set[asyncio.Task[None]] = set()
         self.requests: dict[tuple[str, str, int], int] = {}
         self.seconds: dict[tuple[str, str], float] = {}  # time spent answering, per route
+        self.metric_sources: list[Callable[[], list[str]]] = []  # more /metrics lines (streams)
 
     async def topic_meta(self, topic: str) -> TopicMeta:
         """Partition count and limits of a topic. A stale entry is served while a background
@@ -306,6 +307,8 @@ async def metrics(request: web.Request) -> web.Response:
             f'raftline_http_request_seconds_total{{method="{method}",route="{route}"}} '
             f"{seconds:.6f}"
         )
+    for source in state.metric_sources:
+        lines += source()
     text = state.broker.metrics_text().rstrip("\n") + "\n" + "\n".join(lines) + "\n"
     return web.Response(text=text, content_type="text/plain", charset="utf-8")
 

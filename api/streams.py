@@ -27,7 +27,7 @@ import orjson
 from aiohttp import WSMsgType, web
 
 from raftline.api import codec, filters, validation
-from raftline.api.app import _resolve_offset, _state, _topic
+from raftline.api.app import STATE_KEY, _resolve_offset, _state, _topic
 from raftline.api.errors import ApiError, from_broker_error, invalid
 from raftline.api.groups import (
     MAX_GROUP_WAIT_MS,
@@ -49,6 +49,32 @@ MAX_CREDIT = 100_000
 ROUND_WAIT_MS = 5_000  # one round's long-poll; between rounds the stream sees a closed client
 PING_S = 15.0  # WebSocket pings keep proxies from closing an idle stream
 RETRY_S = 0.2  # a round that failed retryably (an election) is tried again after this
+
+
+class StreamStats:
+    """Per kind of stream (topic, group, queue): how many are open, messages pushed."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, int] = dict.fromkeys(KINDS, 0)
+        self.messages: dict[str, int] = dict.fromkeys(KINDS, 0)
+
+    def lines(self) -> list[str]:
+        out = [
+            "# HELP raftline_streams_open WebSocket streams open on this node, by kind.",
+            "# TYPE raftline_streams_open gauge",
+            *(f'raftline_streams_open{{kind="{k}"}} {n}' for k, n in self.open.items()),
+            "# HELP raftline_stream_messages_total Messages pushed on streams, by kind.",
+            "# TYPE raftline_stream_messages_total counter",
+            *(
+                f'raftline_stream_messages_total{{kind="{k}"}} {n}'
+                for k, n in self.messages.items()
+            ),
+        ]
+        return out
+
+
+KINDS = ("topic", "group", "queue")
+STATS_KEY = web.AppKey("stream_stats", StreamStats)
 
 
 class Credit:
@@ -96,7 +122,9 @@ Frame = tuple[str | bytes, int]  # a text (JSON) or binary frame, and the messag
 Round = Callable[[int], Awaitable[list[Frame]]]  # credit left -> the frames to send
 
 
-async def _serve(request: web.Request, credit: Credit, round_: Round) -> web.StreamResponse:
+async def _serve(
+    request: web.Request, kind: str, credit: Credit, round_: Round
+) -> web.StreamResponse:
     """Upgrade, then run rounds while the client is there: each sends its frame (if any) and
     spends the credit of the messages in it. An error ends the stream with an error frame."""
     if request.headers.get("Upgrade", "").lower() != "websocket":
@@ -108,6 +136,8 @@ async def _serve(request: web.Request, credit: Credit, round_: Round) -> web.Str
         )
     socket = web.WebSocketResponse(heartbeat=PING_S, max_msg_size=1 << 16)
     await socket.prepare(request)
+    stats = request.app[STATS_KEY]
+    stats.open[kind] += 1
     reader = asyncio.ensure_future(_read_credit(socket, credit))
     try:
         while not reader.done():
@@ -126,6 +156,7 @@ async def _serve(request: web.Request, credit: Credit, round_: Round) -> web.Str
                 break
             for payload, count in worker.result():
                 credit.take(count)
+                stats.messages[kind] += count
                 if isinstance(payload, str):
                     await socket.send_str(payload)
                 else:
@@ -140,6 +171,7 @@ async def _serve(request: web.Request, credit: Credit, round_: Round) -> web.Str
         log.exception("stream %s failed", request.path)
         await _send_error(socket, ApiError("internal_error", "internal error; see the node's log"))
     finally:
+        stats.open[kind] -= 1
         reader.cancel()
         with contextlib.suppress(BaseException):
             await reader
@@ -281,7 +313,7 @@ async def topic_stream(request: web.Request) -> web.StreamResponse:
             frames += json_frames({"messages": messages, "positions": where})
         return frames
 
-    return await _serve(request, credit, round_)
+    return await _serve(request, "topic", credit, round_)
 
 
 def _whole_batches(
@@ -357,7 +389,7 @@ async def member_stream(request: web.Request) -> web.StreamResponse:
         last.update(answer)
         return json_frames(answer)
 
-    return await _serve(request, credit, round_)
+    return await _serve(request, "group", credit, round_)
 
 
 # ---- queue streams -------------------------------------------------------------------------
@@ -384,10 +416,12 @@ async def queue_stream(request: web.Request) -> web.StreamResponse:
         answer = await receive_messages(state, name, min(left, limit), ROUND_WAIT_MS, record_filter)
         return json_frames(answer if answer["messages"] else None)
 
-    return await _serve(request, credit, round_)
+    return await _serve(request, "queue", credit, round_)
 
 
 def add_routes(app: web.Application) -> None:
+    stats = app[STATS_KEY] = StreamStats()
+    app[STATE_KEY].metric_sources.append(stats.lines)
     router = app.router
     router.add_get("/v1/topics/{topic}/stream", topic_stream)
     router.add_get("/v1/groups/{group}/members/{member_id}/stream", member_stream)

@@ -306,3 +306,15 @@ async def test_a_group_stream_announcing_a_rebalance_waits_until_the_member_saw_
     assert len(moved["assignment"]) == 1
     await joining
     await socket.close()
+
+
+async def test_metrics_count_open_streams_and_messages_pushed(api: TestClient) -> None:
+    await regions(api)
+    socket = await api.ws_connect("/v1/topics/orders/stream", params={"credit": "4"})
+    got = 0
+    while got < 4:
+        got += len((await frames(socket))["messages"])
+    text = await (await api.get("/metrics")).text()
+    assert 'raftline_streams_open{kind="topic"} 1' in text
+    assert 'raftline_stream_messages_total{kind="topic"} 4' in text
+    await socket.close()
