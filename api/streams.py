@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from raftline.api import codec, filters, validation
 from raftline.api.app import STATE_KEY, _resolve_offset, _state, _topic
@@ -57,6 +57,13 @@ class StreamStats:
     def __init__(self) -> None:
         self.open: dict[str, int] = dict.fromkeys(KINDS, 0)
         self.messages: dict[str, int] = dict.fromkeys(KINDS, 0)
+        self.sockets: set[web.WebSocketResponse] = set()  # closed when the node stops
+
+    async def close_all(self, _: web.Application) -> None:
+        """On shutdown: end every stream at once (its client goes to another node), rather
+        than leave the server to wait for their handlers."""
+        for socket in list(self.sockets):
+            await socket.close(code=WSCloseCode.GOING_AWAY, message=b"node stopping")
 
     def lines(self) -> list[str]:
         out = [
@@ -138,6 +145,7 @@ async def _serve(
     await socket.prepare(request)
     stats = request.app[STATS_KEY]
     stats.open[kind] += 1
+    stats.sockets.add(socket)
     reader = asyncio.ensure_future(_read_credit(socket, credit))
     try:
         while not reader.done():
@@ -172,6 +180,7 @@ async def _serve(
         await _send_error(socket, ApiError("internal_error", "internal error; see the node's log"))
     finally:
         stats.open[kind] -= 1
+        stats.sockets.discard(socket)
         reader.cancel()
         with contextlib.suppress(BaseException):
             await reader
@@ -422,6 +431,7 @@ async def queue_stream(request: web.Request) -> web.StreamResponse:
 def add_routes(app: web.Application) -> None:
     stats = app[STATS_KEY] = StreamStats()
     app[STATE_KEY].metric_sources.append(stats.lines)
+    app.on_shutdown.append(stats.close_all)
     router = app.router
     router.add_get("/v1/topics/{topic}/stream", topic_stream)
     router.add_get("/v1/groups/{group}/members/{member_id}/stream", member_stream)
