@@ -318,3 +318,12 @@ async def test_metrics_count_open_streams_and_messages_pushed(api: TestClient) -
     assert 'raftline_streams_open{kind="topic"} 1' in text
     assert 'raftline_stream_messages_total{kind="topic"} 4' in text
     await socket.close()
+
+
+async def test_streams_are_closed_as_going_away_when_the_node_stops(api: TestClient) -> None:
+    await regions(api, "live", 1)
+    socket = await api.ws_connect("/v1/topics/live/stream", params={"offset": "latest"})
+    await asyncio.sleep(0.2)
+    await api.app.shutdown()  # what stopping the node's HTTP server signals first
+    closed = await socket.receive(timeout=5)
+    assert closed.type == WSMsgType.CLOSE and closed.data == 1001
