@@ -203,3 +203,74 @@ def test_the_async_group_consumer_and_queue_stream_too(node: Cluster, topic_name
     got, received = asyncio.run(main())
     assert sorted(m.value for m in got) == sorted(f"g{i}".encode() for i in range(8))
     assert [m.value for m in received] == [b"g3"]
+
+
+class RefusingProxy:
+    """A plain HTTP proxy to the node that refuses WebSocket upgrades (as some load balancers
+    do), on a loop of its own in a thread."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.upgrades_refused = 0
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.url = asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
+
+    async def _start(self) -> str:
+        from aiohttp import ClientSession, web
+
+        self.session = ClientSession()
+
+        async def forward(request: web.Request) -> web.Response:
+            if request.headers.get("Upgrade", "").lower() == "websocket":
+                self.upgrades_refused += 1
+                return web.Response(status=400, text="no upgrades here")
+            async with self.session.request(
+                request.method,
+                self.target + request.path_qs,
+                data=await request.read(),
+                headers={k: v for k, v in request.headers.items() if k.lower() != "host"},
+            ) as answer:
+                body = await answer.read()
+                headers = {
+                    k: v
+                    for k, v in answer.headers.items()
+                    if k.lower() == "content-type" or k.lower().startswith("raftline-")
+                }
+                return web.Response(status=answer.status, body=body, headers=headers)
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", forward)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        port = self.runner.addresses[0][1]
+        return f"http://127.0.0.1:{port}"
+
+    def close(self) -> None:
+        async def stop() -> None:
+            await self.session.close()
+            await self.runner.cleanup()
+
+        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+def test_behind_a_proxy_that_refuses_upgrades_a_streamed_consumer_long_polls(
+    node: Cluster, topic_name: str
+) -> None:
+    proxy = RefusingProxy(node.urls.split(",")[0])
+    try:
+        with Client(proxy.url) as client:
+            client.create_topic(topic_name, 1)
+            client.produce(topic_name, [{"value": f"p{i}"} for i in range(5)])
+            consumer = client.consumer(topic_name, stream=True, wait_ms=200)
+            got = poll_until(consumer, 5)
+            assert [m.value for m in got] == [f"p{i}".encode() for i in range(5)]
+            assert proxy.upgrades_refused == 1 and consumer.stream.handle is None
+            consumer.close()
+    finally:
+        proxy.close()
