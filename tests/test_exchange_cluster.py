@@ -2,8 +2,8 @@
 node: a topic exchange routes `eu.orders.*` and `#.refund` to the right topics, a fanout reaches
 every bound topic, a request gets its correlated reply from a responder on another node; and
 when the controller, a destination's leader or the transaction coordinator falls silent, every
-exchange call is answered within the client's 3 s (a result or a retryable 503), never held,
-and works again once leaders are elected."""
+exchange and request call is answered within the client's 3 s (a result, a retryable 503, or
+a request's own 504), never held, and works again once leaders are elected."""
 
 from __future__ import annotations
 
@@ -29,6 +29,12 @@ def once(node: Node, method: str, path: str, body: Any = None) -> tuple[int, Any
     if status >= 500:
         assert status == 503 and answer["error"]["retryable"] is True, (status, answer)
     return status, answer
+
+
+def unanswered(node: Node, body: dict[str, Any]) -> None:
+    """A request nobody answers, answered within CLIENT_TIMEOUT_S: 504, or a retryable 503."""
+    status, answer = http_json(f"{node.url}/v1/request", "POST", body, timeout=CLIENT_TIMEOUT_S)
+    assert status in (503, 504) and answer["error"]["retryable"] is True, (status, answer)
 
 
 def values(node: Node, topic: str) -> list[str]:
@@ -99,10 +105,21 @@ def test_exchange_calls_are_answered_in_time_while_the_controller_is_silent(
     with running_cluster(tmp_path) as cluster:
         cluster.create_topic("t")
         call(cluster.nodes[0], "POST", "/v1/exchanges", {"name": "x", "kind": "topic"})
+        ask = {"topic": "t", "message": {"value": "anyone?"}, "timeout_ms": 500}
+        for node in cluster.nodes:  # each node's view of the client's reply topic
+            status, _ = http_json(
+                f"{node.url}/v1/request", "POST", {**ask, "client_id": "c1"}, timeout=10
+            )
+            assert status == 504
         silent, others = silent_node(cluster, cluster.controller())
         silent.pause()
         try:
             for node in others:
+                # an existing reply topic needs no controller, a new one does; either way
+                # nobody answers: 504 once the wait runs out, or a retryable 503 while a
+                # leader the request needs (the controller's, a partition's) is elected
+                for body in ({**ask, "client_id": "c1"}, ask):
+                    unanswered(node, body)
                 once(node, "POST", "/v1/exchanges/x/bindings", {"key": "a.#", "topic": "t"})
                 once(node, "POST", "/v1/exchanges", {"name": f"y{node.node_id}", "kind": "fanout"})
                 once(node, "GET", "/v1/exchanges/x")
