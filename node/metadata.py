@@ -16,9 +16,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from raftline.tiered import topic_config as tiered_config
 from raftline.node.exchanges.model import COMMANDS as EXCHANGE_COMMANDS
 from raftline.node.exchanges.model import ExchangeError, Exchanges
+from raftline.tiered import topic_config as tiered_config
 
 META_GROUP = "__meta"
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
