@@ -8,13 +8,13 @@ import itertools
 import json
 import shutil
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from inproc_harness import configs, serving, start_all
-from seaweedfs import SeaweedServer, running_seaweedfs
+from seaweedfs import SeaweedServer
 
 from raftline.api.app import create_app
 from raftline.clients import cli
@@ -34,17 +34,6 @@ TIERED = {
 }
 # (offset, key, value, headers) of one record
 Row = tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
-
-
-@pytest.fixture(scope="module")
-def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
-    with running_seaweedfs(Path(tmp_path_factory.mktemp("weed"))) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def bucket(seaweed: SeaweedServer) -> str:
-    return seaweed.create_bucket()
 
 
 @pytest.fixture
