@@ -363,8 +363,12 @@ class PartitionTiering:
         state = self.state
         first = self.storage.first_index()
         # A replica's own retention never trims past its last durable mark (an entry after
-        # the segments it covers), so a gap here means a trim point came from the leader.
-        if state.applied_index + 1 >= first:
+        # the segments it covers), so a gap here means a trim point came from the leader. A
+        # follower that installed one goes on applying the later commands (refused: they do not
+        # follow its state) and so moves applied_index past the gap: its state then ends below
+        # the local log start, which is the same gap.
+        behind = bool(state.segments) and state.next_offset < self.storage.log.log_start_offset
+        if state.applied_index + 1 >= first and not behind:
             return
         try:
             document = json.loads(await self.node.store.get(self._manifest_key()))
