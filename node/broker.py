@@ -138,7 +138,13 @@ class Broker:
         self._cleaners: dict[str, Cleaner] = {}  # compacted partitions' log cleaners
         s3 = s3_config_of(config)  # tiered storage: uploads, remote reads (node/tiering.py)
         self.tiering = (
-            NodeTiering(s3, self.runtime, lambda: self.meta.state.cluster_id, self.clock.now_ms)
+            NodeTiering(
+                s3,
+                self.runtime,
+                lambda: self.meta.state.cluster_id,
+                self.clock.now_ms,
+                topics=lambda: self.meta.state.topics,
+            )
             if s3 is not None
             else None
         )

@@ -546,3 +546,22 @@ async def test_a_restarted_node_keeps_its_manifest_state_and_serves_the_bucket(
         assert [v for _, v in await fetch_all(broker, "again")] == values
     finally:
         await broker.stop()
+
+
+async def test_deleting_a_topic_removes_its_objects_from_the_bucket(
+    node: Broker, s3_env: SeaweedServer, bucket: str, prefix: str
+) -> None:
+    await node.create_topic("doomed", 1, 1, TIERED)
+    await produce(node, "doomed", 40)
+    replica = next(r for r in node.partitions.values() if r.topic == "doomed")
+    tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+    await wait_for(lambda: tiering.state.durable_revision > 0, timeout=30)
+    topic_id = node.meta.state.topics["doomed"].topic_id
+    store = store_of(s3_env, bucket, prefix)
+    folder = layout.partition_path("doomed", topic_id, 0) + "/"
+    assert await store.list(folder)
+    await node.delete_topic("doomed")
+    deadline = asyncio.get_running_loop().time() + 30
+    while await store.list(folder) or await store.list(f"topics/doomed/{topic_id}/"):
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.2)
