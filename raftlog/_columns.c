@@ -29,7 +29,6 @@
 #define ATTR_LOG_APPEND_TIME 0x08
 #define ATTR_TRANSACTIONAL 0x10
 #define ATTR_CONTROL 0x20
-#define CONTROL_ABORT 0
 
 static inline uint64_t get_be(const unsigned char *p, int n) {
     uint64_t v = 0;
@@ -156,10 +155,7 @@ typedef struct {
     PyObject *decompress, *crc;
     int64_t start_offset, end_offset;
     int headers;
-    /* aborted transactions: (first offset, producer id) sorted by first offset */
-    PyObject *aborted;
-    Py_ssize_t aborted_next;
-    PyObject *aborting; /* set of producer ids whose aborted transaction is under way */
+    PyObject *aborted; /* producer id -> list of (first offset, last offset) */
     /* output */
     Buf offsets, timestamps, timestamp_types, header_offsets;
     BinaryColumn keys, values, header_keys, header_values;
@@ -216,10 +212,10 @@ static int walk_headers(Walk *w, Reader *r, Py_ssize_t record_end, int keep) {
     return 0;
 }
 
-/* Walk a records section; emit the records of [start, end) when `emit`. For a control batch
- * (emit 0) sets *control_type from its first record's key. */
+/* Walk a data batch's records section, checking every record; the records in
+ * [start_offset, end_offset) become rows. */
 static int walk_records(Walk *w, const unsigned char *section, Py_ssize_t size,
-                        const unsigned char *header, int emit, int *control_type) {
+                        const unsigned char *header) {
     int64_t count = (int32_t)get_be(header + 57, 4);
     int64_t base_offset = (int64_t)get_be(header, 8);
     int64_t last_offset_delta = (int32_t)get_be(header + 23, 4);
@@ -256,19 +252,12 @@ static int walk_records(Walk *w, const unsigned char *section, Py_ssize_t size,
             read_field(&r, record_end, &value_start, &value_size) < 0)
             return -1;
         int64_t offset = base_offset + offset_delta;
-        int keep = emit && offset >= w->start_offset && offset < w->end_offset;
+        int keep = offset >= w->start_offset && offset < w->end_offset;
         if (walk_headers(w, &r, record_end, keep && w->headers) < 0)
             return -1;
         if (r.pos != record_end) {
             corrupt("record declares %lld bytes but holds a different size", (long long)length);
             return -1;
-        }
-        if (control_type != NULL && n == 0) {
-            if (key_size < 4) {
-                corrupt("control record key shorter than version + type");
-                return -1;
-            }
-            *control_type = (int16_t)get_be(section + key_start + 2, 2);
         }
         if (!keep)
             continue;
@@ -299,39 +288,30 @@ static int walk_records(Walk *w, const unsigned char *section, Py_ssize_t size,
     return 0;
 }
 
-/* Whether a batch is dropped as part of an aborted transaction (the consumer's algorithm:
- * an aborted entry joins the set once a batch reaches its first offset; the producer's abort
- * marker removes it). Returns 1 drop, 0 keep, -1 error. */
-static int aborted_batch(Walk *w, int64_t last_offset, int64_t producer_id, int transactional) {
-    Py_ssize_t total = PyList_GET_SIZE(w->aborted);
-    while (w->aborted_next < total) {
-        PyObject *entry = PyList_GET_ITEM(w->aborted, w->aborted_next);
-        long long first = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 0));
-        if (first == -1 && PyErr_Occurred())
-            return -1;
-        if (first > last_offset)
-            break;
-        if (PySet_Add(w->aborting, PyTuple_GET_ITEM(entry, 1)) < 0)
-            return -1;
-        w->aborted_next++;
-    }
-    if (!transactional || PySet_GET_SIZE(w->aborting) == 0)
+/* Whether a transactional batch lies in an aborted transaction of its producer: its base
+ * offset within [first offset, abort marker offset] of one of the producer's entries (the
+ * transaction index rule, tiered/FORMAT.md section 6). Returns 1 drop, 0 keep, -1 error. */
+static int aborted_batch(Walk *w, int64_t base_offset, int64_t producer_id) {
+    if (PyDict_GET_SIZE(w->aborted) == 0)
         return 0;
     PyObject *pid = PyLong_FromLongLong(producer_id);
     if (pid == NULL)
         return -1;
-    int found = PySet_Contains(w->aborting, pid);
+    PyObject *spans = PyDict_GetItemWithError(w->aborted, pid); /* borrowed */
     Py_DECREF(pid);
-    return found;
-}
-
-static int abort_marker_seen(Walk *w, int64_t producer_id) {
-    PyObject *pid = PyLong_FromLongLong(producer_id);
-    if (pid == NULL)
-        return -1;
-    int done = PySet_Discard(w->aborting, pid);
-    Py_DECREF(pid);
-    return done < 0 ? -1 : 0;
+    if (spans == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    Py_ssize_t count = PyList_GET_SIZE(spans);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *span = PyList_GET_ITEM(spans, i);
+        long long first = PyLong_AsLongLong(PyTuple_GET_ITEM(span, 0));
+        long long last = PyLong_AsLongLong(PyTuple_GET_ITEM(span, 1));
+        if ((first == -1 || last == -1) && PyErr_Occurred())
+            return -1;
+        if (first <= base_offset && base_offset <= last)
+            return 1;
+    }
+    return 0;
 }
 
 static int check_crc(Walk *w, const unsigned char *batch, Py_ssize_t size) {
@@ -367,12 +347,12 @@ static int walk_batch(Walk *w, const unsigned char *batch, Py_ssize_t size) {
     int64_t producer_id = (int64_t)get_be(batch + 43, 8);
     int control = (attributes & ATTR_CONTROL) != 0;
     int transactional = (attributes & ATTR_TRANSACTIONAL) != 0;
-    int dropped = aborted_batch(w, last_offset, producer_id, transactional);
+    int dropped = transactional && !control ? aborted_batch(w, base_offset, producer_id) : 0;
     if (dropped < 0)
         return -1;
-    /* A batch wholly outside the range is checked only through its CRC. */
-    int in_range = last_offset >= w->start_offset && base_offset < w->end_offset;
-    if (!in_range && !control)
+    /* Control batches and batches wholly outside the range are checked only through their
+     * CRC: no record of theirs is a row. */
+    if (control || dropped || last_offset < w->start_offset || base_offset >= w->end_offset)
         return 0;
     int codec = attributes & ATTR_CODEC;
     const unsigned char *section = batch + BATCH_HEADER_SIZE;
@@ -394,30 +374,25 @@ static int walk_batch(Walk *w, const unsigned char *batch, Py_ssize_t size) {
         section = (const unsigned char *)PyBytes_AS_STRING(inflated);
         section_size = PyBytes_GET_SIZE(inflated);
     }
-    int control_type = -1;
-    int result = walk_records(w, section, section_size, batch, !control && !dropped,
-                              control ? &control_type : NULL);
+    int result = walk_records(w, section, section_size, batch);
     Py_XDECREF(inflated);
-    if (result == 0 && control && transactional && control_type == CONTROL_ABORT)
-        result = abort_marker_seen(w, producer_id);
     return result;
 }
 
 PyDoc_STRVAR(
     decode_columns_doc,
-    "decode_columns(data, pos, start_offset, end_offset, max_rows, aborted, aborted_next, "
-    "aborting, headers, decompress, crc) -> tuple\n\n"
+    "decode_columns(data, pos, start_offset, end_offset, max_rows, aborted, headers, "
+    "decompress, crc) -> tuple\n\n"
     "Walk the batches of `data` from byte `pos`, stopping after the batch that brings the rows "
     "to `max_rows`, at the first batch at or past `end_offset`, or at the end. Records in "
-    "[start_offset, end_offset) of data batches not in an aborted transaction become rows. "
-    "`aborted` is a list of (first offset, producer id) sorted by first offset, `aborted_next` "
-    "the index of its first entry not yet reached, `aborting` a set the walk updates (pass the "
-    "same one to the next call). decompress(codec, memoryview) -> bytes; crc(memoryview) -> int "
-    "or None to skip CRC checks.\n\n"
-    "Returns (rows, next_pos, aborted_next, next_offset, offsets, timestamps_us, "
-    "timestamp_types, keys, values, header_offsets, header_keys, header_values): each column "
-    "buffer a bytearray, each binary column (offsets, data, validity or None, null count); the "
-    "header buffers are None unless `headers`. next_offset is one past the last batch walked.");
+    "[start_offset, end_offset) of data batches that are not part of an aborted transaction "
+    "become rows. `aborted` maps a producer id to a list of (first offset, abort marker offset) "
+    "tuples. decompress(codec, memoryview) -> bytes; crc(memoryview) -> int, or None to skip "
+    "CRC checks.\n\n"
+    "Returns (rows, next_pos, next_offset, offsets, timestamps_us, timestamp_types, keys, "
+    "values, header_offsets, header_keys, header_values): each column buffer a bytearray, each "
+    "binary column (offsets, data, validity or None, null count); the header buffers are None "
+    "unless `headers`. next_offset is one past the last batch walked (-1: none).");
 
 static PyObject *decode_columns(PyObject *self, PyObject *args) {
     PyObject *data_obj;
@@ -425,19 +400,25 @@ static PyObject *decode_columns(PyObject *self, PyObject *args) {
     long long start_offset, end_offset;
     Walk w;
     memset(&w, 0, sizeof(w));
-    if (!PyArg_ParseTuple(args, "OnLLnO!nO!pOO:decode_columns", &data_obj, &pos, &start_offset,
-                          &end_offset, &max_rows, &PyList_Type, &w.aborted, &w.aborted_next,
-                          &PySet_Type, &w.aborting, &w.headers, &w.decompress, &w.crc))
+    if (!PyArg_ParseTuple(args, "OnLLnO!pOO:decode_columns", &data_obj, &pos, &start_offset,
+                          &end_offset, &max_rows, &PyDict_Type, &w.aborted, &w.headers,
+                          &w.decompress, &w.crc))
         return NULL;
     if (corrupt_batch_error == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_columns.bind() was not called");
         return NULL;
     }
-    Py_ssize_t total = PyList_GET_SIZE(w.aborted);
-    for (Py_ssize_t i = 0; i < total; i++) {
-        PyObject *entry = PyList_GET_ITEM(w.aborted, i);
-        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
-            PyErr_SetString(PyExc_TypeError, "aborted entries are (first offset, producer id)");
+    Py_ssize_t at = 0;
+    PyObject *pid, *spans;
+    while (PyDict_Next(w.aborted, &at, &pid, &spans)) {
+        int ok = PyList_Check(spans);
+        for (Py_ssize_t i = 0; ok && i < PyList_GET_SIZE(spans); i++) {
+            PyObject *span = PyList_GET_ITEM(spans, i);
+            ok = PyTuple_Check(span) && PyTuple_GET_SIZE(span) == 2;
+        }
+        if (!ok) {
+            PyErr_SetString(PyExc_TypeError, "aborted maps producer ids to lists of "
+                                             "(first offset, last offset) tuples");
             return NULL;
         }
     }
@@ -512,7 +493,7 @@ static PyObject *decode_columns(PyObject *self, PyObject *args) {
     }
     if (offsets && timestamps && types && keys && values && header_offsets && header_keys &&
         header_values) {
-        result = Py_BuildValue("(LnnLNNNNNNNN)", (long long)w.rows, pos, w.aborted_next,
+        result = Py_BuildValue("(LnLNNNNNNNN)", (long long)w.rows, pos,
                                (long long)next_offset, offsets, timestamps, types, keys, values,
                                header_offsets, header_keys, header_values);
     } else {

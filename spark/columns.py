@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 
 from raftline.raftlog import batch as batch_layout
-from raftline.raftlog.batch import CorruptBatchError
+from raftline.raftlog.batch import BatchHeader, CorruptBatchError
 from raftline.raftlog.compression import decompress
-from raftline.raftlog.records import ControlType, decode_batch
+from raftline.raftlog.records import decode_batch
 
 HEADER_TYPE = pa.list_(
     pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
@@ -89,16 +89,18 @@ def record_batches(
     end_offset), as RecordBatches of about `max_rows` rows (never an empty one). `aborted`:
     the aborted transactions that may reach into the range (a transaction index's entries);
     malformed data raises CorruptBatchError."""
-    pending = sorted((a.first_offset, a.producer_id) for a in aborted)
+    spans: dict[int, list[tuple[int, int]]] = {}
+    for entry in aborted:
+        spans.setdefault(entry.producer_id, []).append((entry.first_offset, entry.last_offset))
     walk = _c_walk if _C is not None else _python_walk
     for rows, columns in walk(
-        data, start_offset, end_offset, pending, include_headers, max_rows, verify_crc
+        data, start_offset, end_offset, spans, include_headers, max_rows, verify_crc
     ):
         yield _assemble(rows, columns, topic, partition, include_headers)
 
 
-def _c_walk(data, start_offset, end_offset, pending, include_headers, max_rows, verify_crc):
-    pos, next_aborted, aborting = 0, 0, set()
+def _c_walk(data, start_offset, end_offset, spans, include_headers, max_rows, verify_crc):
+    pos = 0
     crc = crc32c.crc32c if verify_crc else None
     while pos < len(data):
         out = _C.decode_columns(
@@ -107,19 +109,16 @@ def _c_walk(data, start_offset, end_offset, pending, include_headers, max_rows, 
             start_offset,
             end_offset,
             max_rows,
-            pending,
-            next_aborted,
-            aborting,
+            spans,
             include_headers,
             decompress,
             crc,
         )
-        rows, next_pos, next_aborted = out[0], out[1], out[2]
+        rows, pos = out[0], out[1]
         if rows:
-            yield rows, _c_columns(rows, out[4:], include_headers)
+            yield rows, _c_columns(rows, out[3:], include_headers)
         if rows < max_rows:
             return  # the walk stopped at the end of the range or of the data
-        pos = next_pos
 
 
 def _binary(buffers, length: int, kind: pa.DataType) -> pa.Array:
@@ -164,27 +163,29 @@ def _assemble(
     return pa.RecordBatch.from_arrays(arrays, schema=schema(include_headers))
 
 
-def _python_walk(data, start_offset, end_offset, pending, include_headers, max_rows, verify_crc):
+def _aborted(spans: dict[int, list[tuple[int, int]]], header: BatchHeader) -> bool:
+    """The transaction index rule: a transactional batch whose base offset lies in one of its
+    producer's aborted spans [first offset, abort marker offset] was aborted."""
+    return any(
+        first <= header.base_offset <= last for first, last in spans.get(header.producer_id, ())
+    )
+
+
+def _python_walk(data, start_offset, end_offset, spans, include_headers, max_rows, verify_crc):
     """The same walk with the Python record decoder: per record objects, slow but exact."""
     view = memoryview(data)
-    aborting: set[int] = set()
-    next_aborted = 0
     rows: list[tuple] = []
     for pos, header in batch_layout.iter_headers(view):
         if header.base_offset >= end_offset:
             break
-        decoded = decode_batch(view[pos : pos + header.size], verify_crc=verify_crc)
-        while next_aborted < len(pending) and pending[next_aborted][0] <= header.last_offset:
-            aborting.add(pending[next_aborted][1])
-            next_aborted += 1
-        if header.is_control:
-            if header.is_transactional and decoded.control_type == ControlType.ABORT:
-                aborting.discard(header.producer_id)
-            continue
-        if header.is_transactional and header.producer_id in aborting:
+        whole = view[pos : pos + header.size]
+        skipped = header.is_control or (header.is_transactional and _aborted(spans, header))
+        if skipped or header.last_offset < start_offset:
+            if verify_crc:
+                batch_layout.check_crc(whole, header)
             continue
         kind = int(header.log_append_time)
-        for record in decoded.records:
+        for record in decode_batch(whole, verify_crc=verify_crc).records:
             if start_offset <= record.offset < end_offset:
                 rows.append((record, kind))
         if len(rows) >= max_rows:
