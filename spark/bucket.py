@@ -1,0 +1,221 @@
+"""The read side of a tiered-storage bucket (tiered/FORMAT.md, version 1) for the Spark reader.
+
+Owns finding topics and partition manifests, reading segment objects whole or by byte range,
+and parsing the offset and transaction index objects; synchronous calls over
+tiered/store.py's ObjectStore, so that Spark's driver and Python workers can use them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import orjson
+
+from raftline.spark.columns import AbortedSpan
+from raftline.tiered.store import (
+    DEFAULT_REGION,
+    ObjectNotFound,
+    ObjectStore,
+    ObjectStoreError,
+    S3Config,
+)
+
+FORMAT_VERSION = 1
+TOPICS_PREFIX = "topics/"
+_INDEX_ENTRY = struct.Struct(">ii")  # relative offset (a batch's last), byte position
+_TXN_ENTRY = struct.Struct(">hqqqq")  # version, producer id, first, last, last stable offset
+
+T = TypeVar("T")
+
+
+class BucketError(Exception):
+    """The bucket cannot be read as asked: unreachable, refused, missing or malformed objects.
+    The message says which and where, for a person to act on."""
+
+
+@dataclass(frozen=True)
+class BucketSpec:
+    """Where the bucket is and how to sign requests: plain picklable fields, shipped to
+    Spark's workers inside every input partition."""
+
+    endpoint: str
+    bucket: str
+    region: str = DEFAULT_REGION
+    prefix: str = ""
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    attempts: int = 3
+
+    @classmethod
+    def resolve(cls, endpoint: str, bucket: str, **settings: Any) -> BucketSpec:
+        """Credentials given, else the AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY environment
+        variables (as every S3 tool reads them), else unsigned requests."""
+        settings.setdefault("access_key_id", os.environ.get("AWS_ACCESS_KEY_ID"))
+        settings.setdefault("secret_access_key", os.environ.get("AWS_SECRET_ACCESS_KEY"))
+        return cls(endpoint, bucket, **settings)
+
+    def config(self) -> S3Config:
+        return S3Config(
+            self.endpoint,
+            self.bucket,
+            region=self.region,
+            prefix=self.prefix,
+            access_key_id=self.access_key_id,
+            secret_access_key=self.secret_access_key,
+            attempts=self.attempts,
+            backoff_max_s=1.0,
+            connect_timeout_s=3.0,
+        )
+
+
+@dataclass(frozen=True)
+class SegmentEntry:
+    """One segment of a partition manifest (the fields a reader uses)."""
+
+    base_offset: int
+    last_offset: int
+    size_bytes: int
+    object: str
+    index: str | None
+    txn_index: str | None
+    base_timestamp: int
+    max_timestamp: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    topic: str
+    partition: int
+    start_offset: int  # the first offset a reader may return
+    next_offset: int  # one past the last offset the bucket holds
+    segments: tuple[SegmentEntry, ...]
+
+
+@dataclass(frozen=True)
+class TopicObject:
+    topic: str
+    topic_id: int
+    partitions: int
+    manifests: tuple[str, ...]  # by partition
+    created_ms: int
+
+
+class Bucket:
+    """Synchronous reads of one bucket. One per process (driver or worker task); not shared
+    between threads."""
+
+    def __init__(self, spec: BucketSpec) -> None:
+        self.spec = spec
+        try:
+            self._store = ObjectStore(spec.config())
+        except (ValueError, ObjectStoreError) as exc:
+            raise BucketError(f"bucket {spec.bucket!r} at {spec.endpoint}: {exc}") from exc
+        self._loop = asyncio.new_event_loop()
+
+    def close(self) -> None:
+        self._loop.close()
+
+    def _run(self, what: str, call: Coroutine[Any, Any, T]) -> T:
+        try:
+            return self._loop.run_until_complete(call)
+        except ObjectNotFound:
+            raise
+        except Exception as exc:  # obstore's and ObjectStore's errors: say where and what
+            raise BucketError(
+                f"cannot {what} in bucket {self.spec.bucket!r} at {self.spec.endpoint}: "
+                f"{_first_line(exc)}"
+            ) from exc
+
+    def get(self, key: str) -> bytes:
+        return self._run(f"read {key}", self._store.get(key))
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        return self._run(f"read {key}", self._store.get_range(key, start, end))
+
+    def _json(self, key: str) -> dict[str, Any]:
+        raw = self.get(key)
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise BucketError(f"{key} is not JSON: {exc}") from exc
+        version = body.get("format_version")
+        if version != FORMAT_VERSION:
+            raise BucketError(
+                f"{key} has format_version {version}; this reader knows {FORMAT_VERSION}"
+            )
+        return body
+
+    def topics(self) -> dict[str, TopicObject]:
+        """The current incarnation of every topic in the bucket (largest created_ms)."""
+        listing = self._run("list topics", self._store.list(TOPICS_PREFIX))
+        found: dict[str, TopicObject] = {}
+        for info in listing:
+            if not info.key.endswith("/topic.json"):
+                continue
+            body = self._json(info.key)
+            topic = TopicObject(
+                body["topic"],
+                int(body["topic_id"]),
+                int(body["partitions"]),
+                tuple(body["manifests"]),
+                int(body.get("created_ms", 0)),
+            )
+            known = found.get(topic.topic)
+            if known is None or topic.created_ms > known.created_ms:
+                found[topic.topic] = topic
+        return found
+
+    def manifest(self, topic: TopicObject, partition: int) -> Manifest:
+        """The partition's manifest; an empty one when it has uploaded nothing yet."""
+        try:
+            body = self._json(topic.manifests[partition])
+        except ObjectNotFound:
+            return Manifest(topic.topic, partition, 0, 0, ())
+        segments = tuple(
+            SegmentEntry(
+                int(s["base_offset"]),
+                int(s["last_offset"]),
+                int(s["size_bytes"]),
+                s["object"],
+                s.get("index"),
+                s.get("txn_index"),
+                int(s.get("base_timestamp", -1)),
+                int(s.get("max_timestamp", -1)),
+            )
+            for s in body["segments"]
+        )
+        start = int(body["start_offset"])
+        next_offset = int(body["next_offset"])
+        if not segments:
+            start = next_offset
+        return Manifest(topic.topic, partition, start, next_offset, segments)
+
+    def offset_index(self, key: str) -> list[tuple[int, int]]:
+        """(relative last offset of a batch, byte position of that batch) entries."""
+        raw = self.get(key)
+        usable = len(raw) - len(raw) % _INDEX_ENTRY.size
+        return list(_INDEX_ENTRY.iter_unpack(raw[:usable]))
+
+    def aborted(self, key: str | None) -> list[AbortedSpan]:
+        """A transaction index's aborted transactions (none without an index)."""
+        if key is None:
+            return []
+        raw = self.get(key)
+        if len(raw) % _TXN_ENTRY.size:
+            raise BucketError(f"{key}: {len(raw)} bytes is not a whole number of entries")
+        spans = []
+        for version, producer_id, first, last, _ in _TXN_ENTRY.iter_unpack(raw):
+            if version != 0:
+                raise BucketError(f"{key}: transaction index entry version {version}")
+            spans.append(AbortedSpan(producer_id, first, last))
+        return spans
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
