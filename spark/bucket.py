@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-import struct
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import orjson
 
-from raftline.spark.columns import AbortedSpan
+from raftline.raftlog.index import OFFSET_ENTRY
+from raftline.tiered.layout import AbortedRange, read_txn_index
+from raftline.tiered.manifest import FORMAT_VERSION, ManifestState, SegmentMeta
 from raftline.tiered.store import (
     DEFAULT_REGION,
     ObjectNotFound,
@@ -25,10 +26,7 @@ from raftline.tiered.store import (
     S3Config,
 )
 
-FORMAT_VERSION = 1
 TOPICS_PREFIX = "topics/"
-_INDEX_ENTRY = struct.Struct(">ii")  # relative offset (a batch's last), byte position
-_TXN_ENTRY = struct.Struct(">hqqqq")  # version, producer id, first, last, last stable offset
 
 T = TypeVar("T")
 
@@ -74,26 +72,14 @@ class BucketSpec:
 
 
 @dataclass(frozen=True)
-class SegmentEntry:
-    """One segment of a partition manifest (the fields a reader uses)."""
-
-    base_offset: int
-    last_offset: int
-    size_bytes: int
-    object: str
-    index: str | None
-    txn_index: str | None
-    base_timestamp: int
-    max_timestamp: int
-
-
-@dataclass(frozen=True)
 class Manifest:
+    """A partition's manifest as a reader needs it."""
+
     topic: str
     partition: int
     start_offset: int  # the first offset a reader may return
     next_offset: int  # one past the last offset the bucket holds
-    segments: tuple[SegmentEntry, ...]
+    segments: tuple[SegmentMeta, ...]
 
 
 @dataclass(frozen=True)
@@ -172,48 +158,30 @@ class Bucket:
 
     def manifest(self, topic: TopicObject, partition: int) -> Manifest:
         """The partition's manifest; an empty one when it has uploaded nothing yet."""
+        key = topic.manifests[partition]
         try:
-            body = self._json(topic.manifests[partition])
+            state = ManifestState.from_document(self._json(key))
         except ObjectNotFound:
             return Manifest(topic.topic, partition, 0, 0, ())
-        segments = tuple(
-            SegmentEntry(
-                int(s["base_offset"]),
-                int(s["last_offset"]),
-                int(s["size_bytes"]),
-                s["object"],
-                s.get("index"),
-                s.get("txn_index"),
-                int(s.get("base_timestamp", -1)),
-                int(s.get("max_timestamp", -1)),
-            )
-            for s in body["segments"]
-        )
-        start = int(body["start_offset"])
-        next_offset = int(body["next_offset"])
-        if not segments:
-            start = next_offset
-        return Manifest(topic.topic, partition, start, next_offset, segments)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BucketError(f"{key} is not a valid manifest: {exc!r}") from exc
+        start = state.start_offset if state.segments else state.next_offset
+        return Manifest(topic.topic, partition, start, state.next_offset, tuple(state.segments))
 
     def offset_index(self, key: str) -> list[tuple[int, int]]:
         """(relative last offset of a batch, byte position of that batch) entries."""
         raw = self.get(key)
-        usable = len(raw) - len(raw) % _INDEX_ENTRY.size
-        return list(_INDEX_ENTRY.iter_unpack(raw[:usable]))
+        usable = len(raw) - len(raw) % OFFSET_ENTRY.size
+        return list(OFFSET_ENTRY.iter_unpack(raw[:usable]))
 
-    def aborted(self, key: str | None) -> list[AbortedSpan]:
+    def aborted(self, key: str | None) -> list[AbortedRange]:
         """A transaction index's aborted transactions (none without an index)."""
         if key is None:
             return []
-        raw = self.get(key)
-        if len(raw) % _TXN_ENTRY.size:
-            raise BucketError(f"{key}: {len(raw)} bytes is not a whole number of entries")
-        spans = []
-        for version, producer_id, first, last, _ in _TXN_ENTRY.iter_unpack(raw):
-            if version != 0:
-                raise BucketError(f"{key}: transaction index entry version {version}")
-            spans.append(AbortedSpan(producer_id, first, last))
-        return spans
+        try:
+            return read_txn_index(self.get(key))
+        except ValueError as exc:
+            raise BucketError(f"{key}: {exc}") from exc
 
 
 def _first_line(exc: BaseException) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from typing import Protocol
 
 import crc32c
 import numpy as np
@@ -20,17 +20,19 @@ from raftline.raftlog.batch import BatchHeader, CorruptBatchError
 from raftline.raftlog.compression import decompress
 from raftline.raftlog.records import decode_batch
 
+# Every field nullable and the list item named "element": exactly what Spark's Arrow
+# conversion of the Kafka source schema expects (it compares schemas strictly).
 HEADER_TYPE = pa.list_(
-    pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
+    pa.field("element", pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 )
 BASE_FIELDS = [
     pa.field("key", pa.binary()),
     pa.field("value", pa.binary()),
-    pa.field("topic", pa.string(), nullable=False),
-    pa.field("partition", pa.int32(), nullable=False),
-    pa.field("offset", pa.int64(), nullable=False),
-    pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
-    pa.field("timestampType", pa.int32(), nullable=False),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()),
+    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+    pa.field("timestampType", pa.int32()),
 ]
 SCHEMA = pa.schema(BASE_FIELDS)
 SCHEMA_WITH_HEADERS = pa.schema([*BASE_FIELDS, pa.field("headers", HEADER_TYPE)])
@@ -45,9 +47,10 @@ DEFAULT_MAX_ROWS = 65_536  # rows per RecordBatch: Spark's Arrow batches are abo
 NO_END = 2**63 - 1
 
 
-class AbortedSpan(NamedTuple):
-    """An aborted transaction (a transaction index entry): the producer's transactional
-    batches from first_offset up to its abort marker at last_offset are not committed."""
+class Aborted(Protocol):
+    """An aborted transaction (a transaction index entry, tiered.layout.AbortedRange): the
+    producer's transactional batches from first_offset up to its abort marker at last_offset
+    were not committed."""
 
     producer_id: int
     first_offset: int
@@ -80,7 +83,7 @@ def record_batches(
     partition: int,
     start_offset: int = 0,
     end_offset: int = NO_END,
-    aborted: Iterable[AbortedSpan] = (),
+    aborted: Iterable[Aborted] = (),
     include_headers: bool = False,
     max_rows: int = DEFAULT_MAX_ROWS,
     verify_crc: bool = True,

@@ -14,9 +14,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from raftline.spark import tail
-from raftline.spark.bucket import Bucket, Manifest, SegmentEntry, TopicObject
+from raftline.spark.bucket import Bucket, Manifest, TopicObject
 from raftline.spark.columns import record_batches
 from raftline.spark.options import EARLIEST, LATEST, OffsetSpec, OptionError, ReadOptions
+from raftline.tiered.manifest import SegmentMeta
 
 TopicPartition = tuple[str, int]
 Offsets = dict[TopicPartition, int]
@@ -213,7 +214,7 @@ class Planner:
             yield TailSlice(tp[0], tp[1], tail_start, end)
 
     def _segment_slices(
-        self, tp: TopicPartition, segment: SegmentEntry, start: int, end: int
+        self, tp: TopicPartition, segment: SegmentMeta, start: int, end: int
     ) -> Iterable[SegmentSlice]:
         cuts = [0]
         limit = self.options.max_partition_bytes

@@ -20,7 +20,8 @@ from raftline.raftlog.records import (
     build_txn_marker,
 )
 from raftline.spark import columns
-from raftline.spark.columns import AbortedSpan, record_batches
+from raftline.spark.columns import record_batches
+from raftline.tiered.layout import AbortedRange
 
 TS = 1_700_000_000_000
 PID = 7
@@ -118,14 +119,14 @@ def test_aborted_transactions_are_dropped_and_committed_ones_kept(walk):
         + txn([b"committed"], 6)
         + marker(True, 7)
     )
-    aborted = [AbortedSpan(PID, 0, 4)]
+    aborted = [AbortedRange(PID, 0, 4)]
     got = [r["value"] for r in rows(data, aborted=aborted)]
     assert got == [b"plain", b"other-producer", b"committed"]
 
 
 def test_an_aborted_span_that_began_in_an_earlier_segment_drops_its_tail(walk):
     data = txn([b"tail-of-aborted"], 10) + marker(False, 11) + txn([b"next"], 12) + marker(True, 13)
-    got = [r["value"] for r in rows(data, aborted=[AbortedSpan(PID, 3, 11)])]
+    got = [r["value"] for r in rows(data, aborted=[AbortedRange(PID, 3, 11)])]
     assert got == [b"next"]
 
 
