@@ -78,8 +78,10 @@ class SliceSource:
     def input_partitions(self, slices: Sequence[Slice]) -> list[InputPartition]:
         return [InputPartition(s) for s in slices]
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        piece: Slice = partition.value
+    def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+        piece: Slice | None = getattr(partition, "value", None)
+        if piece is None:  # Spark reads one empty partition when partitions() found none
+            return
         headers = self.read_options.include_headers
         if isinstance(piece, SegmentSlice):
             bucket = Bucket(self.read_options.bucket)
