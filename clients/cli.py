@@ -27,6 +27,11 @@ SERVE_FLAGS: dict[str, str] = {
     "producer-expiry-ms": "idle idempotent producers are forgotten after this much committed "
     "message time (default 86400000 = 24 h)",
     "test-hooks": "1 serves the fault-injection endpoints under /v1/admin (tests only; default 0)",
+    "s3-endpoint": "URL of the S3-compatible object store for tiered storage (credentials from "
+    "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)",
+    "s3-bucket": "bucket for tiered segments (with --s3-endpoint)",
+    "s3-region": "region of the bucket (default us-east-1)",
+    "s3-prefix": "key prefix inside the bucket (default none)",
 }
 
 

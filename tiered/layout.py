@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from raftline.raftlog.batch import iter_headers
@@ -60,13 +60,14 @@ class SegmentObjects(NamedTuple):
 
 
 def build_segment(
-    stem: str,
+    stem: Callable[[int, int], str],
     data: Bytes,
     committed_offset: int,
     aborted: Sequence[AbortedRange] = (),
     index_interval: int = INDEX_INTERVAL_BYTES,
 ) -> SegmentObjects:
-    """Describe and index `data`, a run of whole batches (from the batches' headers only)."""
+    """Describe and index `data`, a run of whole batches (from the batches' headers only);
+    `stem(base offset, last offset)` names its objects."""
     offsets = bytearray()
     times = bytearray()
     terms: list[tuple[int, int]] = []
@@ -98,6 +99,7 @@ def build_segment(
         (a for a in aborted if a.first_offset <= last and a.last_offset >= base),
         key=lambda a: a.last_offset,
     )
+    name = stem(base, last)
     txn = b"".join(
         TXN_ENTRY.pack(0, a.producer_id, a.first_offset, a.last_offset, a.last_offset)
         for a in relevant
@@ -111,10 +113,10 @@ def build_segment(
         batch_count=count,
         base_timestamp=base_timestamp,
         max_timestamp=max_timestamp,
-        object=f"{stem}.log",
-        index=f"{stem}.index",
-        time_index=f"{stem}.timeindex",
-        txn_index=f"{stem}.txnindex" if relevant else None,
+        object=f"{name}.log",
+        index=f"{name}.index",
+        time_index=f"{name}.timeindex",
+        txn_index=f"{name}.txnindex" if relevant else None,
         aborted_transactions=len(relevant),
     )
     return SegmentObjects(meta, data, bytes(offsets), bytes(times), txn or None)
