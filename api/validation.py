@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raftline.api.errors import invalid
+from raftline.tiered import topic_config as tiered_config
 
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 ACKS = ("all", "leader", "none")
@@ -357,6 +358,8 @@ def _config_int(key: str, value: str, low: int, high: int | None = None) -> str:
 
 
 def _config_value(key: str, value: str) -> str:
+    if key in tiered_config.KEYS:  # checked together by the broker (tiered/topic_config.py)
+        return value
     if key in _INT_AT_LEAST_MINUS_ONE:
         return _config_int(key, value, -1)
     if key == "max.message.bytes":

@@ -128,6 +128,11 @@ def parse(raw: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     )
 
 
+def include_headers(raw: Mapping[str, str]) -> bool:
+    """Only the option the schema depends on."""
+    return _flag({str(k).lower(): str(v) for k, v in raw.items()}, "includeheaders")
+
+
 def _subscription(options: dict[str, str]) -> Subscription:
     given = [name for name in ("subscribe", "subscribepattern", "assign") if name in options]
     if len(given) != 1:

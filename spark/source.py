@@ -43,7 +43,7 @@ class RaftlineDataSource(DataSource):
         return NAME
 
     def schema(self) -> str:
-        headers = options.parse(self.options, streaming=False).include_headers
+        headers = options.include_headers(self.options)  # the rest is checked by the reader
         return columns.SPARK_DDL_WITH_HEADERS if headers else columns.SPARK_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
