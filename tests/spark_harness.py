@@ -142,11 +142,12 @@ class BucketWriter:
         topic_id = self.topic_ids[topic]
         state = self.states[(topic, partition)]
         for data in split_segments(batches, segment_bytes):
-            headers = [h for _, h in iter_headers(data)]
-            stem = layout.segment_stem(
-                topic, topic_id, partition, headers[0].base_offset, headers[-1].last_offset
-            )
-            objects = layout.build_segment(stem, data, headers[-1].last_offset + 1, aborted)
+            last = [h for _, h in iter_headers(data)][-1].last_offset
+
+            def stem(base: int, last: int) -> str:
+                return layout.segment_stem(topic, topic_id, partition, base, last)
+
+            objects = layout.build_segment(stem, data, last + 1, aborted)
             await self.store.put(objects.meta.object, objects.log)
             await self.store.put(objects.meta.index, objects.index)
             await self.store.put(objects.meta.time_index, objects.time_index)

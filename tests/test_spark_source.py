@@ -256,3 +256,73 @@ def test_offsets_removed_by_retention_fail_unless_fail_on_data_loss_is_off(spark
         spark, seaweed, bucket, subscribe="old", startingOffsets=start, failOnDataLoss="false"
     )
     assert sorted(r.offset for r in df.load().collect()) == list(range(20, 60))
+
+
+def stream_reader(seaweed, bucket, **options):
+    from raftline.spark.options import parse
+    from raftline.spark.source import StreamReader
+
+    return StreamReader(parse(reader_options(seaweed, bucket, **options), streaming=True))
+
+
+def test_a_stream_starts_at_latest_by_default_and_at_earliest_when_asked(seaweed, bucket, orders):
+    ends = {str(p): orders[p].batches and None for p in range(3)}
+    latest = stream_reader(seaweed, bucket, subscribe="orders").initialOffset()
+    earliest = stream_reader(
+        seaweed, bucket, subscribe="orders", startingOffsets="earliest"
+    ).initialOffset()
+    assert set(latest["orders"]) == set(ends)
+    assert all(latest["orders"][p] > earliest["orders"][p] == 0 for p in ends)
+
+
+@pytest.mark.parametrize("signature", ["spark-4.0: latestOffset()", "4.2+: (start, limit)"])
+def test_max_offsets_per_trigger_moves_every_partition_and_never_past_the_end(
+    seaweed, bucket, orders, signature
+):
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    reader = stream_reader(
+        seaweed, bucket, subscribe="orders", startingOffsets="earliest", maxOffsetsPerTrigger="30"
+    )
+    start = reader.initialOffset()
+    final = stream_reader(seaweed, bucket, subscribe="orders").initialOffset()
+    seen = []
+    for _ in range(100):
+        if signature.startswith("spark-4.0"):
+            end = reader.latestOffset()
+        else:
+            end = reader.latestOffset(start, reader.getDefaultReadLimit())
+            assert reader.getDefaultReadLimit() == ReadMaxRows(30)
+        moved = sum(end["orders"][p] - start["orders"][p] for p in end["orders"])
+        assert moved <= 30
+        if moved == 0:
+            break
+        seen.append(end)
+        start = end
+    assert start == final
+    assert len(seen) > 3
+
+
+def test_read_all_available_ignores_max_offsets_per_trigger(seaweed, bucket, orders):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    reader = stream_reader(
+        seaweed, bucket, subscribe="orders", startingOffsets="earliest", maxOffsetsPerTrigger="5"
+    )
+    start = reader.initialOffset()
+    final = stream_reader(seaweed, bucket, subscribe="orders").initialOffset()
+    assert reader.latestOffset(start, ReadAllAvailable()) == final
+
+
+def test_available_now_stops_at_what_was_there_when_it_began(seaweed):
+    bucket = seaweed.create_bucket()
+    writer = BucketWriter(seaweed, bucket)
+    writer.create_topic("grow", 1)
+    writer.upload("grow", 0, [build_batch([b"a"] * 10, base_offset=0, timestamp=TS)])
+    reader = stream_reader(seaweed, bucket, subscribe="grow", startingOffsets="earliest")
+    start = reader.initialOffset()
+    reader.prepareForTriggerAvailableNow()
+    writer.upload("grow", 0, [build_batch([b"b"] * 10, base_offset=10, timestamp=TS)])
+    assert reader.latestOffset(start, reader.getDefaultReadLimit()) == {"grow": {"0": 10}}
+    after = stream_reader(seaweed, bucket, subscribe="grow").initialOffset()
+    assert after == {"grow": {"0": 20}}
