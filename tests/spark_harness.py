@@ -16,13 +16,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import orjson
-from seaweedfs import ACCESS_KEY, SECRET_KEY, SeaweedServer
 
 from raftline.raftlog.batch import iter_headers
 from raftline.raftlog.records import ControlType, decode_batch
 from raftline.tiered import layout
 from raftline.tiered.manifest import ManifestState
 from raftline.tiered.store import ObjectStore, S3Config
+from tests.seaweedfs import ACCESS_KEY, SECRET_KEY, SeaweedServer
 
 
 @contextmanager
