@@ -9,7 +9,10 @@ Owns issue 17's speed measurement. Run from the repository root:
 - columnar loop: one Python process downloads each object and walks it with the Spark
   source's decoder (spark/columns.py, C), no Spark;
 - plain loop: one Python process downloads each object and decodes it with
-  raftlog.records.iter_batches into record objects, skipping control batches.
+  raftlog.records.iter_batches into record objects, skipping control batches;
+- spark ceiling: the same Spark query over a data source whose workers yield one prebuilt
+  RecordBatch of the same rows again and again: what Spark itself takes in from Python
+  workers on this machine, with no download and no decoding.
 records/s counts data records; MB/s counts segment object bytes.
 """
 
@@ -21,11 +24,16 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from raftline.raftlog.records import Codec, Record, build_batch, iter_batches
 from raftline.spark.bucket import Bucket
-from raftline.spark.columns import record_batches
+from raftline.spark.columns import SPARK_DDL, record_batches
 from raftline.spark.options import parse
 from raftline.spark.plan import Planner
 from tests.seaweedfs import running_seaweedfs
@@ -85,6 +93,47 @@ def spark_query(spark, options: dict[str, str]) -> int:
     return int(row.n)
 
 
+class CeilingSource(DataSource):
+    """Spark's intake of Arrow batches from Python workers: the raftline schema, rows that
+    cost nothing to make (one decoded batch yielded again and again)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "raftline_ceiling"
+
+    def schema(self) -> str:
+        return SPARK_DDL
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return CeilingReader(int(self.options["rows"]), int(self.options["parts"]))
+
+
+class CeilingReader(DataSourceReader):
+    def __init__(self, rows: int, parts: int) -> None:
+        self.rows, self.parts = rows, parts
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(i) for i in range(self.parts)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        value = bytes(100)
+        records = [Record(value, key=b"key-%d" % (i % 100)) for i in range(RECORDS_PER_BATCH)]
+        data = b"".join(
+            build_batch(records, base_offset=b) for b in range(0, 65_536, RECORDS_PER_BATCH)
+        )
+        (batch,) = record_batches(data, topic=TOPIC, partition=0, max_rows=1 << 20)
+        left = self.rows // self.parts
+        while left > 0:
+            yield batch.slice(0, min(left, batch.num_rows))
+            left -= batch.num_rows
+
+
+def ceiling_query(spark: Any, rows: int) -> int:
+    df = spark.read.format("raftline_ceiling").options(rows=str(rows), parts="4").load()
+    (row,) = df.selectExpr("count(*) AS n", "sum(length(value)) AS bytes").collect()
+    return int(row.n)
+
+
 def timed(call, runs: int) -> tuple[float, float, tuple[int, int]]:
     times, result = [], None
     for _ in range(runs):
@@ -103,6 +152,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     codec = Codec[args.codec.upper()]
+    # Spark's Python workers import this module (CeilingSource) from the repository root.
+    root = str(Path(__file__).resolve().parent.parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
     with (
         tempfile.TemporaryDirectory() as tmp,
         running_seaweedfs(Path(tmp) / "weed") as server,
@@ -115,11 +167,17 @@ def main() -> None:
         keys = objects(options)
         total = sum(len(Bucket(parse({**options, "subscribe": TOPIC}, streaming=False).bucket)
                         .get(k)) for k in keys)  # fmt: skip
+        spark.dataSource.register(CeilingSource)
         spark_query(spark, options)  # warm-up: Python workers start
+        ceiling_query(spark, args.records)
         rows = [
             ("spark (local[2])", *timed(lambda: (spark_query(spark, options), total), args.runs)),
             ("columnar loop (1 process)", *timed(lambda: columnar_loop(options, keys), args.runs)),
             ("plain loop (1 process)", *timed(lambda: plain_loop(options, keys), args.runs)),
+            (
+                "spark ceiling (no I/O)",
+                *timed(lambda: (ceiling_query(spark, args.records), total), args.runs),
+            ),
         ]
     load = os.getloadavg()[0]
     print(

@@ -8,6 +8,7 @@ brokers' HTTP API where a test asks for the tail).
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,7 +108,9 @@ def broker_rows(client: Client, topic: str, partition: int, start: int, end: int
         for m in consumer.poll():
             if m.offset < end:
                 rows.append((partition, m.offset, m.key, m.value, _headers(m), m.timestamp))
-        offset = consumer.positions.next[partition]
+        before, offset = offset, consumer.positions.next[partition]
+        if offset == before:
+            break  # the partition ends before `end`
     return rows
 
 
@@ -226,3 +229,36 @@ def test_a_stream_turns_new_uploads_into_micro_batches_exactly_once(
             assert read == want
     micro_batches = len([f for f in (checkpoint / "commits").iterdir() if f.name.isdigit()])
     assert micro_batches > 2  # maxOffsetsPerTrigger cut the backlog
+
+
+def test_the_transform_write_back_example_produces_the_transformed_records(
+    spark: Any, seaweed: SeaweedServer, bucket: str, tiered_node: Cluster
+) -> None:
+    examples = str(Path(__file__).resolve().parent.parent / "spark" / "examples")
+    sys.path.insert(0, examples)
+    try:
+        from transform_write_back import transformed, write_back
+    finally:
+        sys.path.remove(examples)
+    with Client(tiered_node.urls) as client:
+        client.create_topic("source", PARTITIONS, config=TIERED)
+        client.create_topic("target", 1)
+        with client.producer("source", linger_ms=1) as producer:
+            for i in range(600):
+                producer.send("x" * (i % 40) + f"-{i}", f"k{i % 4}", partition=i % PARTITIONS)
+        ends = wait_uploaded(seaweed, bucket, "source", at_least=100)
+        frame = transformed(spark, reader_options(seaweed, bucket), "source", min_bytes=30)
+        write_back(frame, tiered_node.urls, "target")
+        source = [
+            r for (_, p), end in ends.items() for r in broker_rows(client, "source", p, 0, end)
+        ]
+        want = sorted(
+            (key, value.decode().upper().encode(), f"source/{p}/{offset}".encode())
+            for p, offset, key, value, _, _ in source
+            if len(value) >= 30
+        )
+        got = sorted(
+            (key, value, headers[0][1])
+            for _, _, key, value, headers, _ in broker_rows(client, "target", 0, 0, len(want))
+        )
+    assert got == want and want
