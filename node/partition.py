@@ -169,6 +169,17 @@ class PartitionReplica:
         self._require_leader()
         await self._await_term_commit()
 
+    async def until_committed(self, index: int) -> None:
+        """Return once the entry at `index` committed (and was applied here); raise when this
+        replica stops leading or the request timeout passes first."""
+        try:
+            async with asyncio.timeout(self._timeout):
+                while self.high_watermark <= index:
+                    self._require_leader()
+                    await self._new_data.wait()
+        except TimeoutError:
+            raise BrokerError("timeout", f"entry {index} did not commit in time") from None
+
     async def _read(self, offset: int, max_bytes: int, upto: int) -> tuple[bytes, list[Any]]:
         """Whole batches from the one holding `offset` (the bucket's below the local log
         start), and the aborted transactions the bucket lists for them."""
@@ -428,9 +439,13 @@ class PartitionReplica:
         self._require_leader()
         await self._await_term_commit()
         high_watermark = self.high_watermark
-        base = self.log.offset_for_timestamp(timestamp)
+        base = None
+        if self.remote is not None:  # the bucket first: it holds the older records
+            base = self.remote.offset_for_timestamp(timestamp, self.log.log_start_offset)
+        if base is None:
+            base = self.log.offset_for_timestamp(timestamp)
         while base is not None and base < high_watermark:
-            data = await self.runtime.read_log(self.group, self.log, base, 1, high_watermark)
+            data, _ = await self._read(base, 1, high_watermark)
             batches = list(iter_batches(data))
             if not batches:
                 break

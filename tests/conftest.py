@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from cluster_harness import Cluster, running_cluster
 from inproc_harness import configs, start_all
+from seaweedfs import SeaweedServer, running_seaweedfs
 
 from raftline.clients.client import Client
 from raftline.node.broker import Broker
@@ -81,3 +82,16 @@ def spark() -> Iterator[Any]:
 
     with local_spark_session() as session:
         yield session
+
+
+@pytest.fixture(scope="module")
+def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
+    """A real S3 server (SeaweedFS `weed mini` on loopback) for the tests of a module."""
+    with running_seaweedfs(Path(tmp_path_factory.mktemp("weed"))) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def bucket(seaweed: SeaweedServer) -> str:
+    """A fresh bucket on the module's SeaweedFS."""
+    return seaweed.create_bucket()

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ACCESS_KEY = "raftline-test"
 SECRET_KEY = "raftline-test-secret"
@@ -149,3 +150,60 @@ def running_seaweedfs(data_dir: Path) -> Iterator[SeaweedServer]:
     finally:
         server.resume()
         server.stop()
+
+
+class FlakyProxy:
+    """An HTTP proxy in front of the S3 server that fails every `every`-th request with a 503
+    (SlowDown), for tests of retries under a store failing some requests. Runs on the test's
+    event loop; the Host header is passed on unchanged so request signatures still verify."""
+
+    def __init__(self, target: str, every: int) -> None:
+        self.target = target
+        self.every = every
+        self.requests = 0
+        self.failed = 0
+        self.endpoint = ""
+        self._runner: Any = None
+        self._session: Any = None
+
+    async def start(self) -> FlakyProxy:
+        from aiohttp import ClientSession, web
+
+        self._session = ClientSession(auto_decompress=False)
+        app = web.Application(client_max_size=1 << 30)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        [port] = _free_ports(1)
+        await web.TCPSite(self._runner, "127.0.0.1", port).start()
+        self.endpoint = f"http://127.0.0.1:{port}"
+        return self
+
+    async def _handle(self, request: Any) -> Any:
+        from aiohttp import web
+
+        self.requests += 1
+        body = await request.read()
+        if self.requests % self.every == 0:
+            self.failed += 1
+            return web.Response(status=503, text="<Error><Code>SlowDown</Code></Error>")
+        async with self._session.request(
+            request.method,
+            self.target + request.path_qs,
+            headers=request.headers,
+            data=body,
+            allow_redirects=False,
+        ) as answer:
+            payload = await answer.read()
+            headers = {
+                k: v
+                for k, v in answer.headers.items()
+                if k.lower() not in ("transfer-encoding", "content-length", "connection")
+            }
+            return web.Response(status=answer.status, body=payload, headers=headers)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()

@@ -6,29 +6,24 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 from inproc_harness import configs, start_all, wait_for
-from seaweedfs import SeaweedServer, running_seaweedfs
+from kafka.record.memory_records import MemoryRecords
+from seaweedfs import FlakyProxy, SeaweedServer
 
+from raftline.api.app import create_app
 from raftline.node.broker import Broker, BrokerError
 from raftline.raftlog.records import Record, build_batch, decode_batch
+from raftline.tiered import layout
+from raftline.tiered.manifest import ManifestState
 from raftline.tiered.store import ObjectStore, S3Config
 
 _prefixes = (f"t{i}" for i in itertools.count())
-
-
-@pytest.fixture(scope="module")
-def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
-    with running_seaweedfs(Path(tmp_path_factory.mktemp("weed"))) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def bucket(seaweed: SeaweedServer) -> str:
-    return seaweed.create_bucket()
 
 
 @pytest.fixture
@@ -275,3 +270,249 @@ async def test_a_new_leader_continues_the_manifest_without_other_objects(
         for broker in brokers:
             if broker is not stopped:
                 await broker.stop()
+
+
+async def _ok(response: Any, status: int = 200) -> Any:
+    assert response.status == status, await response.text()
+    return await response.json()
+
+
+async def _read_all(api: TestClient, isolation: str) -> list[str]:
+    values: list[str] = []
+    offset = 0
+    while True:
+        body = await _ok(
+            await api.get(
+                f"/v1/topics/tx/partitions/0/messages?offset={offset}&isolation={isolation}"
+            )
+        )
+        values += [m["value"] for m in body["messages"]]
+        if body["next_offset"] == offset or body["next_offset"] >= body["high_watermark"]:
+            return values
+        offset = body["next_offset"]
+
+
+async def test_read_committed_from_the_bucket_drops_aborted_transactions(
+    node: Broker,
+) -> None:
+    api = TestClient(TestServer(create_app(node, self_http=node.config.http)))
+    await api.start_server()
+    try:
+        await _ok(await api.post("/v1/topics", json={"name": "tx", "config": TIERED}), 201)
+        init = {"transactional_id": "tx-1", "transaction_timeout_ms": 60_000}
+        producer = await _ok(await api.post("/v1/producers", json=init))
+        pid, epoch = producer["producer_id"], producer["producer_epoch"]
+        expected: list[str] = []
+        everything: list[str] = []
+        filler = "f" * 300
+        for round_ in range(6):
+            commit = round_ % 2 == 0
+            values = [f"{'c' if commit else 'a'}{round_}-{i}-{filler}" for i in range(4)]
+            body = {
+                "transactional": True,
+                "transactional_id": "tx-1",
+                "producer_id": pid,
+                "producer_epoch": epoch,
+                "sequence": 0,
+                "messages": [{"value": v, "partition": 0} for v in values],
+            }
+            await _ok(await api.post("/v1/topics/tx/messages", json=body))
+            plain = [f"p{round_}-{i}-{filler}" for i in range(10)]
+            await _ok(
+                await api.post(
+                    "/v1/topics/tx/messages",
+                    json={"messages": [{"value": v, "partition": 0} for v in plain]},
+                )
+            )
+            action = "commit" if commit else "abort"
+            ended = await _ok(
+                await api.post(
+                    f"/v1/transactions/tx-1/{action}",
+                    json={"producer_id": pid, "producer_epoch": epoch},
+                )
+            )
+            epoch = ended["producer_epoch"]
+            expected += [*values, *plain] if commit else plain
+            everything += [*values, *plain]
+        # Filler after the last marker, so that the transactions' segments seal and upload.
+        for _ in range(4):
+            plain = [f"z-{filler}" for _ in range(10)]
+            await _ok(
+                await api.post(
+                    "/v1/topics/tx/messages",
+                    json={"messages": [{"value": v, "partition": 0} for v in plain]},
+                )
+            )
+            expected += plain
+            everything += plain
+        replica = next(r for r in node.partitions.values() if r.topic == "tx")
+        tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+        await wait_for(
+            lambda: (
+                any(s.txn_index for s in tiering.state.segments)
+                and replica.log.log_start_offset > tiering.state.segments[-1].base_offset
+            ),
+            timeout=30,
+        )
+        # Local producer state forgot the aborted transactions below the local log start:
+        # only the bucket's transaction index can drop them now.
+        assert replica.producers.state.aborted_in(0, replica.log.log_start_offset) == []
+        assert sorted(await _read_all(api, "read_committed")) == sorted(expected)
+        assert await _read_all(api, "read_committed") == expected
+        assert await _read_all(api, "read_uncommitted") == everything
+    finally:
+        await api.close()
+
+
+async def test_bucket_objects_are_kafka_batches_with_tiered_entries_as_control_batches(
+    node: Broker, s3_env: SeaweedServer, bucket: str, prefix: str
+) -> None:
+    await node.create_topic("kafka", 1, 1, TIERED)
+    values = await produce(node, "kafka", 80)
+    replica = next(r for r in node.partitions.values() if r.topic == "kafka")
+    tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+    await wait_for(lambda: len(tiering.state.segments) >= 4, timeout=30)
+    store = store_of(s3_env, bucket, prefix)
+    seen: list[bytes] = []
+    controls = 0
+    for segment in tiering.state.segments:
+        records = MemoryRecords(await store.get(segment.object))
+        while (kbatch := records.next_batch()) is not None:
+            assert kbatch.validate_crc()
+            if kbatch.is_control_batch:
+                controls += 1
+                continue
+            seen += [r.value for r in kbatch]
+    assert controls > 0  # Raft no-ops and tiered entries travel as control batches
+    assert seen == values[: len(seen)] and len(seen) > 20
+
+
+async def test_a_replica_that_missed_tiered_entries_rebuilds_from_the_bucket(node: Broker) -> None:
+    """As a follower that installed the leader's trim point: its state lacks the commands below
+    its log start; before leading it takes the bucket's manifest plus the commands it still has."""
+    await node.create_topic("rebuilt", 1, 1, TIERED)
+    await produce(node, "rebuilt", 80)
+    replica = next(r for r in node.partitions.values() if r.topic == "rebuilt")
+    tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+    await wait_for(lambda: replica.log.log_start_offset > 40, timeout=30)
+    await wait_for(lambda: tiering.state.durable_revision == tiering.state.revision, timeout=30)
+    tiering.stop()
+    known = list(tiering.state.segments)
+    uploaded = node.tiering.uploaded_segments  # type: ignore[union-attr]
+    tiering.state = ManifestState()  # everything below the log start "missed"
+    await tiering.upload_round()
+    assert tiering.state.segments[: len(known)] == known
+    assert node.tiering.uploaded_segments == uploaded  # type: ignore[union-attr]
+    tiering.state.check()
+
+
+async def test_offset_for_a_timestamp_below_the_local_log_start_comes_from_the_bucket(
+    node: Broker,
+) -> None:
+    await node.create_topic("timed", 1, 1, TIERED)
+    for i in range(60):
+        record = Record(f"{i:04d}".encode() + b"t" * 200, timestamp=1_000_000 + i * 1000)
+        await node.produce("timed", 0, build_batch([record]), "all")
+    replica = next(r for r in node.partitions.values() if r.topic == "timed")
+    await wait_for(lambda: replica.log.log_start_offset > 30, timeout=30)
+    offset = await node.offset_for_timestamp("timed", 0, 1_000_000 + 10 * 1000)
+    batches, _, _ = await node.fetch("timed", 0, offset, 1, 0)
+    first = decode_batch(batches[0]).records[0]
+    assert first.value is not None and first.value.startswith(b"0010")
+
+
+async def test_retention_removes_old_segments_from_the_bucket_too(
+    node: Broker, s3_env: SeaweedServer, bucket: str, prefix: str
+) -> None:
+    await node.create_topic("aging", 1, 1, {**TIERED, "retention.bytes": "8192"})
+    values = await produce(node, "aging", 100)
+    replica = next(r for r in node.partitions.values() if r.topic == "aging")
+    tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+    await wait_for(lambda: tiering.state.start_offset > 0 and not tiering.state.garbage, 30)
+    state = tiering.state
+    store = store_of(s3_env, bucket, prefix)
+    topic_id = node.meta.state.topics["aging"].topic_id
+    stored = {i.key for i in await store.list(layout.partition_path("aging", topic_id, 0))}
+    named = {key for s in state.segments for key in s.keys}
+    assert {k for k in stored if not k.endswith("manifest.json")} == named  # the rest deleted
+    manifest = json.loads(await store.get(tiering._manifest_key()))
+    assert manifest["start_offset"] == state.start_offset > 0
+    with pytest.raises(BrokerError) as gone:
+        await node.fetch("aging", 0, 0, 1000, 0)
+    assert gone.value.code == "offset_out_of_range"
+    records = await fetch_all(node, "aging", state.start_offset)
+    assert [v for _, v in records] == values[-len(records) :]
+
+
+async def test_a_store_failing_some_requests_still_gets_every_segment_and_manifest(
+    tmp_path: Path, s3_env: SeaweedServer, bucket: str, prefix: str
+) -> None:
+    proxy = await FlakyProxy(s3_env.endpoint, every=3).start()
+    [config] = configs(tmp_path, 1)
+    config.s3_endpoint, config.s3_bucket, config.s3_prefix = proxy.endpoint, bucket, prefix
+    config.retention_check_s, config.fsync = 0.1, "never"
+    [broker] = await start_all([config])
+    try:
+        await broker.create_topic("flaky", 1, 1, TIERED)
+        values = await produce(broker, "flaky", 100)
+        replica = next(r for r in broker.partitions.values() if r.topic == "flaky")
+        await wait_for(lambda: replica.log.log_start_offset > 60, timeout=60)
+        assert proxy.failed > 0 and broker.tiering.store.retries > 0  # type: ignore[union-attr]
+        store = store_of(s3_env, bucket, prefix)
+        tiering = broker.tiering.partitions[replica.group]  # type: ignore[union-attr]
+        manifest = json.loads(await store.get(tiering._manifest_key()))
+        for segment in manifest["segments"]:  # every object the manifest names is there
+            data = await store.get(segment["object"])
+            assert len(data) == segment["size_bytes"]
+        assert [v for _, v in await fetch_all(broker, "flaky")] == values
+    finally:
+        await broker.stop()
+        await proxy.stop()
+
+
+async def test_a_stale_manifest_never_replaces_a_newer_one_in_the_bucket(
+    node: Broker, s3_env: SeaweedServer, bucket: str, prefix: str
+) -> None:
+    await node.create_topic("cas", 1, 1, TIERED)
+    await produce(node, "cas", 40)
+    replica = next(r for r in node.partitions.values() if r.topic == "cas")
+    tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+    await wait_for(lambda: tiering.state.durable_revision >= 2, timeout=30)
+    tiering.stop()
+    store = store_of(s3_env, bucket, prefix)
+    newest = await store.get(tiering._manifest_key())
+    stale = ManifestState()  # as a deposed leader would hold it: one segment, revision 1
+    stale.apply(1, {"op": "add", "segment": tiering.state.segments[0].to_json()})
+    assert not await tiering._write_manifest(stale.document("cas", 1, 0))
+    assert await store.get(tiering._manifest_key()) == newest
+
+
+async def test_a_second_cluster_never_writes_into_a_partition_another_one_uploaded(
+    tmp_path: Path, node: Broker, s3_env: SeaweedServer, bucket: str, prefix: str
+) -> None:
+    await node.create_topic("shared", 1, 1, TIERED)
+    await produce(node, "shared", 40)
+    first = next(r for r in node.partitions.values() if r.topic == "shared")
+    first_tiering = node.tiering.partitions[first.group]  # type: ignore[union-attr]
+    await wait_for(lambda: first_tiering.state.durable_revision > 0, timeout=30)
+    store = store_of(s3_env, bucket, prefix)
+    manifest = await store.get(first_tiering._manifest_key())
+
+    [config] = configs(tmp_path / "other", 1)  # another cluster, same bucket and prefix
+    config.s3_endpoint, config.s3_bucket, config.s3_prefix = s3_env.endpoint, bucket, prefix
+    config.retention_check_s, config.fsync = 0.1, "never"
+    [other] = await start_all([config])
+    try:
+        await other.create_topic("shared", 1, 1, TIERED)
+        second = next(r for r in other.partitions.values() if r.topic == "shared")
+        assert (
+            other.meta.state.topics["shared"].topic_id == node.meta.state.topics["shared"].topic_id
+        )
+        await produce(other, "shared", 40)
+        tiering = other.tiering.partitions[second.group]  # type: ignore[union-attr]
+        await wait_for(lambda: tiering.last_error is not None, timeout=30)
+        assert "already holds" in tiering.last_error
+        assert tiering.state.segments == [] and second.log.log_start_offset == 0
+        assert await store.get(first_tiering._manifest_key()) == manifest
+    finally:
+        await other.stop()

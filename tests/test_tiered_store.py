@@ -3,24 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from seaweedfs import ACCESS_KEY, SECRET_KEY, SeaweedServer, running_seaweedfs
+from seaweedfs import ACCESS_KEY, SECRET_KEY, SeaweedServer
 
 from raftline.tiered.store import ObjectNotFound, ObjectStore, ObjectStoreError, S3Config
-
-
-@pytest.fixture(scope="module")
-def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
-    with running_seaweedfs(Path(tmp_path_factory.mktemp("weed"))) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def bucket(seaweed: SeaweedServer) -> str:
-    return seaweed.create_bucket()
 
 
 def store_of(seaweed: SeaweedServer, bucket: str, **settings: object) -> ObjectStore:

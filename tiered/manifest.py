@@ -97,8 +97,8 @@ class ManifestState:
     def uploaded_bytes(self) -> int:
         return sum(s.size_bytes for s in self.segments)
 
-    def segment_for(self, offset: int) -> SegmentMeta | None:
-        """The segment holding `offset`, if the bucket has it (offset >= start_offset)."""
+    def segment_index(self, offset: int) -> int | None:
+        """Position in `segments` of the one holding `offset` (offset >= start_offset)."""
         if offset < self.start_offset:
             return None
         lo, hi = 0, len(self.segments)
@@ -109,8 +109,13 @@ class ManifestState:
             else:
                 hi = mid
         if lo < len(self.segments) and self.segments[lo].base_offset <= offset:
-            return self.segments[lo]
+            return lo
         return None
+
+    def segment_for(self, offset: int) -> SegmentMeta | None:
+        """The segment holding `offset`, if the bucket has it (offset >= start_offset)."""
+        at = self.segment_index(offset)
+        return None if at is None else self.segments[at]
 
     def collectable(self) -> list[str]:
         """Garbage objects no durable manifest names any more: safe to delete."""

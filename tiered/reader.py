@@ -1,8 +1,8 @@
 """Reads of a partition's uploaded segments: the node-wide chunk cache with read-ahead.
 
 Owns fetching byte ranges of segment objects in fixed-size chunks (ranged GETs), a node-wide
-LRU of chunks bounded in bytes, one GET per chunk however many readers wait for it, read-ahead
-for readers that move forward through an object, and cutting whole batches out of the chunks
+LRU of chunks bounded in bytes, one GET per chunk however many readers wait for it, the chunks
+a sequential reader needs next (across objects), and cutting whole batches out of the chunks
 exactly as the local log's read does (same bytes, same first batch, same limits).
 """
 
@@ -20,16 +20,19 @@ from .layout import INDEX_INTERVAL_BYTES, AbortedRange, offset_index_floor, read
 from .manifest import SegmentMeta
 from .store import ObjectStore
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 4 << 20  # one ranged GET; large enough that request overhead stays small
 DEFAULT_CACHE_BYTES = 64 << 20
-READ_AHEAD_CHUNKS = 4
-_BATCH_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
-_LAST_OFFSET_DELTA = 23  # position of lastOffsetDelta in a batch
+READ_AHEAD_BYTES = 16 << 20  # what a sequential reader's next reads will want, loaded now
+# baseOffset, batchLength, (partitionLeaderEpoch, magic, crc, attributes), lastOffsetDelta
+_BATCH_HEAD = struct.Struct(">qi11xi")
+_HEAD_BYTES = _BATCH_HEAD.size
 
 
 class RemoteRead(NamedTuple):
     data: bytes  # whole batches, as the local log would return them
     aborted: list[AbortedRange]  # the segment's aborted transactions (read_committed)
+    end_position: int  # where in the object the read stopped
+    next_offset: int  # the offset after the last batch returned
 
 
 class ChunkCache:
@@ -43,7 +46,6 @@ class ChunkCache:
         self._small: OrderedDict[str, bytes] = OrderedDict()  # index and txn-index objects
         self._held = 0
         self._ahead: set[asyncio.Task[None]] = set()
-        self._last_chunk: dict[str, int] = {}  # object -> last chunk a reader asked for
         self.hits = 0
         self.misses = 0
 
@@ -80,21 +82,11 @@ class ChunkCache:
             _, evicted = self._chunks.popitem(last=False)
             self._held -= len(evicted)
 
-    def read_ahead(self, key: str, number: int, size: int) -> None:
-        """A reader asked for chunk `number`: if it moves forward through the object, start
-        loading the next chunks in the background."""
-        previous = self._last_chunk.get(key)
-        self._last_chunk[key] = number
-        if len(self._last_chunk) > 1024:
-            self._last_chunk.pop(next(iter(self._last_chunk)))
-        if previous is None or not previous <= number <= previous + 1:
-            return
-        last_chunk = (size - 1) // CHUNK_BYTES
-        for ahead in range(number + 1, min(number + READ_AHEAD_CHUNKS, last_chunk) + 1):
-            slot = (key, ahead)
-            if slot in self._chunks or slot in self._loading:
-                continue
-            task = asyncio.ensure_future(self._prefetch(key, ahead, size))
+    def prefetch(self, key: str, number: int, size: int) -> None:
+        """Start loading chunk `number` of an object in the background (read-ahead)."""
+        slot = (key, number)
+        if slot not in self._chunks and slot not in self._loading:
+            task = asyncio.ensure_future(self._prefetch(key, number, size))
             self._ahead.add(task)
             task.add_done_callback(self._ahead.discard)
 
@@ -114,14 +106,20 @@ class ChunkCache:
             self._small.popitem(last=False)
         return data
 
-    async def read_range(self, key: str, size: int, start: int, end: int) -> bytes:
-        """Bytes [start, end) of the object, through the chunks."""
+    async def read_range(self, key: str, size: int, start: int, end: int) -> memoryview:
+        """Bytes [start, end) of the object, through the chunks (a view: no copy when they
+        lie in one chunk)."""
         first, last = start // CHUNK_BYTES, (end - 1) // CHUNK_BYTES
-        self.read_ahead(key, last, size)
         parts = [await self.chunk(key, n, size) for n in range(first, last + 1)]
         joined = parts[0] if len(parts) == 1 else b"".join(parts)
         base = first * CHUNK_BYTES
-        return joined[start - base : end - base]
+        return memoryview(joined)[start - base : end - base]
+
+    def drop_all(self) -> None:
+        """Forget every cached chunk (benchmarks measure a cold cache with it)."""
+        self._chunks.clear()
+        self._small.clear()
+        self._held = 0
 
     def close(self) -> None:
         for task in list(self._ahead):
@@ -140,33 +138,34 @@ async def read_segment(
     size = segment.size_bytes
     out: list[memoryview] = []
     taken = 0
+    end_offset = offset
     done = False
     while not done and position < size:
         # A window past the start position: the batches wanted plus those skipped to reach
         # `offset` (at most one index interval) usually fit in one.
         end = min(size, position + max(max_bytes, LOG_OVERHEAD) + INDEX_INTERVAL_BYTES)
-        window = memoryview(await cache.read_range(segment.object, size, position, end))
+        window = await cache.read_range(segment.object, size, position, end)
         at = 0
-        while True:
-            if at + LOG_OVERHEAD > len(window):
-                break
-            base, length = _BATCH_PREFIX.unpack_from(window, at)
+        while at + _HEAD_BYTES <= len(window):
+            base, length, last_delta = _BATCH_HEAD.unpack_from(window, at)
             batch_size = length + LOG_OVERHEAD
-            if base >= upto or (out and taken + batch_size > max_bytes):
+            next_offset = base + last_delta + 1
+            # As the local read: never the batch holding `upto`, the first batch whatever its
+            # size, then only whole batches within `max_bytes`.
+            if next_offset > upto or (out and taken + batch_size > max_bytes):
                 done = True
                 break
             if at + batch_size > len(window):
                 if at == 0:  # one batch larger than the window: read exactly it
-                    whole = await cache.read_range(
+                    window = await cache.read_range(
                         segment.object, size, position, position + batch_size
                     )
-                    window, at = memoryview(whole), 0
                     continue
                 break
-            batch = window[at : at + batch_size]
-            if base + _last_offset_delta(batch) >= offset:
-                out.append(batch)
+            if next_offset > offset:  # batches before the one holding `offset` are skipped
+                out.append(window[at : at + batch_size])
                 taken += batch_size
+                end_offset = next_offset
             at += batch_size
         position += at
         if at == 0:
@@ -174,8 +173,22 @@ async def read_segment(
     aborted: list[AbortedRange] = []
     if segment.txn_index is not None:
         aborted = read_txn_index(await cache.small(segment.txn_index))
-    return RemoteRead(b"".join(out), aborted)
+    return RemoteRead(b"".join(out), aborted, position, end_offset)
 
 
-def _last_offset_delta(batch: memoryview) -> int:
-    return int.from_bytes(batch[_LAST_OFFSET_DELTA : _LAST_OFFSET_DELTA + 4], "big")
+def chunks_ahead(
+    segments: list[SegmentMeta], index: int, position: int, budget: int = READ_AHEAD_BYTES
+) -> list[tuple[str, int, int]]:
+    """(object, chunk, object size) of the next `budget` bytes after `position` in
+    segments[index], continuing into the following segments."""
+    out = []
+    number = position // CHUNK_BYTES + 1
+    while budget > 0 and index < len(segments):
+        segment = segments[index]
+        last = (segment.size_bytes - 1) // CHUNK_BYTES
+        while number <= last and budget > 0:
+            out.append((segment.object, number, segment.size_bytes))
+            budget -= CHUNK_BYTES
+            number += 1
+        index, number = index + 1, 0
+    return out

@@ -1,4 +1,4 @@
-"""The S3 client layer of tiered storage: async put, put-if-absent, get, ranged get, list, delete.
+"""The S3 client layer of tiered storage: async put (plain and conditional), get, list, delete.
 
 Owns the connection settings (endpoint, bucket, region, key prefix, credentials from the
 environment), per-request timeouts and the retry policy (exponential backoff with jitter on
@@ -170,6 +170,31 @@ class ObjectStore:
             return True
 
         return await self._call("put-if-absent", key, put)
+
+    async def put_if_match(self, key: str, data: bytes | memoryview, etag: str) -> bool:
+        """Replace `key` only if its current ETag is `etag` (If-Match): a compare-and-swap.
+        False: the object changed (or vanished) since that ETag was read."""
+        path = self._path(key)
+
+        async def put() -> bool:
+            try:
+                await obstore.put_async(self._store, path, data, mode={"e_tag": etag})
+            except (PreconditionError, NotFoundError, FileNotFoundError):
+                return False
+            return True
+
+        return await self._call("put-if-match", key, put)
+
+    async def get_versioned(self, key: str) -> tuple[bytes, str | None]:
+        """The object and its ETag (for a later put_if_match)."""
+        path = self._path(key)
+
+        async def get() -> tuple[bytes, str | None]:
+            result = await obstore.get_async(self._store, path)
+            etag = result.meta.get("e_tag")
+            return bytes(await result.bytes_async()), etag
+
+        return await self._call("get", key, get)
 
     async def get(self, key: str) -> bytes:
         path = self._path(key)

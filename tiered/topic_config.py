@@ -20,17 +20,26 @@ def remote_enabled(config: dict[str, str]) -> bool:
     return config.get(REMOTE_STORAGE, "false") == "true"
 
 
+def check_value(key: str, text: str) -> str | None:
+    """What is wrong with one tiered setting on its own (None: nothing)."""
+    if key == REMOTE_STORAGE and text not in ("true", "false"):
+        return f"{REMOTE_STORAGE} must be true or false, got {text!r}"
+    if key != REMOTE_STORAGE and (
+        not re.fullmatch(r"-?\d{1,19}", text) or int(text) < AS_RETENTION
+    ):
+        return f"{key} must be an integer >= -2 (-2: as retention, -1: unlimited), got {text!r}"
+    return None
+
+
 def check(config: dict[str, str]) -> str | None:
     """What is wrong with the tiered settings of a topic's config (None: nothing)."""
-    flag = config.get(REMOTE_STORAGE)
-    if flag is not None and flag not in ("true", "false"):
-        return f"{REMOTE_STORAGE} must be true or false, got {flag!r}"
+    for key in KEYS:
+        if key in config and (problem := check_value(key, config[key])) is not None:
+            return problem
     for key in (LOCAL_RETENTION_MS, LOCAL_RETENTION_BYTES):
         text = config.get(key)
         if text is None:
             continue
-        if not re.fullmatch(r"-?\d{1,19}", text) or int(text) < AS_RETENTION:
-            return f"{key} must be an integer >= -2 (-2: as retention, -1: unlimited), got {text!r}"
         if not remote_enabled(config):
             return f"{key} bounds local disk only with {REMOTE_STORAGE}=true"
         whole = int(config.get(key.removeprefix("local."), _default(key)))
