@@ -174,3 +174,17 @@ def test_c_and_python_walks_build_equal_batches(monkeypatch):
     monkeypatch.setattr(columns, "_C", None)
     slow = pa.Table.from_batches(list(record_batches(data, **options)))
     assert fast.equals(slow)
+
+
+def test_batches_the_cleaner_rewrote_read_back_their_kept_records_and_empty_ones_none(walk):
+    from raftline.raftlog.batch import parse_header
+    from raftline.raftlog.cleaner import rewrite_batch
+    from raftline.raftlog.records import decode_batch
+
+    first = plain([Record(b"old", b"a"), Record(b"new", b"b"), Record(b"x", b"a")], 0)
+    gone = plain([Record(b"y", b"c"), Record(b"z", b"c")], 3, codec=Codec.ZSTD)
+    kept = [r for r in decode_batch(first).records if r.offset > 0]
+    data = rewrite_batch(parse_header(first), kept) + rewrite_batch(parse_header(gone), [])
+    data += plain([Record(b"after", b"d")], 5)
+    got = [(r["offset"], r["key"], r["value"]) for r in rows(data)]
+    assert got == [(1, b"b", b"new"), (2, b"a", b"x"), (5, b"d", b"after")]
