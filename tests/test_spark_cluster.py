@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from cluster_harness import Cluster, running_cluster
-from seaweedfs import SeaweedServer, running_seaweedfs
+from seaweedfs import SeaweedServer
 from spark_harness import reader_options
 
 from raftline.clients.client import Client
@@ -28,17 +28,6 @@ pytestmark = pytest.mark.cluster
 
 TIERED = {"remote.storage.enable": "true", "segment.bytes": "4096"}
 PARTITIONS = 2
-
-
-@pytest.fixture(scope="module")
-def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
-    with running_seaweedfs(Path(tmp_path_factory.mktemp("weed"))) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def bucket(seaweed: SeaweedServer) -> str:
-    return seaweed.create_bucket()
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from seaweedfs import SeaweedServer, running_seaweedfs
 from spark_harness import BucketWriter, reader_options
 
 from raftline.raftlog.records import Record, build_batch
@@ -22,12 +21,6 @@ def examples() -> Iterator[None]:
     sys.path.insert(0, str(EXAMPLES))
     yield
     sys.path.remove(str(EXAMPLES))
-
-
-@pytest.fixture(scope="module")
-def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
-    with running_seaweedfs(Path(tmp_path_factory.mktemp("weed"))) as server:
-        yield server
 
 
 def test_counts_per_key_counts_every_committed_record_of_the_topic(spark, seaweed, examples):

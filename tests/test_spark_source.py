@@ -8,12 +8,10 @@ the expected rows come from the records the test built, not from the reader.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from seaweedfs import SeaweedServer, running_seaweedfs
+from seaweedfs import SeaweedServer
 from spark_harness import BucketWriter, reader_options
 
 from raftline.raftlog.records import (
@@ -93,17 +91,6 @@ def generate(seed: int, batches: int = 40) -> Partition:
             expected += [tuple(r) for r in rows]
         offset = last + 1
     return Partition(out, expected)
-
-
-@pytest.fixture(scope="module")
-def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
-    with running_seaweedfs(Path(tmp_path_factory.mktemp("weed"))) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def bucket(seaweed: SeaweedServer) -> str:
-    return seaweed.create_bucket()
 
 
 @pytest.fixture(scope="module")
