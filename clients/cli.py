@@ -556,6 +556,9 @@ def build_parser() -> argparse.ArgumentParser:
     from raftline.clients.cli_queues import add_queue_commands  # it builds on this module
 
     add_queue_commands(commands, client_command)
+    from raftline.clients.cli_exchanges import add_exchange_commands
+
+    add_exchange_commands(commands, client_command)
 
     group = commands.add_parser("group", help="list, describe or reset consumer groups")
     groups = group.add_subparsers(dest="group_command", metavar="ACTION", required=True)

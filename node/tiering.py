@@ -52,6 +52,7 @@ UPLOAD_RUNS = 4  # runs whose objects are in flight together (MAX_OBJECT_BYTES a
 UPLOAD_CONCURRENCY = 4  # object PUTs in flight per node
 BACKOFF_MAX_S = 30.0
 VERIFY_MANIFEST_S = 30.0  # the leader re-reads the bucket's manifest this often
+DELETE_ATTEMPTS = 12  # a deleted topic's objects: tries (with backoff) before giving up
 
 
 class NodeTiering:
@@ -64,8 +65,11 @@ class NodeTiering:
         cluster_id: Callable[[], str | None],
         now_ms: Callable[[], int],
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        topics: Callable[[], dict[str, Any]] = dict,  # the applied metadata's topics by name
     ) -> None:
         self.store = ObjectStore(config)
+        self.topics = topics
+        self._deletions: set[asyncio.Task[None]] = set()
         self.cache = ChunkCache(self.store, cache_bytes)
         self.runtime = runtime
         self.cluster_id = cluster_id
@@ -90,9 +94,40 @@ class NodeTiering:
         return tiering
 
     def detach(self, group: str) -> None:
+        """The replica leaves this node. When its topic was deleted and it led the partition,
+        the partition's objects (and, for partition 0, the topic object) leave the bucket."""
         tiering = self.partitions.pop(group, None)
-        if tiering is not None:
-            tiering.stop()
+        if tiering is None:
+            return
+        tiering.stop()
+        topic = tiering.topic
+        current = self.topics().get(topic.name)
+        deleted = current is None or current.topic_id != topic.topic_id
+        if deleted and tiering.replica.role == "leader":
+            task = asyncio.ensure_future(self._delete_partition(tiering))
+            self._deletions.add(task)
+            task.add_done_callback(self._deletions.discard)
+
+    async def _delete_partition(self, tiering: PartitionTiering) -> None:
+        topic, partition = tiering.topic, tiering.partition
+        manifest = layout.manifest_key(topic.name, topic.topic_id, partition)
+        folder = layout.partition_path(topic.name, topic.topic_id, partition) + "/"
+        delay = UPLOAD_POLL_S
+        for _ in range(DELETE_ATTEMPTS):
+            try:
+                await self.store.delete([manifest])  # first: readers stop finding the partition
+                keys = [info.key for info in await self.store.list(folder)]
+                for at in range(0, len(keys), 1000):
+                    await self.store.delete(keys[at : at + 1000])
+                if partition == 0:
+                    await self.store.delete([layout.topic_key(topic.name, topic.topic_id)])
+                log.info("%s: deleted topic's objects removed from the bucket", tiering.group)
+                return
+            except ObjectStoreError as exc:
+                log.warning("%s: removing a deleted topic's objects: %s", tiering.group, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX_S)
+        log.error("%s: gave up removing the deleted topic's objects from the bucket", tiering.group)
 
     def trim_point(self, group: str, point: int) -> int:
         """The last offset local retention may drop: never past what a durable manifest holds."""
@@ -108,8 +143,14 @@ class NodeTiering:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     def close(self) -> None:
+        for task in self._deletions:
+            task.cancel()
         for tiering in self.partitions.values():
             tiering.stop()
+            try:  # a clean stop leaves current snapshots: the next start replays nothing
+                _write_snapshot(tiering.path, tiering.state)
+            except OSError as exc:
+                log.warning("%s: tiered manifest snapshot not written: %s", tiering.group, exc)
         self.cache.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
@@ -154,6 +195,8 @@ class PartitionTiering:
         # index -> (term, effect) of applied commands: a leader finds its proposals' outcome
         self._effects: dict[int, tuple[int, Effect]] = {}
         self._held: list[tuple[int, dict[str, Any]]] | None = None  # while rebuilding
+        self._saving: asyncio.Task[None] | None = None
+        self._save_wanted = False
         self._read_end = -1  # where the last remote read ended (sequential readers continue)
         self._task: asyncio.Task[None] | None = None
         self._topic_written = False
@@ -186,7 +229,24 @@ class PartitionTiering:
             self._effects[entry.index] = (entry.term, effect)
             if len(self._effects) > 1024:
                 self._effects.pop(next(iter(self._effects)))
-            write_atomically(self.path, json.dumps(self.state.snapshot()).encode())
+            self._save_soon()
+
+    def _save_soon(self) -> None:
+        """Write the state's snapshot file off the loop, the latest state once per write. A
+        file left behind by a crash is safe: a restart replays the commands after it, or, when
+        local trimming removed them, rebuilds from the bucket (_catch_up_from_bucket)."""
+        self._save_wanted = True
+        if self._saving is None or self._saving.done():
+            self._saving = asyncio.ensure_future(self._save())
+
+    async def _save(self) -> None:
+        while self._save_wanted:
+            self._save_wanted = False
+            state = self.state.copy()  # immutable segments: the copy is a few list copies
+            try:
+                await self.node.off_loop(_write_snapshot, self.path, state)
+            except Exception:
+                log.exception("%s: tiered manifest snapshot not written", self.group)
 
     def start_offset(self, local_start: int) -> int:
         """The partition's log start: the bucket's when it joins the local log."""
@@ -356,7 +416,7 @@ class PartitionTiering:
             restored.revision,
             len(commands) + len(held),
         )
-        write_atomically(self.path, json.dumps(restored.snapshot()).encode())
+        self._save_soon()
 
     def _tiered_commands(self, start: int, end: int) -> list[tuple[int, dict[str, Any]]]:
         """Blocking: the TIERED commands of the local log in [start, end)."""
@@ -602,6 +662,10 @@ def _puts(run: layout.SegmentObjects) -> list[tuple[str, Any]]:
 
 def _json(document: dict[str, Any]) -> bytes:
     return json.dumps(document, indent=1, sort_keys=True).encode()
+
+
+def _write_snapshot(path: Path, state: ManifestState) -> None:
+    write_atomically(path, json.dumps(state.snapshot()).encode())
 
 
 def _load_snapshot(path: Path) -> ManifestState:

@@ -516,3 +516,52 @@ async def test_a_second_cluster_never_writes_into_a_partition_another_one_upload
         assert await store.get(first_tiering._manifest_key()) == manifest
     finally:
         await other.stop()
+
+
+async def test_a_restarted_node_keeps_its_manifest_state_and_serves_the_bucket(
+    tmp_path: Path, s3_env: SeaweedServer, bucket: str, prefix: str
+) -> None:
+    [config] = configs(tmp_path, 1)
+    config.s3_endpoint, config.s3_bucket, config.s3_prefix = s3_env.endpoint, bucket, prefix
+    config.retention_check_s, config.fsync = 0.1, "never"
+    [broker] = await start_all([config])
+    try:
+        await broker.create_topic("again", 1, 1, TIERED)
+        values = await produce(broker, "again", 60)
+        replica = next(r for r in broker.partitions.values() if r.topic == "again")
+        await wait_for(lambda: replica.log.log_start_offset > 30, timeout=30)
+        segments = list(broker.tiering.partitions[replica.group].state.segments)  # type: ignore[union-attr]
+    finally:
+        await broker.stop()
+    [broker] = await start_all([config])
+    try:
+        await wait_for(lambda: replica.group in broker.partitions, timeout=30)
+        await wait_for(lambda: broker.partitions[replica.group].role == "leader", timeout=30)
+        tiering = broker.tiering.partitions[replica.group]  # type: ignore[union-attr]
+        assert tiering.state.segments[: len(segments)] == segments
+        assert [v for _, v in await fetch_all(broker, "again")] == values
+        values += await produce(broker, "again", 40)
+        await wait_for(lambda: tiering.state.next_offset > segments[-1].last_offset + 20, 30)
+        tiering.state.check()
+        assert [v for _, v in await fetch_all(broker, "again")] == values
+    finally:
+        await broker.stop()
+
+
+async def test_deleting_a_topic_removes_its_objects_from_the_bucket(
+    node: Broker, s3_env: SeaweedServer, bucket: str, prefix: str
+) -> None:
+    await node.create_topic("doomed", 1, 1, TIERED)
+    await produce(node, "doomed", 40)
+    replica = next(r for r in node.partitions.values() if r.topic == "doomed")
+    tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+    await wait_for(lambda: tiering.state.durable_revision > 0, timeout=30)
+    topic_id = node.meta.state.topics["doomed"].topic_id
+    store = store_of(s3_env, bucket, prefix)
+    folder = layout.partition_path("doomed", topic_id, 0) + "/"
+    assert await store.list(folder)
+    await node.delete_topic("doomed")
+    deadline = asyncio.get_running_loop().time() + 30
+    while await store.list(folder) or await store.list(f"topics/doomed/{topic_id}/"):
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.2)

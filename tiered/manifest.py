@@ -20,7 +20,7 @@ Invariants (checked by `check()`, exercised by tests/test_tiered_manifest_model.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 FORMAT_VERSION = 1
@@ -191,6 +191,10 @@ class ManifestState:
         return _OK
 
     # ---- snapshots and the bucket document ----------------------------------------------
+
+    def copy(self) -> ManifestState:
+        """An independent copy (segments are immutable and shared)."""
+        return replace(self, segments=list(self.segments), garbage=list(self.garbage))
 
     def snapshot(self) -> dict[str, Any]:
         return {
