@@ -64,26 +64,26 @@ def objects(options: dict[str, str]) -> list[str]:
     return [s.object for m in planner.refresh().values() for s in m.segments]
 
 
-def columnar_loop(options: dict[str, str], keys: list[str]) -> tuple[int, int]:
+def downloaded(options: dict[str, str], keys: list[str]) -> Iterator[bytes]:
+    """Each segment object's bytes, one GET after the other."""
     bucket = Bucket(parse({**options, "subscribe": TOPIC}, streaming=False).bucket)
-    rows = size = 0
     for key in keys:
-        data = bucket.get(key)
+        yield bucket.get(key)
+
+
+def columnar_loop(options: dict[str, str], keys: list[str]) -> tuple[int, int]:
+    rows = size = 0
+    for data in downloaded(options, keys):
         size += len(data)
-        for batch in record_batches(data, topic=TOPIC, partition=0):
-            rows += batch.num_rows
+        rows += sum(b.num_rows for b in record_batches(data, topic=TOPIC, partition=0))
     return rows, size
 
 
 def plain_loop(options: dict[str, str], keys: list[str]) -> tuple[int, int]:
-    bucket = Bucket(parse({**options, "subscribe": TOPIC}, streaming=False).bucket)
     rows = size = 0
-    for key in keys:
-        data = bucket.get(key)
+    for data in downloaded(options, keys):
         size += len(data)
-        for batch in iter_batches(data):
-            if not batch.header.is_control:
-                rows += len(batch.records)
+        rows += sum(len(b.records) for b in iter_batches(data) if not b.header.is_control)
     return rows, size
 
 
@@ -165,8 +165,7 @@ def main() -> None:
         write_topic(writer, args.records, args.value_bytes, codec, args.partitions)
         options = reader_options(server, bucket)
         keys = objects(options)
-        total = sum(len(Bucket(parse({**options, "subscribe": TOPIC}, streaming=False).bucket)
-                        .get(k)) for k in keys)  # fmt: skip
+        total = sum(len(data) for data in downloaded(options, keys))
         spark.dataSource.register(CeilingSource)
         spark_query(spark, options)  # warm-up: Python workers start
         ceiling_query(spark, args.records)

@@ -63,6 +63,21 @@ def reader_options(seaweed: SeaweedServer, bucket: str, **more: str) -> dict[str
     }
 
 
+def row_tuple(row: Any) -> tuple:
+    """A Spark row of the raftline source as comparable Python values: (partition, offset,
+    key, value, sorted headers, timestamp ms, timestampType)."""
+    headers = sorted((h.key, None if h.value is None else bytes(h.value)) for h in row.headers)
+    return (
+        row.partition,
+        row.offset,
+        None if row.key is None else bytes(row.key),
+        None if row.value is None else bytes(row.value),
+        headers,
+        round(row.timestamp.timestamp() * 1000),
+        row.timestampType,
+    )
+
+
 def aborted_in(batches: Sequence[bytes]) -> list[layout.AbortedRange]:
     """The aborted transactions of a partition's batches, as its producer state records them:
     (producer, first offset of the transaction, offset of its ABORT marker)."""

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from cluster_harness import Cluster, running_cluster
 from seaweedfs import SeaweedServer
-from spark_harness import reader_options
+from spark_harness import reader_options, row_tuple
 
 from raftline.clients.client import Client
 from raftline.spark.options import parse
@@ -109,17 +109,8 @@ def _headers(message: Any) -> list[tuple[str, bytes]]:
 
 
 def spark_rows(df) -> list[tuple]:
-    return sorted(
-        (
-            r.partition,
-            r.offset,
-            None if r.key is None else bytes(r.key),
-            None if r.value is None else bytes(r.value),
-            sorted((h.key, None if h.value is None else bytes(h.value)) for h in r.headers),
-            round(r.timestamp.timestamp() * 1000),
-        )
-        for r in df.collect()
-    )
+    """Rows as broker_rows makes them (the fetch answer has no timestamp type)."""
+    return sorted(row_tuple(r)[:-1] for r in df.collect())
 
 
 def test_spark_reads_exactly_the_brokers_read_committed_view_of_the_uploaded_range(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 from seaweedfs import SeaweedServer
-from spark_harness import BucketWriter, reader_options
+from spark_harness import BucketWriter, reader_options, row_tuple
 
 from raftline.raftlog.records import (
     RAFT_NOOP,
@@ -109,18 +109,7 @@ def load(spark, seaweed, bucket, **options):
 
 
 def as_tuples(rows) -> list[tuple]:
-    return sorted(
-        (
-            r.partition,
-            r.offset,
-            None if r.key is None else bytes(r.key),
-            None if r.value is None else bytes(r.value),
-            [(h.key, None if h.value is None else bytes(h.value)) for h in r.headers],
-            int(r.timestamp.timestamp() * 1000),
-            r.timestampType,
-        )
-        for r in rows
-    )
+    return sorted(row_tuple(r) for r in rows)
 
 
 def expected_rows(data: dict[int, Partition]) -> list[tuple]:
