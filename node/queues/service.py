@@ -341,9 +341,16 @@ class QueueService:
         replica, leading = self._lead(shard)
         queue = self._queue(replica, name)
         view = leading.views[(name, partition)]
-        keys = [(name, partition, o) for o in offsets]
-        if any(k in leading.busy for k in keys):  # another receive took some meanwhile
+        # `offsets` were chosen before the awaits of this receive's other partitions: another
+        # receive may have locked or settled some since. Only what is still free goes out
+        # (counted again, a record held elsewhere would be delivered twice and its holder's
+        # settle refused as stale).
+        held = leading.locks.locked(name, partition)
+        held |= {o for (q, p, o) in leading.busy if q == name and p == partition}
+        offsets = available(queue, partition, offsets, held, len(offsets))
+        if not offsets:
             return []
+        keys = [(name, partition, o) for o in offsets]
         leading.busy.update(keys)
         try:
             command = {

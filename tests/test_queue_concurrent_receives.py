@@ -1,0 +1,64 @@
+"""Concurrent receives on one queue shard leader: a receive chooses its records, then awaits
+(reads of other partitions, the Raft commit of its delivery count); another receive that locks
+some of those records meanwhile must win them, and the first must not count or hand them out
+again (a record held elsewhere, delivered twice, with its holder's ack refused as stale)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from inproc_harness import serving
+
+from raftline.node.broker import Broker
+from raftline.node.queues.service import QueueService
+from raftline.raftlog.records import Record, build_batch
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def queue_over_two_partitions(broker: Broker) -> str:
+    await broker.create_topic("t", 2, 1, {})
+    for p in range(2):
+        batch = build_batch([Record(f"{p}-{i}".encode()) for i in range(5)])
+        await broker.produce("t", p, batch, "all")
+    create = {"topic": "t", "lock_ms": 30_000, "max_deliveries": 5, "dead_letter_topic": None}
+    await broker.queue_call("q", "queue_create", create)
+    return next(s for s, r in broker.queues.replicas.items() if "q" in r.state.queues)
+
+
+async def test_a_receive_never_hands_out_records_another_receive_locked_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with serving(tmp_path / "data") as (_, broker):
+        shard = await queue_over_two_partitions(broker)
+        service = broker.queues
+        real_deliver = QueueService._deliver
+        first_chose = asyncio.Event()
+        go_on = asyncio.Event()
+
+        async def deliver(self: QueueService, *args: Any) -> list[dict[str, Any]]:
+            if not first_chose.is_set():  # the first receive has chosen: hold it there
+                first_chose.set()
+                await go_on.wait()
+            return await real_deliver(self, *args)
+
+        monkeypatch.setattr(QueueService, "_deliver", deliver)
+        first = asyncio.ensure_future(service._take(shard, "q", [0, 1], 10))
+        await first_chose.wait()
+        second, _ = await service._take(shard, "q", [1, 0], 10)
+        go_on.set()
+        stale, _ = await first
+
+        assert len(second) == 10 and all(m["delivery_count"] == 1 for m in second)
+        assert stale == []  # everything it chose is held by the second receive
+        replica = broker.queues.replicas[shard]
+        for p in range(2):
+            counts = replica.state.queues["q"].partitions[p].deliveries
+            assert len(counts) == 5 and set(counts.values()) == {1}  # each counted once
+        acked = await broker.queue_call(
+            "q", "queue_ack", {"receipts": [m["receipt"] for m in second], "outcome": "accept"}
+        )
+        assert all(r["ok"] for r in acked["results"])
