@@ -62,3 +62,31 @@ async def test_a_receive_never_hands_out_records_another_receive_locked_meanwhil
             "q", "queue_ack", {"receipts": [m["receipt"] for m in second], "outcome": "accept"}
         )
         assert all(r["ok"] for r in acked["results"])
+
+
+async def test_the_leader_reads_ahead_only_as_far_as_its_cache_bound_allows(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path / "data") as (_, broker):
+        bound = 2_500
+        broker.config.queue_cache_bytes = bound
+        await broker.create_topic("t", 1, 1, {})
+        for i in range(10):  # one 1 KB record per batch
+            await broker.produce("t", 0, build_batch([Record(b"%d" % i * 1000)]), "all")
+        create = {"topic": "t", "lock_ms": 30_000, "max_deliveries": 5, "dead_letter_topic": None}
+        await broker.queue_call("q", "queue_create", create)
+        shard = next(s for s, r in broker.queues.replicas.items() if "q" in r.state.queues)
+        cache = broker.queues.shards.leading[shard].cache
+        received: list[bytes] = []
+        for _ in range(20):
+            args = {"max_messages": 10, "wait_ms": 0}
+            got = (await broker.queue_call("q", "queue_receive", args))["messages"]
+            assert 0 < len(got) < 10  # never more than the cache holds
+            assert cache.used <= bound + 1_100  # over the bound by one batch at most
+            received += [m["record"][3] for m in got]
+            receipts = [m["receipt"] for m in got]
+            await broker.queue_call("q", "queue_ack", {"receipts": receipts, "outcome": "accept"})
+            assert cache.used == 0  # acknowledged records leave the cache at once
+            if len(received) == 10:
+                break
+        assert sorted(received) == sorted(b"%d" % i * 1000 for i in range(10))

@@ -469,11 +469,11 @@ class QueueService:
         self, shard: str, queue: Queue, partition: int, view: _View, limit: int, wait_ms: int
     ) -> bool:
         """Read the data partition from `view.read_to` (waiting up to `wait_ms` for records
-        when there are none yet) into the view; whether it moved on."""
+        when there are none yet) into the view; whether the view moved on."""
         read_from = view.read_to
-        answer = await self._read(queue, partition, read_from, limit, wait_ms)
+        answer = await self._read(queue, partition, read_from, limit, wait_ms, view.cache)
         if view.read_to != read_from:  # another read of this view got there first
-            return False
+            return True
         if answer["log_start"] > read_from:  # retention removed records never settled
             await self._propose(
                 shard,
@@ -508,14 +508,16 @@ class QueueService:
         return next_offset > read_from
 
     async def _read(
-        self, queue: Queue, partition: int, offset: int, limit: int, wait_ms: int = 0
+        self, queue: Queue, partition: int, offset: int, limit: int, wait_ms: int, cache: _Cache
     ) -> dict[str, Any]:
-        """Records of a data partition from `offset`, read on its leader (_call_read)."""
+        """Records of a data partition from `offset`, read on its leader (_call_read), as many
+        as the cache has room for (at least one batch)."""
         args = {
             "topic": queue.topic,
             "partition": partition,
             "offset": offset,
             "max_messages": limit,
+            "max_bytes": max(self.broker.config.queue_cache_bytes - cache.used, 1),
             "wait_ms": wait_ms,
         }
         answer: dict[str, Any] = await self.broker.partition_call(
@@ -563,6 +565,7 @@ class QueueService:
                 room = self._room(queue, partition, view)
                 if room <= 0:
                     return  # the window or the cache is full: settles make room first
+                started = time.monotonic()
                 try:
                     moved = await self._read_into(
                         shard, queue, partition, view, min(room, MAX_RECEIVE), TAIL_WAIT_MS
@@ -574,6 +577,10 @@ class QueueService:
                     continue
                 if moved:
                     leading.wake()
+                elif time.monotonic() - started < TAIL_WAIT_MS / 2_000:
+                    # An empty answer that did not wait (a new partition leader whose high
+                    # watermark is still behind what was read): never spin on it.
+                    await asyncio.sleep(TAIL_RETRY_S)
         finally:
             view.tail = None
 
@@ -759,7 +766,7 @@ class QueueService:
         view = leading.views.get((queue.name, partition))
         record = view.records.get(offset) if view is not None else None
         if record is None:
-            answer = await self._read(queue, partition, offset, 1)
+            answer = await self._read(queue, partition, offset, 1, 0, _Cache())
             found = [r for r in answer["records"] if int(r[0]) == offset]
             if not found:
                 raise BrokerError("leader_unavailable", f"record {offset} could not be read")
