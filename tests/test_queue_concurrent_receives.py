@@ -1,11 +1,15 @@
 """Concurrent receives on one queue shard leader: a receive chooses its records, then awaits
 (reads of other partitions, the Raft commit of its delivery count); another receive that locks
 some of those records meanwhile must win them, and the first must not count or hand them out
-again (a record held elsewhere, delivered twice, with its holder's ack refused as stale)."""
+again (a record held elsewhere, delivered twice, with its holder's ack refused as stale).
+Waiting receives share one tail read per partition, and the leader reads ahead only as far
+as its record cache bound allows."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import time
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +94,42 @@ async def test_the_leader_reads_ahead_only_as_far_as_its_cache_bound_allows(
             if len(received) == 10:
                 break
         assert sorted(received) == sorted(b"%d" % i * 1000 for i in range(10))
+
+
+async def test_waiting_receives_share_one_tail_read_per_partition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with serving(tmp_path / "data") as (_, broker):
+        await queue_over_two_partitions(broker)
+        first = await broker.queue_call("q", "queue_receive", {"max_messages": 10, "wait_ms": 0})
+        await broker.queue_call(
+            "q", "queue_ack", {"receipts": [m["receipt"] for m in first["messages"]]}
+        )
+        reads: list[int] = []
+        real_read = QueueService._read
+
+        async def read(self: QueueService, queue: Any, partition: int, *args: Any) -> Any:
+            reads.append(partition)
+            return await real_read(self, queue, partition, *args)
+
+        monkeypatch.setattr(QueueService, "_read", read)
+        args = {"max_messages": 10, "wait_ms": 5_000}
+        waiting = [
+            asyncio.ensure_future(broker.queue_call("q", "queue_receive", args)) for _ in range(8)
+        ]
+        await asyncio.sleep(0.3)
+        # 8 waiting receives: per partition at most one read as a receive looked, and one
+        # long-poll (the old code: a long-poll per receive and partition, 16)
+        assert max(collections.Counter(reads).values()) <= 2
+        reads.clear()
+        started = time.monotonic()
+        await broker.produce("t", 1, build_batch([Record(b"new")]), "all")
+        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        assert time.monotonic() - started < 1.0  # woken by the record, not by the timeout
+        got = [m for task in done for m in task.result()["messages"]]
+        assert [m["record"][3] for m in got] == [b"new"]
+        # the waking receives read nothing again: only the tail of partition 1 polls on
+        assert reads == [1]
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
