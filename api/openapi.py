@@ -107,6 +107,28 @@ _SCHEMAS: dict[str, Any] = {
                 "in committed sealed segments (offsets kept; retention off unless delete is "
                 "also named); records without a key are refused (400 invalid_request)",
             },
+            "remote.storage.enable": {
+                "type": ["string", "boolean"],
+                "enum": ["true", "false", True, False],
+                "default": "false",
+                "description": "upload every sealed segment to the node's object storage "
+                "(tiered/FORMAT.md); refused (400) when the node runs without --s3-endpoint "
+                "and --s3-bucket, and on compacted topics",
+            },
+            "local.retention.ms": {
+                "type": ["string", "integer"],
+                "minimum": -2,
+                "default": -2,
+                "description": "with remote storage: how long segments stay on local disk "
+                "once uploaded (-2: as retention.ms, -1: forever); at most retention.ms",
+            },
+            "local.retention.bytes": {
+                "type": ["string", "integer"],
+                "minimum": -2,
+                "default": -2,
+                "description": "with remote storage: local bytes kept per partition once "
+                "uploaded (-2: as retention.bytes, -1: unlimited); at most retention.bytes",
+            },
             "delete.retention.ms": {
                 "type": ["string", "integer"],
                 "minimum": 0,

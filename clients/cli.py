@@ -29,6 +29,11 @@ SERVE_FLAGS: dict[str, str] = {
     "queue-cache-bytes": "bytes of records a queue shard's leader keeps read ahead and "
     "unsettled, over all its queues; reading pauses at this bound (default 67108864 = 64 MiB)",
     "test-hooks": "1 serves the fault-injection endpoints under /v1/admin (tests only; default 0)",
+    "s3-endpoint": "URL of the S3-compatible object store for tiered storage (credentials from "
+    "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)",
+    "s3-bucket": "bucket for tiered segments (with --s3-endpoint)",
+    "s3-region": "region of the bucket (default us-east-1)",
+    "s3-prefix": "key prefix inside the bucket (default none)",
 }
 
 

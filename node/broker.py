@@ -45,6 +45,7 @@ from raftline.node.queues.service import (
 )
 from raftline.node.replies import expire_temporary_topics
 from raftline.node.runtime import Runtime
+from raftline.node.tiering import NodeTiering, s3_config_of
 from raftline.node.transactions.service import (
     SHARDS as TXN_SHARDS,
 )
@@ -62,6 +63,7 @@ from raftline.raftlog.log import LogConfig
 from raftline.raftlog.raft import NotLeaderError
 from raftline.raftlog.records import decode_batch
 from raftline.raftlog.storage import RaftStorage
+from raftline.tiered import topic_config as tiered_config
 
 __all__ = ["Broker", "BrokerError", "NotLeader", "OutcomeUnknown"]
 
@@ -133,6 +135,18 @@ class Broker:
         self._producer_ids: range = range(0)
         self._producer_ids_lock = asyncio.Lock()
         self._cleaners: dict[str, Cleaner] = {}  # compacted partitions' log cleaners
+        s3 = s3_config_of(config)  # tiered storage: uploads, remote reads (node/tiering.py)
+        self.tiering = (
+            NodeTiering(
+                s3,
+                self.runtime,
+                lambda: self.meta.state.cluster_id,
+                self.clock.now_ms,
+                topics=lambda: self.meta.state.topics,
+            )
+            if s3 is not None
+            else None
+        )
 
     # lifecycle
 
@@ -165,6 +179,8 @@ class Broker:
                 await self.runtime.run_on_disk(replica.save_producers)
             except Exception as exc:  # the next start replays more of the log instead
                 log.warning("no producer snapshot for %s: %s", replica.group, exc)
+        if self.tiering is not None:
+            self.tiering.close()
         self.coordinator.close()
         self.transactions.close()
         self.queues.close()
@@ -178,6 +194,8 @@ class Broker:
             settings["retention_ms"] = int(topic_config["retention.ms"])
         if "retention.bytes" in topic_config:
             settings["retention_bytes"] = int(topic_config["retention.bytes"])
+        if self.tiering is not None and tiered_config.remote_enabled(topic_config):
+            settings.update(tiered_config.local_retention(topic_config))
         if "delete" not in topic_config.get("cleanup.policy", "delete"):
             settings["retention_ms"] = settings["retention_bytes"] = -1  # compact only
         return RaftStorage(path, LogConfig(**settings), clock=self.clock.now_ms)
@@ -208,6 +226,8 @@ class Broker:
                 if group in self.partitions:
                     self.partitions.pop(group).close()
                 self._cleaners.pop(group, None)
+                if self.tiering is not None:
+                    self.tiering.detach(group)
                 self.coordinator.drop_replica(group)
                 self.queues.drop_replica(group)
                 self.transactions.drop_replica(group)
@@ -274,6 +294,9 @@ class Broker:
         self.partitions[group] = replica
         if "compact" in topic.config.get("cleanup.policy", "delete"):
             self._cleaners[group] = Cleaner(storage.log, cleaner_config(topic.config))
+        if self.tiering is not None and tiered_config.remote_enabled(topic.config):
+            tiering = self.tiering.attach(group, topic, partition, storage, replica)
+            replay_from = max(storage.first_index(), min(replay_from, tiering.replay_from))
         applied = min(commit, replay_from - 1)
         self.runtime.add_group(group, storage, replicas, replica, applied=applied)
         if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
@@ -291,6 +314,8 @@ class Broker:
                     continue
                 storage = raft_group.storage
                 point = storage.retention_point()
+                if self.tiering is not None:  # local disk keeps what the bucket lacks
+                    point = self.tiering.trim_point(group, point)
                 if point >= storage.first_index():
                     self.runtime.trim(group, point)
                     replica = self.partitions.get(group)
@@ -575,6 +600,12 @@ class Broker:
             validate_topic_config(config)
         except MetadataError as exc:
             raise BrokerError(exc.code, exc.message) from None
+        if self.tiering is None and tiered_config.remote_enabled(config):
+            raise BrokerError(
+                "invalid_request",
+                "remote.storage.enable=true needs object storage: this node was started "
+                "without --s3-endpoint and --s3-bucket",
+            )
         args = {
             "name": name,
             "partitions": partitions,
@@ -1021,6 +1052,7 @@ class Broker:
             "raftline_producers_expired_total": sum(
                 r.producers.expired for r in self.partitions.values() if r.producers is not None
             ),
+            **(self.tiering.metrics() if self.tiering is not None else {}),
         }
         lines = []
         for name, value in values.items():

@@ -55,6 +55,11 @@ class NodeConfig:
     # records a queue shard's leader holds read and not yet settled, over all its queues (bytes)
     queue_cache_bytes: int = 64 << 20
     test_hooks: bool = False  # serve the fault-injection endpoints under /v1/admin (tests only)
+    # Tiered storage (tiered/): the bucket segments of remote.storage.enable topics go to.
+    s3_endpoint: str | None = None
+    s3_bucket: str | None = None
+    s3_region: str = "us-east-1"
+    s3_prefix: str = ""
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)

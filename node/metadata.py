@@ -18,6 +18,7 @@ from typing import Any
 
 from raftline.node.exchanges.model import COMMANDS as EXCHANGE_COMMANDS
 from raftline.node.exchanges.model import ExchangeError, Exchanges
+from raftline.tiered import topic_config as tiered_config
 
 META_GROUP = "__meta"
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -102,9 +103,13 @@ def validate_topic_config(config: Any) -> dict[str, str]:
         elif key == "compression.type":
             if text not in COMPRESSION_TYPES:
                 raise MetadataError("invalid_request", f"bad compression.type {text!r}")
+        elif key in tiered_config.KEYS:
+            pass  # checked together below: they depend on each other and on retention.*
         else:
             raise MetadataError("invalid_request", f"unknown topic config {key!r}")
         out[str(key)] = text
+    if (problem := tiered_config.check(out)) is not None:
+        raise MetadataError("invalid_request", problem)
     return out
 
 
