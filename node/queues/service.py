@@ -12,7 +12,9 @@ proposers, checkpoints that bound the log) is the one consumer groups already us
 
 What the shard leader keeps in memory only (`_Leading`, dropped with its term): the locks
 (Acquired records with their deadlines), the records read from the data partitions and not yet
-settled, where it has read to, and the records being archived. After a failover every in-flight
+settled (within --queue-cache-bytes over all its queues), where it has read to, and the records
+being archived. While receives wait, one tail read per (queue, partition) long-polls the data
+partition and wakes them; they never read for themselves then. After a failover every in-flight
 record is available again, or archived when its delivery count is spent (at-least-once; delivery
 counts are made durable *before* records are handed out, so none is under-counted).
 
