@@ -10,6 +10,7 @@ import shutil
 import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cluster_harness import Cluster, running_cluster
@@ -75,6 +76,16 @@ def raftline_image() -> None:
             "needs the Docker engine, raftline:local and raftline-seaweedfs:local"
             " (scripts/build-image.sh)"
         )
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local SparkSession (2 cores, UI off, every listener on loopback) for every Spark
+    test, with the raftline data source registered; its Python workers run this interpreter."""
+    from spark_harness import local_spark_session
+
+    with local_spark_session() as session:
+        yield session
 
 
 @pytest.fixture(scope="module")
