@@ -144,6 +144,7 @@ class Broker:
                 lambda: self.meta.state.cluster_id,
                 self.clock.now_ms,
                 topics=lambda: self.meta.state.topics,
+                cache_bytes=config.tiered_cache_bytes,
             )
             if s3 is not None
             else None

@@ -19,6 +19,7 @@ from seaweedfs import FlakyProxy, SeaweedServer
 from raftline.api.app import create_app
 from raftline.node.broker import Broker, BrokerError
 from raftline.raftlog.records import Record, build_batch, decode_batch
+from raftline.raftlog.types import EntryKind
 from raftline.tiered import layout
 from raftline.tiered.manifest import ManifestState
 from raftline.tiered.store import ObjectStore, S3Config
@@ -404,6 +405,38 @@ async def test_a_replica_that_missed_tiered_entries_rebuilds_from_the_bucket(nod
     assert tiering.state.segments[: len(known)] == known
     assert node.tiering.uploaded_segments == uploaded  # type: ignore[union-attr]
     tiering.state.check()
+
+
+async def test_a_replica_that_applied_commands_past_its_gap_still_rebuilds_from_the_bucket(
+    node: Broker,
+) -> None:
+    """Issue 16's chaos finding: a follower that installed the leader's trim point went on
+    applying the later commands (refused: they do not follow its state), which moved its applied
+    index past the gap; as leader it must still rebuild from the bucket and serve offset 0."""
+    await node.create_topic("gapped", 1, 1, TIERED)
+    values = await produce(node, "gapped", 80)
+    replica = next(r for r in node.partitions.values() if r.topic == "gapped")
+    tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+    await wait_for(lambda: replica.log.log_start_offset > 40, timeout=30)
+    await wait_for(lambda: tiering.state.durable_revision == tiering.state.revision, timeout=30)
+    tiering.stop()
+    known = list(tiering.state.segments)
+    first = tiering.storage.first_index()
+    # The follower's state: the first segment only; the commands after it left the log.
+    seen = known[0]
+    tiering.state = ManifestState(
+        [seen], seen.base_offset, 1, 1, seen.last_offset + 1, [], seen.last_offset + 1
+    )
+    assert tiering.state.applied_index + 1 < first
+    later = tiering.storage.entries(first, tiering.storage.last_index(), 1 << 30)
+    for entry in later:
+        if entry.kind == EntryKind.CONTROL:
+            tiering.apply_entry(entry)
+    assert tiering.state.next_offset == seen.last_offset + 1  # the later adds were refused
+    await tiering.upload_round()
+    assert tiering.state.segments[: len(known)] == known
+    tiering.state.check()
+    assert [v for _, v in await fetch_all(node, "gapped")] == values
 
 
 async def test_offset_for_a_timestamp_below_the_local_log_start_comes_from_the_bucket(
