@@ -63,7 +63,8 @@ class NodeConfig:
     s3_bucket: str | None = None
     s3_region: str = "us-east-1"
     s3_prefix: str = ""
-    tiered_cache_bytes: int = TIERED_CACHE_DEFAULT_BYTES  # chunks of remote reads kept in memory, node-wide
+    # chunks of remote reads (fetches below the local log start) kept in memory, node-wide
+    tiered_cache_bytes: int = TIERED_CACHE_DEFAULT_BYTES
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -86,7 +87,7 @@ class NodeConfig:
             )
         tiered = self.s3_endpoint and self.s3_bucket
         if self.tiered_cache_bytes != TIERED_CACHE_DEFAULT_BYTES and not tiered:
-            raise ValueError("--tiered-cache-bytes needs object storage (--s3-endpoint, --s3-bucket)")
+            raise ValueError("tiered cache bytes need object storage (--s3-endpoint, --s3-bucket)")
         if self.tick_ms <= 0 or self.election_ticks < 2:
             raise ValueError("tick_ms must be > 0 and election_ticks >= 2")
 

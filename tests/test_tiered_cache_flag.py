@@ -33,7 +33,7 @@ def test_a_cache_smaller_than_one_chunk_or_not_a_number_is_refused(text: str) ->
 
 
 def test_a_cache_size_without_object_storage_is_refused() -> None:
-    with pytest.raises(ValueError, match="needs object storage"):
+    with pytest.raises(ValueError, match="need object storage"):
         _config(["--tiered-cache-bytes", "8388608"])
 
 
