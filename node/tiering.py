@@ -404,7 +404,7 @@ class PartitionTiering:
         # follower that installed one goes on applying the later commands (refused: they do not
         # follow its state) and so moves applied_index past the gap: its state then ends below
         # the local log start, which is the same gap.
-        behind = bool(state.segments) and state.next_offset < self.storage.log.log_start_offset
+        behind = bool(state.revision) and state.next_offset < self.storage.log.log_start_offset
         if state.applied_index + 1 >= first and not behind:
             return
         try:
@@ -476,7 +476,7 @@ class PartitionTiering:
         start = self.state.next_offset
         local_start = self.storage.log.log_start_offset
         if start < local_start:
-            if self.state.segments:
+            if self.state.revision:  # the bucket holds this partition's history up to `start`
                 raise BrokerError(
                     "internal_error",
                     f"offsets {start}..{local_start - 1} left the local log before upload",

@@ -407,12 +407,14 @@ async def test_a_replica_that_missed_tiered_entries_rebuilds_from_the_bucket(nod
     tiering.state.check()
 
 
+@pytest.mark.parametrize("retention_emptied", [False, True])
 async def test_a_replica_that_applied_commands_past_its_gap_still_rebuilds_from_the_bucket(
-    node: Broker,
+    node: Broker, retention_emptied: bool
 ) -> None:
     """Issue 16's chaos finding: a follower that installed the leader's trim point went on
     applying the later commands (refused: they do not follow its state), which moved its applied
-    index past the gap; as leader it must still rebuild from the bucket and serve offset 0."""
+    index past the gap; as leader it must still rebuild from the bucket and serve offset 0. Also
+    when remote retention had emptied its state's segments before the gap."""
     await node.create_topic("gapped", 1, 1, TIERED)
     values = await produce(node, "gapped", 80)
     replica = next(r for r in node.partitions.values() if r.topic == "gapped")
@@ -424,15 +426,17 @@ async def test_a_replica_that_applied_commands_past_its_gap_still_rebuilds_from_
     first = tiering.storage.first_index()
     # The follower's state: the first segment only; the commands after it left the log.
     seen = known[0]
-    tiering.state = ManifestState(
-        [seen], seen.base_offset, 1, 1, seen.last_offset + 1, [], seen.last_offset + 1
-    )
+    end = seen.last_offset + 1
+    if retention_emptied:  # added, then truncated by retention.*: revision 2, no segments
+        tiering.state = ManifestState([], end, 2, 2, end, [], end)
+    else:
+        tiering.state = ManifestState([seen], seen.base_offset, 1, 1, end, [], end)
     assert tiering.state.applied_index + 1 < first
     later = tiering.storage.entries(first, tiering.storage.last_index(), 1 << 30)
     for entry in later:
         if entry.kind == EntryKind.CONTROL:
             tiering.apply_entry(entry)
-    assert tiering.state.next_offset == seen.last_offset + 1  # the later adds were refused
+    assert tiering.state.next_offset == end  # the later adds were refused
     await tiering.upload_round()
     assert tiering.state.segments[: len(known)] == known
     tiering.state.check()
