@@ -20,6 +20,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from raftline.node.errors import BrokerError
+from raftline.node.tiered_gc import (
+    SWEEP_PARTITION_S,
+    SWEEP_TOPICS_S,
+    remove_partition,
+    run_topic_sweeps,
+    sweep_partition,
+)
 from raftline.raftlog.batch import iter_headers
 from raftline.raftlog.log import write_atomically
 from raftline.raftlog.records import TIERED, build_control_batch, control_type_of, decode_batch
@@ -66,9 +73,18 @@ class NodeTiering:
         now_ms: Callable[[], int],
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         topics: Callable[[], dict[str, Any]] = dict,  # the applied metadata's topics by name
+        metadata: Callable[[], Any] | None = None,  # the applied MetadataState (topic sweeps)
+        is_controller: Callable[[], bool] = lambda: False,
     ) -> None:
         self.store = ObjectStore(config)
         self.topics = topics
+        self.metadata = metadata
+        self.is_controller = is_controller
+        self.sweep_partition_s = SWEEP_PARTITION_S
+        self.sweep_topics_s = SWEEP_TOPICS_S
+        self.swept_objects = 0
+        self.swept_topics = 0
+        self._sweeps: asyncio.Task[None] | None = None
         self._deletions: set[asyncio.Task[None]] = set()
         self.cache = ChunkCache(self.store, cache_bytes)
         self.runtime = runtime
@@ -84,6 +100,11 @@ class NodeTiering:
         self.upload_errors = 0
         self.remote_reads = 0
         self.remote_read_bytes = 0
+
+    def start(self) -> None:
+        """The controller's sweeps of deleted topics' objects (node/tiered_gc.py)."""
+        if self.metadata is not None and self._sweeps is None:
+            self._sweeps = asyncio.ensure_future(run_topic_sweeps(self))
 
     def attach(
         self, group: str, topic: Any, partition: int, storage: Any, replica: Any
@@ -110,17 +131,12 @@ class NodeTiering:
 
     async def _delete_partition(self, tiering: PartitionTiering) -> None:
         topic, partition = tiering.topic, tiering.partition
-        manifest = layout.manifest_key(topic.name, topic.topic_id, partition)
-        folder = layout.partition_path(topic.name, topic.topic_id, partition) + "/"
         delay = UPLOAD_POLL_S
         for _ in range(DELETE_ATTEMPTS):
             try:
-                await self.store.delete([manifest])  # first: readers stop finding the partition
-                keys = [info.key for info in await self.store.list(folder)]
-                for at in range(0, len(keys), 1000):
-                    await self.store.delete(keys[at : at + 1000])
-                if partition == 0:
-                    await self.store.delete([layout.topic_key(topic.name, topic.topic_id)])
+                # The topic object stays: the controller's sweep removes it once every
+                # partition folder is gone, including those of leaders down now.
+                await remove_partition(self.store, topic.name, topic.topic_id, partition)
                 log.info("%s: deleted topic's objects removed from the bucket", tiering.group)
                 return
             except ObjectStoreError as exc:
@@ -145,6 +161,8 @@ class NodeTiering:
     def close(self) -> None:
         for task in self._deletions:
             task.cancel()
+        if self._sweeps is not None:
+            self._sweeps.cancel()
         for tiering in self.partitions.values():
             tiering.stop()
             try:  # a clean stop leaves current snapshots: the next start replays nothing
@@ -175,6 +193,8 @@ class NodeTiering:
             "raftline_tiered_cache_hits_total": self.cache.hits,
             "raftline_tiered_cache_misses_total": self.cache.misses,
             "raftline_tiered_store_retries_total": self.store.retries,
+            "raftline_tiered_swept_objects_total": self.swept_objects,
+            "raftline_tiered_swept_topics_total": self.swept_topics,
         }
 
 
@@ -203,6 +223,7 @@ class PartitionTiering:
         self._checked_new = False  # the bucket had nothing for this partition before it
         self._last_verify = 0.0
         self.last_upload_s = 0.0
+        self.last_sweep = 0.0  # monotonic time of the leader's last sweep of its folder
         self.last_error: str | None = None
 
     @property
@@ -369,6 +390,7 @@ class PartitionTiering:
         truncated = await self._apply_remote_retention()
         wrote = await self._publish_manifest()
         collected = await self._collect_garbage()
+        await sweep_partition(self)
         await self._verify_manifest()
         return bool(added or truncated or wrote or collected)
 

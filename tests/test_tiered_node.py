@@ -597,6 +597,7 @@ async def test_deleting_a_topic_removes_its_objects_from_the_bucket(
     store = store_of(s3_env, bucket, prefix)
     folder = layout.partition_path("doomed", topic_id, 0) + "/"
     assert await store.list(folder)
+    node.tiering.sweep_topics_s = 0.2  # type: ignore[union-attr]  # the topic object's sweep
     await node.delete_topic("doomed")
     deadline = asyncio.get_running_loop().time() + 30
     while await store.list(folder) or await store.list(f"topics/doomed/{topic_id}/"):
