@@ -490,7 +490,13 @@ class PartitionTiering:
             self.node.now_ms(),
         )
         key = layout.topic_key(topic.name, topic.topic_id)
-        await self.node.store.put_if_absent(key, _json(document))
+        if not await self.node.store.put_if_absent(key, _json(document)) and topic.restored_at:
+            # A topic restored from another cluster's objects: they are this cluster's now, so
+            # its sweep removes them once the topic is deleted (tiered/FORMAT.md section 8).
+            stored = json.loads(await self.node.store.get(key))
+            if stored.get("cluster_id") != document["cluster_id"]:
+                stored["cluster_id"] = document["cluster_id"]
+                await self.node.store.put(key, _json(stored))
         self._topic_written = True
 
     def _upload_start(self) -> int:
