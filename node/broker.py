@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from raftline.node.clock import WallClock
 from raftline.node.config import NodeConfig
-from raftline.node.controller import MetaReplica, encode_command, leadership_moves
+from raftline.node.controller import LeaderWatch, MetaReplica, encode_command
 from raftline.node.coordinator.service import (
     GROUPS_TOPIC,
     GROUPS_TOPIC_CONFIG,
@@ -68,6 +68,7 @@ log = logging.getLogger(__name__)
 
 INTERNAL_TOPICS = (GROUPS_TOPIC, QUEUES_TOPIC, TXN_TOPIC)
 MAINTAIN_S = 0.2  # period of registration, bootstrap and controller rounds
+BALANCE_S = 1.0  # the controller's leader balancing runs at most this often
 BARRIER_S = 3.0  # how long a metadata read waits for the read barrier
 CREATE_WAIT_S = 5.0  # create_topic waits this long for its partitions to elect leaders
 PRODUCER_ID_BLOCK = 100  # producer ids a node asks the controller for at a time
@@ -108,7 +109,9 @@ class Broker:
         self._reconciling: asyncio.Task[None] | None = None
         self._reconcile_again = False
         self._tasks: list[asyncio.Task[None]] = []
-        self._leader_seen: dict[str, tuple[int | None, float]] = {}
+        self.leaders = LeaderWatch()  # leader changes seen here, for the controller's balancing
+        self.runtime.leader_listeners.append(self._leader_changed)
+        self._balanced_at = 0.0
         self.counters: dict[str, int] = {
             "produce_requests": 0,
             "produce_bytes": 0,
@@ -338,36 +341,24 @@ class Broker:
         ):
             await self._controller("register_node", wanted)
         now = time.monotonic()
-        groups = self._all_groups()
-        for group in set(self._leader_seen) - set(groups):
-            del self._leader_seen[group]
-        for group in groups:
-            leader = self.runtime.leader_of(group)
-            if self._leader_seen.get(group, (None, 0.0))[0] != leader:
-                self._leader_seen[group] = (leader, now)
         settled = now - self.meta.leader_since > self.config.leader_settle_s
-        if self.meta.role == "leader" and settled:
+        if self.meta.role == "leader" and settled and now - self._balanced_at >= BALANCE_S:
+            self._balanced_at = now
             await self._balance_leaders(now)
 
-    def _all_groups(self) -> list[str]:
-        return [
-            topic.group(p)
-            for topic in self.meta.state.topics.values()
-            for p in range(len(topic.replicas))
-        ]
+    def _leader_changed(self, group: str) -> None:
+        self.leaders.saw(group, self.runtime.leader_of(group), time.monotonic())
 
     async def _balance_leaders(self, now: float) -> None:
-        since = {g: t for g, (_, t) in self._leader_seen.items()}
-        for group, current, preferred in leadership_moves(
+        for group, current, preferred in self.leaders.moves(
             self.meta.state,
             self._live_leader,
             self.runtime.transport.alive,
-            since,
             now,
             self.config.leader_settle_s,
         ):
             self.counters["leadership_moves"] += 1
-            self._leader_seen[group] = (current, now)
+            self.leaders.moved(group, now)
             if current == self.node_id:
                 self._transfer(group, preferred)
             else:

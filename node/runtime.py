@@ -192,6 +192,8 @@ class Runtime:
         # group -> futures of forwarders waiting on a leader (the node each expects to lead)
         self._leader_watches: dict[str, dict[asyncio.Future[None], int]] = {}
         self._rng = rng or random.Random()
+        # called with a group's name whenever its leader as seen here may have changed
+        self.leader_listeners: list[Callable[[str], None]] = []
         self._active: set[str] = set()  # groups that receive ticks (not quiet)
         self._dirty: set[str] = set()
         self._notices: dict[int, list[list[Any]]] = defaultdict(list)
@@ -385,6 +387,8 @@ class Runtime:
         return fut
 
     def _leader_changed(self, name: str) -> None:
+        for listener in self.leader_listeners:
+            listener(name)
         watches = self._leader_watches.get(name)
         if watches:
             leader = self.leader_of(name)
@@ -442,8 +446,20 @@ class Runtime:
             self.stats["messages_dropped"] += len(dropped)
 
     def _on_link(self, peer: int, up: bool) -> None:
+        # Wake only the quiet groups that need it: when the peer goes down, those it leads
+        # (their followers must elect); when it comes up, those led here that it replicates
+        # (it may have restarted and must learn the leader). Waking every group on every
+        # link change made a node with tens of thousands of groups tick them all at once.
         for group in self.groups.values():
-            if group.quiet and peer in group.peers(self.node_id):
+            if not group.quiet:
+                continue
+            if up:
+                wake = group.role == "leader" and (
+                    peer in group.core.voters or peer in group.core.learners
+                )
+            else:
+                wake = group.leader == peer
+            if wake:
                 self._touch(group)
         if not up:
             for watches in list(self._leader_watches.values()):
