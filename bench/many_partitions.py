@@ -19,7 +19,9 @@ import json
 import os
 import random
 import shutil
+import signal
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -342,6 +344,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the data dirs")
     parser.add_argument("--out", type=Path, default=None, help="write the result JSON here")
     args = parser.parse_args()
+    # SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C: the nodes are killed, the data removed
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result = run(args)
     text = json.dumps(result, indent=1)
     print(text)
