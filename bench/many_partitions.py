@@ -113,9 +113,16 @@ class Guard:
 
 
 def create_topics(
-    cluster: NodeCluster, guard: Guard, total: int, per_topic: int, rf: int, log: Any
+    cluster: NodeCluster,
+    guard: Guard,
+    total: int,
+    per_topic: int,
+    rf: int,
+    pace: bool,
+    log: Any,
 ) -> list[tuple[str, int]]:
-    """Create topics of `per_topic` partitions until `total`; returns (topic, partitions)."""
+    """Create topics of `per_topic` partitions until `total`; returns (topic, partitions).
+    `pace`: wait until every partition created so far has a leader before the next topic."""
     topics: list[tuple[str, int]] = []
     created = 0
     while created < total:
@@ -141,7 +148,17 @@ def create_topics(
             time.sleep(1.0)
         topics.append((name, count))
         created += count
-        log(f"  {name}: {count} partitions in {time.monotonic() - started:.2f} s ({created})")
+        answered = time.monotonic() - started
+        if pace:  # the next batch once every partition so far has a leader
+
+            def led(values: list[dict[str, float]], created: int = created) -> bool:
+                return sum(v["raftline_raft_groups_leading"] for v in values) - 1 >= created
+
+            wait_until(cluster, guard, f"{name} led", led, 300)
+        log(
+            f"  {name}: {count} partitions, answered in {answered:.2f} s, "
+            f"all led after {time.monotonic() - started:.2f} s ({created})"
+        )
     return topics
 
 
@@ -248,6 +265,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "per_topic": args.per_topic,
         "replication_factor": args.rf,
         "fsync": args.fsync,
+        "paced": args.pace,
         "load_average_start": os.getloadavg(),
     }
     started = time.monotonic()
@@ -263,7 +281,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         base_rss = [rss_bytes(n.pid) for n in cluster.nodes]
         log(f"{args.nodes} nodes up; RSS {[round(r / 2**20) for r in base_rss]} MiB")
         t0 = time.monotonic()
-        topics = create_topics(cluster, guard, args.partitions, args.per_topic, args.rf, log)
+        topics = create_topics(
+            cluster, guard, args.partitions, args.per_topic, args.rf, args.pace, log
+        )
         result["create_requests_s"] = round(time.monotonic() - t0, 2)
         expected = args.partitions * args.rf
         log(f"created; waiting for {expected} replicas and {args.partitions} leaders")
@@ -333,6 +353,9 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=1000)
     parser.add_argument("--per-topic", type=int, default=1000, help="partitions per topic")
     parser.add_argument("--rf", type=int, default=3)
+    parser.add_argument(
+        "--pace", action="store_true", help="create the next topic once all so far are led"
+    )
     parser.add_argument("--fsync", default="always")
     parser.add_argument("--idle-s", type=float, default=60.0, help="idle CPU window")
     parser.add_argument("--quiet-timeout", type=float, default=120.0)

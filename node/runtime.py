@@ -79,6 +79,7 @@ ORPHAN_GROUPS = 1024
 # read its sockets and run its timers. Feeding tens of thousands of just-created groups in one
 # round held the loop for seconds, long enough for peers to declare this node dead.
 GROUPS_PER_ROUND = 512
+TICKS_PER_FEED = 1  # see _feed
 
 
 class GroupStopped(Exception):
@@ -701,14 +702,19 @@ class Runtime:
 
     def _feed(self, group: Group) -> _Round:
         core = group.core
-        ticks, group.ticks = min(group.ticks, self.config.election_ticks), 0
+        # At most one tick per feed, after the messages: a node too busy to feed a group every
+        # tick stretches its timeouts instead of firing them in a burst, and a heartbeat that
+        # waited in the inbox counts before the ticks that passed meanwhile. Fed tick by tick,
+        # a starved node with thousands of new groups timed out elections faster than the
+        # votes could come back, and elected for minutes.
+        ticks, group.ticks = min(group.ticks, TICKS_PER_FEED), 0
         busy = bool(group.proposals) or bool(group.reads)
-        for _ in range(ticks):
-            self._guard(group, core.tick)
         for msg in group.inbox:
             busy |= msg.type not in _HEARTBEATS
             self._guard(group, core.step, msg)
         group.inbox.clear()
+        for _ in range(ticks):
+            self._guard(group, core.tick)
         for peer, notice in group.notices:
             self._on_notice(group, peer, notice)
         group.notices.clear()
