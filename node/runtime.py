@@ -524,6 +524,11 @@ class Runtime:
             for group in self.groups.values():
                 if group.role == "leader":
                     self._notices[peer].append(["l", group.name, self.node_id, group.term])
+                elif group.leader == peer and not group.quiet:
+                    # Woken when the link went down, this follower's election timer runs while
+                    # its leader may still be quiet: wake the leader, or a short link loss
+                    # turns into an election of every group the peer leads.
+                    self._notices[peer].append(["w", group.name])
             self._flush_notices()
 
     def _learn_leader(self, name: str, node: Any, term: Any) -> None:
