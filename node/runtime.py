@@ -450,13 +450,14 @@ class Runtime:
                 if expected != leader and not fut.done():
                     fut.set_result(None)
 
-    def _touch(self, group: Group) -> None:
+    def _touch(self, group: Group, cause: str = "request") -> None:
         if group.quiet:
-            self._wake(group)
+            self._wake(group, cause)
         self._dirty.add(group.name)
         self._wakeup.set()
 
-    def _wake(self, group: Group) -> None:
+    def _wake(self, group: Group, cause: str) -> None:
+        self.stats[f"woken_by_{cause}"] += 1  # what keeps groups from staying quiet
         group.quiet = False
         group.idle_ticks = 0
         self._active.add(group.name)
@@ -477,7 +478,7 @@ class Runtime:
                 # Answers to the heartbeats sent just before going quiet must not wake the group.
                 self._dirty.add(group.name)
             else:
-                self._touch(group)
+                self._touch(group, "message")
         for notice in notices:
             if notice and notice[0] == "l" and len(notice) == 4:
                 self._learn_leader(str(notice[1]), notice[2], notice[3])
@@ -514,7 +515,7 @@ class Runtime:
             else:
                 wake = group.leader == peer or (group.leader is None and group.waits_for == peer)
             if wake:
-                self._touch(group)
+                self._touch(group, "link")
         if not up:
             for watches in list(self._leader_watches.values()):
                 for fut, expected in list(watches.items()):
@@ -1007,7 +1008,7 @@ class Runtime:
     def _on_notice(self, group: Group, peer: int, notice: list[Any]) -> None:
         core = group.core
         if notice[0] == "w":
-            self._wake(group)
+            self._wake(group, "notice")
         elif notice[0] == "q" and len(notice) == 5:
             _, _, term, commit, last_index = notice
             if (

@@ -131,3 +131,17 @@ async def test_an_idle_cluster_of_many_partitions_sends_no_raft_messages(
     sent = [b.runtime.stats["messages_sent"] for b in cluster]
     await asyncio.sleep(0.5)  # ten ticks
     assert [b.runtime.stats["messages_sent"] for b in cluster] == sent
+
+
+async def test_a_follower_woken_by_its_leaders_link_loss_wakes_the_leader_when_it_returns(
+    tmp_path: Path,
+) -> None:
+    runtime = _runtime(tmp_path)
+    runtime.transport.alive = lambda peer: True  # type: ignore[method-assign]
+    runtime._flush_notices = lambda: None  # type: ignore[method-assign]  # keep them to look at
+    group = runtime.add_group("t~1~0", RaftStorage(tmp_path / "g"), [1, 2, 3], _Replica(), -1, 2)
+    group.leader = 2  # a follower of node 2 in a quiet group
+    runtime._on_link(2, up=False)
+    assert not group.quiet
+    runtime._on_link(2, up=True)
+    assert ["w", "t~1~0"] in runtime._notices[2]
