@@ -145,3 +145,33 @@ async def test_a_follower_woken_by_its_leaders_link_loss_wakes_the_leader_when_i
     assert not group.quiet
     runtime._on_link(2, up=True)
     assert ["w", "t~1~0"] in runtime._notices[2]
+
+
+def test_a_node_that_did_not_run_for_a_while_does_not_declare_its_peers_dead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from unittest import mock
+
+    from raftline.node import transport as transport_module
+
+    downs: list[int] = []
+    transport = transport_module.Transport(
+        1,
+        "127.0.0.1:0",
+        {2: "x"},
+        None,
+        None,
+        lambda p, up: downs.append(p),
+        1.0,  # type: ignore[arg-type]
+    )
+    clock = [100.0]
+    monkeypatch.setattr(transport_module.time, "monotonic", lambda: clock[0])
+    transport._last_tick = 100.0
+    transport._links[2] = transport_module._Link(mock.Mock(), last_heard=99.5)
+    clock[0] = 103.0  # this node's own loop stalled 3 s: the peer's frames wait unread
+    transport.tick()
+    assert downs == [] and transport.alive(2)
+    for _ in range(24):  # then 1.2 s of silence while ticking every 50 ms: dead
+        clock[0] += 0.05
+        transport.tick()
+    assert downs == [2]
