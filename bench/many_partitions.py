@@ -157,7 +157,8 @@ def create_topics(
             wait_until(cluster, guard, f"{name} led", led, 300)
         log(
             f"  {name}: {count} partitions, answered in {answered:.2f} s, "
-            f"all led after {time.monotonic() - started:.2f} s ({created})"
+            f"all led after {time.monotonic() - started:.2f} s ({created}), "
+            f"RSS {sum(rss_bytes(n.pid) for n in cluster.live()) / 2**20:.0f} MiB in all"
         )
     return topics
 
