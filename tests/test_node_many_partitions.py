@@ -175,3 +175,11 @@ def test_a_node_that_did_not_run_for_a_while_does_not_declare_its_peers_dead(
         clock[0] += 0.05
         transport.tick()
     assert downs == [2]
+
+
+async def test_started_replicas_are_kept_out_of_the_collectors_scans(cluster: list[Any]) -> None:
+    import gc
+
+    frozen = gc.get_freeze_count()
+    await cluster[0].create_topic("frozen", 20, 3, {})
+    await wait_for(lambda: gc.get_freeze_count() > frozen)
