@@ -26,6 +26,8 @@ SERVE_FLAGS: dict[str, str] = {
     "fsync": "always | interval | never (default always)",
     "producer-expiry-ms": "idle idempotent producers are forgotten after this much committed "
     "message time (default 86400000 = 24 h)",
+    "queue-cache-bytes": "bytes of records a queue shard's leader keeps read ahead and "
+    "unsettled, over all its queues; reading pauses at this bound (default 67108864 = 64 MiB)",
     "test-hooks": "1 serves the fault-injection endpoints under /v1/admin (tests only; default 0)",
     "s3-endpoint": "URL of the S3-compatible object store for tiered storage (credentials from "
     "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)",
@@ -59,9 +61,9 @@ def node_config(args: argparse.Namespace, environ: dict[str, str]) -> Any:
             values[attribute] = parse_peers(text)
         elif flag == "data-dir":
             values[attribute] = Path(text)
-        elif flag == "producer-expiry-ms":
+        elif flag in ("producer-expiry-ms", "queue-cache-bytes"):
             if not text.strip().isdigit() or int(text) < 1:
-                raise ValueError(f"producer expiry must be a positive integer, got {text!r}")
+                raise ValueError(f"--{flag} must be a positive integer, got {text!r}")
             values[attribute] = int(text)
         elif flag == "test-hooks":
             if text.strip() not in ("0", "1"):

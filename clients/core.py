@@ -395,6 +395,25 @@ class ClientApi(ClientCore):
             self.fetched(topic, partition, offset, max_messages, max_bytes, wait_ms, url, True)
         )
 
+    def fetch_batches(
+        self,
+        topic: str,
+        partition: int,
+        offset: int | str,
+        *,
+        max_bytes: int = 1 << 20,
+        isolation: str = "read_uncommitted",
+    ) -> Returns[Answer]:
+        """One fetch of whole stored batches from the partition's leader, answered as it came
+        (for readers that decode batches themselves): `raw` holds the batches back to back and
+        `headers` the raftline-next-offset position; a JSON body if a node forwarded it."""
+        request = fetch_request("batch", offset, 100_000, max_bytes, 0, isolation)  # API max
+
+        def fetch(url: str | None) -> Op[Answer]:
+            return (yield Call("GET", messages_path(topic, partition), request, url))
+
+        return self._run(self.to_leader(topic, partition, fetch))
+
     # ---- consumer groups (admin) --------------------------------------------------------------
 
     def list_groups(self) -> Returns[list[dict[str, Any]]]:

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cluster_harness import Cluster, running_cluster
@@ -71,6 +72,16 @@ def raftline_image() -> None:
         subprocess.run(probe, capture_output=True, timeout=30, check=False).returncode != 0
     ):
         pytest.skip("needs the Docker engine and raftline:local (scripts/build-image.sh)")
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local SparkSession (2 cores, UI off, every listener on loopback) for every Spark
+    test, with the raftline data source registered; its Python workers run this interpreter."""
+    from spark_harness import local_spark_session
+
+    with local_spark_session() as session:
+        yield session
 
 
 @pytest.fixture(scope="module")
