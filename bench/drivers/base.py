@@ -35,6 +35,10 @@ class Driver(abc.ABC):
 
     system: str = ""
     queues: bool = False  # has create_queue / consume_queue (workload kind "queue-ack")
+    # Topics created from now on keep about this many bytes per partition (0: the system's
+    # default); sustained runs set it so that minutes at max rate fit on the disk.
+    retention_bytes: int = 0
+    honours_retention: bool = False  # create_topic applies retention_bytes
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
