@@ -39,6 +39,12 @@ def parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--out", type=Path, default=None)
     run.add_argument("--no-install", action="store_true", help="never call apt-get or pip")
+    run.add_argument(
+        "--clients",
+        type=_csv,
+        default=["python", "native"],
+        help="python (bench/drivers), native (bench/native, built with cargo), or both",
+    )
     soak = commands.add_parser(
         "soak", help="sustained runs: max rate, then fixed rates, timelines beside a plain file"
     )
@@ -65,6 +71,9 @@ def run_compare(args: argparse.Namespace) -> int:
     if unknown:
         print(f"unknown systems: {sorted(unknown)}; known: {list(SYSTEMS)}", file=sys.stderr)
         return 2
+    if set(args.clients) - {"python", "native"} or not args.clients:
+        print("--clients takes python, native or both", file=sys.stderr)
+        return 2
     if not args.no_install:
         ensure_modules(REPORT_MODULES)
     try:
@@ -87,6 +96,7 @@ def run_compare(args: argparse.Namespace) -> int:
             replicas=replicas,
             quick=args.quick,
             install=not args.no_install,
+            clients=args.clients,
         )
     )
     results.update(
@@ -100,7 +110,7 @@ def run_compare(args: argparse.Namespace) -> int:
     print(paths["markdown"].read_text())
     written = ", ".join(str(p) for p in paths.values())
     print(f"wall time {results['wall_seconds']} s; written: {written}")
-    return 0 if results["runs"] else 1
+    return 0 if results["runs"] or results["native_runs"] else 1
 
 
 def run_peers(args: argparse.Namespace) -> int:
