@@ -58,6 +58,7 @@ def parser() -> argparse.ArgumentParser:
     soak.add_argument("--yardstick-seconds", type=float, default=60.0, help="0: no yardstick")
     soak.add_argument("--yardstick-sync-mb", type=float, default=1.0, help="MiB per fdatasync")
     soak.add_argument("--replicas", type=int, default=1)
+    soak.add_argument("--client", choices=("native", "python"), default="native")
     soak.add_argument("--out", type=Path, default=None)
     soak.add_argument("--no-install", action="store_true", help="never call apt-get or pip")
     peers = commands.add_parser("peers", help="install the peers, or start/stop each once to check")
@@ -147,6 +148,10 @@ def run_soak(args: argparse.Namespace) -> int:
     except WorkloadError as error:
         print(f"bad workload: {error}", file=sys.stderr)
         return 2
+    if args.client == "native":
+        from bench import native
+
+        native.ensure_built()
     yardstick = None
     if args.yardstick_seconds > 0:
         sync = int(args.yardstick_sync_mb * (1 << 20))
@@ -164,6 +169,7 @@ def run_soak(args: argparse.Namespace) -> int:
             replicas=args.replicas,
             yardstick=yardstick,
             install=not args.no_install,
+            client=args.client,
         )
     )
     results.update(started=started.strftime("%Y-%m-%d %H:%M UTC"), machine=report.machine())

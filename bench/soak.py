@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bench import native
 from bench.compare import PEER_OF, SETUP_TIMEOUT_S, _run
 from bench.drivers import driver_class
 from bench.drivers.base import Driver
@@ -99,6 +100,7 @@ class SoakOptions:
     fixed_seconds: float = 120.0
     replicas: int = 1
     yardstick: YardstickPlan | None = field(default_factory=YardstickPlan)
+    client: str = "native"  # or "python": the driver in bench/drivers
     install: bool = True
     log: Any = print
 
@@ -169,7 +171,8 @@ async def _soak_runs(
     runs: list[dict[str, Any]] = []
     try:
         soak_workload = replace(w, producer_rate=0, duration_seconds=options.seconds)
-        first = await _timed_run(driver, soak_workload, 0.0, max_bytes, origin, "max rate")
+        timed = _native_run if options.client == "native" else _timed_run
+        first = await timed(system, driver, soak_workload, 0.0, max_bytes, origin, "max rate")
         runs.append(first)
         options.log(f"[{system}] {_run_line(first)}")
         sustained = first["sustained_msgs_per_s"]
@@ -177,7 +180,7 @@ async def _soak_runs(
             rate = sustained * fraction
             fixed = replace(w, duration_seconds=options.fixed_seconds)
             label = f"{fraction:.0%} of sustained max"
-            run = await _timed_run(driver, fixed, rate, max_bytes, origin, label)
+            run = await timed(system, driver, fixed, rate, max_bytes, origin, label)
             runs.append(run)
             options.log(f"[{system}] {_run_line(run)}")
     finally:
@@ -186,6 +189,7 @@ async def _soak_runs(
 
 
 async def _timed_run(
+    system: str,
     driver: Driver,
     workload: Workload,
     rate: float,
@@ -204,14 +208,39 @@ async def _timed_run(
     except Exception as error:  # reported with what was measured up to the failure
         tally.on_error(error)
         result = run.result()
-    timeline = tally.timeline(workload.message_size)
+    return _with_timeline(result, tally.timeline(workload.message_size), began, label)
+
+
+async def _native_run(
+    system: str,
+    driver: Driver,
+    workload: Workload,
+    rate: float,
+    max_bytes: int,
+    origin: float,
+    label: str,
+) -> dict[str, Any]:
+    await asyncio.to_thread(os.sync)
+    began = time.monotonic() - origin
+    cap = max_bytes // workload.message_size
+    result = await native.run_workload(system, driver, workload, rate, warmup=0.0, max_messages=cap)
+    timeline = result.pop("timeline")[:-1]  # the last second is partial
+    for point in timeline:
+        point["mb_per_s"] = point["msgs_per_s"] * workload.message_size / MB
+    return _with_timeline(result, timeline, began, label)
+
+
+def _with_timeline(
+    result: dict[str, Any], timeline: list[dict[str, float]], began: float, label: str
+) -> dict[str, Any]:
+    size = result["message_size"]
     result.update(
         label=label,
         started_s=round(began, 1),
         timeline=timeline,
         sustained_msgs_per_s=round(sustained_rate(timeline), 1),
         quick_msgs_per_s=round(quick_rate(timeline), 1),
-        acked_gb=round(tally.acked * workload.message_size / GB, 2),
+        acked_gb=round(result["acked"] * size / GB, 2),
     )
     return result
 
