@@ -116,6 +116,9 @@ class YardstickPlan:
     sync_bytes: int = 1024 * 1024
     file_bytes: int = 1 << 30
     keep_files: int = 4
+    # Written bytes further behind than this are dropped from the page cache after each
+    # fdatasync, as Raftline's log does (raftlog.log.LogConfig.cache_tail_bytes); -1: never.
+    cache_tail_bytes: int = -1
 
 
 def plain_file_writer(directory: Path, plan: YardstickPlan) -> list[float]:
@@ -125,7 +128,7 @@ def plain_file_writer(directory: Path, plan: YardstickPlan) -> list[float]:
     per_second: list[float] = []
     files: list[Path] = []
     fd = -1
-    written = in_file = unsynced = 0
+    written = in_file = unsynced = dropped_to = 0
     began = time.monotonic()
     try:
         while written < plan.max_bytes:
@@ -139,7 +142,7 @@ def plain_file_writer(directory: Path, plan: YardstickPlan) -> list[float]:
                     os.close(fd)
                 files.append(directory / f"{len(files):08d}.log")
                 fd = os.open(files[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                in_file = 0
+                in_file = dropped_to = 0
                 while len(files) > plan.keep_files:
                     files.pop(0).unlink()
             os.write(fd, block)
@@ -149,6 +152,12 @@ def plain_file_writer(directory: Path, plan: YardstickPlan) -> list[float]:
             if unsynced >= plan.sync_bytes:
                 os.fdatasync(fd)
                 unsynced = 0
+                drop_below = in_file - plan.cache_tail_bytes
+                if plan.cache_tail_bytes >= 0 and drop_below - dropped_to >= 8 << 20:
+                    os.posix_fadvise(
+                        fd, dropped_to, drop_below - dropped_to, os.POSIX_FADV_DONTNEED
+                    )
+                    dropped_to = drop_below
             while len(per_second) <= second:
                 per_second.append(0.0)
             per_second[second] += plan.write_bytes / MB

@@ -93,6 +93,9 @@ def command(
     ]  # fmt: skip
     if max_messages:
         argv += ["--max-messages", str(max_messages)]
+    max_entries = getattr(driver, "max_entries", None)
+    if max_entries is not None and max_entries(workload.message_size):
+        argv += ["--maxlen", str(max_entries(workload.message_size))]
     return argv
 
 

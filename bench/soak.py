@@ -28,6 +28,7 @@ from bench.peers import PEERS, ensure_installed
 from bench.runner import WorkloadRun
 from bench.tally import Tally
 from bench.workload import WORKLOAD_DIR, Workload, load_workload
+from raftline.raftlog.log import LogConfig
 
 SOAK_WORKLOAD_DIR = WORKLOAD_DIR / "soak"
 MB = 1_000_000
@@ -128,9 +129,9 @@ def _soak_system(system: str, options: SoakOptions) -> dict[str, Any]:
         origin = time.monotonic()
         sampler = HostSampler({p.pid for p in peer.processes}, origin=origin).start()
         try:
-            if options.yardstick:
-                out["yardstick"] = _yardstick(peer.workdir.parent, options, origin)
-                options.log(f"[{system}] yardstick: {_series_line(out['yardstick']['mb_per_s'])}")
+            for name, plan in _yardsticks(options.yardstick):
+                out[name] = _yardstick(peer.workdir.parent, plan, origin)
+                options.log(f"[{system}] {name}: {_series_line(out[name]['mb_per_s'])}")
             runs = _run(_soak_runs(system, endpoint, options, origin))
         finally:
             out["host"] = sampler.stop()
@@ -140,9 +141,18 @@ def _soak_system(system: str, options: SoakOptions) -> dict[str, Any]:
     return out
 
 
-def _yardstick(parent: Path, options: SoakOptions, origin: float) -> dict[str, Any]:
-    plan = options.yardstick
-    assert plan is not None
+def _yardsticks(plan: YardstickPlan | None) -> list[tuple[str, YardstickPlan]]:
+    """The plain file as a naive writer keeps it (every page cached), then dropping its pages
+    behind the same tail as Raftline's log: the machine's fall-off, and the file's best."""
+    if plan is None:
+        return []
+    return [
+        ("yardstick", replace(plan, cache_tail_bytes=-1)),
+        ("yardstick_drop", replace(plan, cache_tail_bytes=LogConfig().cache_tail_bytes)),
+    ]
+
+
+def _yardstick(parent: Path, plan: YardstickPlan, origin: float) -> dict[str, Any]:
     began = time.monotonic() - origin
     directory = Path(tempfile.mkdtemp(prefix="raftline-yardstick-", dir=parent))
     directory.rmdir()
@@ -155,6 +165,7 @@ def _yardstick(parent: Path, options: SoakOptions, origin: float) -> dict[str, A
             "sync_bytes": plan.sync_bytes,
             "file_bytes": plan.file_bytes,
             "keep_files": plan.keep_files,
+            "cache_tail_bytes": plan.cache_tail_bytes,
         },
     }
 

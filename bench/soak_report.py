@@ -17,24 +17,32 @@ def _mean(values: list[float]) -> float:
     return statistics.fmean(values) if values else 0.0
 
 
+def _first_and_half(series: list[float]) -> str:
+    if not series:
+        return "n/a"
+    return f"{_mean(series[:3]):.0f} -> {_mean(series[len(series) // 2 :]):.0f}"
+
+
 def markdown(results: dict[str, Any]) -> str:
     lines = [
         "# Sustained runs (`python -m bench soak`)",
         "",
         f"Started {results.get('started', '?')}; machine: {results.get('machine', {})}.",
         "`quick` is the rate of seconds 1-3 (what a quick run's window sees on a fresh node); "
-        "`sustained` is the mean over the second half of the run. The yardstick is a plain "
-        "file written in the same run (1 MiB writes, fdatasync per `sync_bytes`, 1 GiB files, "
-        "oldest deleted beyond four) just before the system's runs.",
+        "`sustained` is the mean over the second half of the run. The yardsticks are a plain "
+        "file written in the same run just before the system's runs (1 MiB writes, fdatasync "
+        "per `sync_bytes`, 1 GiB files, oldest deleted beyond four), first keeping every page "
+        "cached, then dropping pages 64 MiB behind its end as Raftline's log does.",
         "",
         "| system | run | GB | seconds | quick MB/s | sustained MB/s | sustained msg/s "
-        "| ack p50 / p99 ms | yardstick first 3 s / second half MB/s | errors |",
+        "| ack p50 / p99 ms | plain file: cached / dropped behind, first 3 s -> second half "
+        "MB/s | errors |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for system, out in results["systems"].items():
-        yard = (out.get("yardstick") or {}).get("mb_per_s", [])
-        yard_text = (
-            f"{_mean(yard[:3]):.0f} / {_mean(yard[len(yard) // 2 :]):.0f}" if yard else "n/a"
+        yard_text = " / ".join(
+            _first_and_half((out.get(name) or {}).get("mb_per_s", []))
+            for name in ("yardstick", "yardstick_drop")
         )
         for run in out["runs"]:
             size = run["message_size"]
@@ -69,11 +77,14 @@ def charts(results: dict[str, Any], out: Path) -> list[Path]:
     written = []
     for system, data in results["systems"].items():
         fig, (top, middle, bottom) = plt.subplots(3, 1, figsize=(11, 10), sharex=True)
-        yard = data.get("yardstick")
-        if yard:
-            t0 = yard["started_s"]
-            xs = [t0 + i for i in range(len(yard["mb_per_s"]))]
-            top.plot(xs, yard["mb_per_s"], color="grey", label="plain file (yardstick)")
+        for name, style, label in (
+            ("yardstick", "-", "plain file, every page cached"),
+            ("yardstick_drop", "--", "plain file, pages dropped 64 MiB behind"),
+        ):
+            yard = data.get(name)
+            if yard:
+                xs = [yard["started_s"] + i for i in range(len(yard["mb_per_s"]))]
+                top.plot(xs, yard["mb_per_s"], color="grey", linestyle=style, label=label)
         for run in data["runs"]:
             t0 = run["started_s"]
             points = run["timeline"]

@@ -99,6 +99,10 @@ class Driver(abc.ABC):
         the system confirms an acknowledgement: see the driver's durability)."""
         raise NotImplementedError(f"{self.system} has no queue driver")
 
+    def max_length_argument(self) -> dict[str, int]:
+        """RabbitMQ's queue argument for retention_bytes (streams and quorum queues)."""
+        return {"x-max-length-bytes": self.retention_bytes} if self.retention_bytes else {}
+
     @staticmethod
     def partition_name(topic: str, partition: int) -> str:
         return f"{topic}-{partition}"

@@ -38,6 +38,8 @@ pub struct Args {
     pub replicas: usize,
     pub acks: String,
     pub linger_ms: f64,
+    /// Redis: XADD MAXLEN ~ this (0: no trimming).
+    pub maxlen: u64,
 }
 
 fn usage() -> ! {
@@ -46,7 +48,7 @@ fn usage() -> ! {
          rabbitmq-stream|redis --port N --topic T [--host H] [--partitions P] \
          [--message-size B] [--batch N] [--in-flight N] [--seconds S] [--warmup S] \
          [--rate MSGS_PER_S (0 = max)] [--max-messages N] [--replicas R] [--acks all|leader|none] \
-         [--linger-ms MS]"
+         [--linger-ms MS] [--maxlen N (redis)]"
     );
     std::process::exit(2)
 }
@@ -68,6 +70,7 @@ fn parse_args() -> Args {
         replicas: 1,
         acks: "all".into(),
         linger_ms: 5.0,
+        maxlen: 0,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -90,6 +93,7 @@ fn parse_args() -> Args {
             "--replicas" => a.replicas = number(&value) as usize,
             "--acks" => a.acks = value,
             "--linger-ms" => a.linger_ms = number(&value),
+            "--maxlen" => a.maxlen = number(&value) as u64,
             _ => usage(),
         }
         i += 2;

@@ -12,6 +12,7 @@ pub struct Redis {
     keys: Vec<String>,
     value: Vec<u8>,
     wait: Option<usize>,
+    maxlen: Option<String>,
     expected: u64,
     buffer: Vec<u8>,
 }
@@ -35,6 +36,7 @@ impl Redis {
             keys: (0..args.partitions).map(|p| format!("{}-{p}", args.topic)).collect(),
             value: payload(args.message_size),
             wait: (args.replicas > 1 && args.acks == "all").then_some(args.replicas - 1),
+            maxlen: (args.maxlen > 0).then(|| args.maxlen.to_string()),
             expected: 0,
             buffer: Vec::new(),
         })
@@ -70,9 +72,16 @@ impl Publisher for Redis {
     fn publish(&mut self, partition: usize, count: usize) -> Result<(), String> {
         self.buffer.clear();
         for _ in 0..count {
-            self.buffer.extend_from_slice(b"*5\r\n");
+            let trim = self.maxlen.is_some();
+            self.buffer.extend_from_slice(if trim { b"*8\r\n" } else { b"*5\r\n" });
             bulk(&mut self.buffer, b"XADD");
             bulk(&mut self.buffer, self.keys[partition].as_bytes());
+            if let Some(maxlen) = &self.maxlen {
+                // Retention for sustained runs: Redis keeps streams in memory.
+                bulk(&mut self.buffer, b"MAXLEN");
+                bulk(&mut self.buffer, b"~");
+                bulk(&mut self.buffer, maxlen.as_bytes());
+            }
             bulk(&mut self.buffer, b"*");
             bulk(&mut self.buffer, b"v");
             bulk(&mut self.buffer, &self.value);
