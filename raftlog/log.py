@@ -29,11 +29,13 @@ from raftline.raftlog.batch import (
     parse_header,
 )
 from raftline.raftlog.segment import (
+    DELETED_SUFFIX,
     MAX_SEGMENT_BYTES,
     Bytes,
     FileCache,
     Segment,
     fsync_dir,
+    unlink_later,
 )
 
 logger = logging.getLogger(__name__)
@@ -574,10 +576,11 @@ class PartitionLog:
                 keep = self._segment_index(offset)
                 doomed = self._segments[:keep]
                 del self._segments[:keep], self._bases[:keep]
-            for old in doomed:
-                old.delete()
+            retired = [path for old in doomed for path in old.retire()]
             fsync_dir(self.directory)
-            return offset
+        # Unlinking gigabytes blocked appends (and the node's disk round) for up to ~1 s.
+        unlink_later(retired)
+        return offset
 
     def retention_point(self, now_ms: int | None = None) -> int:
         """The log start offset retention would leave: sealed segments older than
@@ -720,6 +723,10 @@ class PartitionLog:
             self._log_start = int(start_file.read_text().strip() or 0)
         clean = self._take_clean_shutdown_marker()
         self._finish_swaps()
+        for retired in self.directory.glob("*" + DELETED_SUFFIX):
+            retired.unlink(
+                missing_ok=True
+            )  # a prefix drop's files a crash kept from the background unlink
         bases = sorted(int(p.stem) for p in self.directory.glob("*.log") if p.stem.isdigit())
         # A crash during a prefix drop can leave segments wholly below the log start.
         while len(bases) > 1 and bases[1] <= self._log_start:

@@ -7,11 +7,13 @@ scans and the node-wide LRU of handles.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -84,6 +86,25 @@ def _py_buffer_batch(pending: bytearray, data: Bytes, offset: int, length: int, 
 
 # Runs for every buffered batch: the C twin when the extension is built.
 _buffer_batch = speedups.C.buffer_batch if speedups.C else _py_buffer_batch
+
+
+# Retired segment files (Segment.retire) carry this suffix until a background thread unlinks
+# them; recovery removes any a crash left.
+DELETED_SUFFIX = ".deleted"
+_unlinker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftline-unlink")
+
+
+def unlink_later(paths: Sequence[Path]) -> Future[None]:
+    """Unlink retired files on a background thread, off the log's lock and the disk round."""
+    return _unlinker.submit(_unlink_all, list(paths))
+
+
+def _unlink_all(paths: list[Path]) -> None:
+    for path in paths:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:  # recovery removes what is left
+            logging.getLogger(__name__).warning("could not remove %s", path, exc_info=True)
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -407,6 +428,21 @@ class Segment:
         self.files.forget(self.path)
         for path in (self.path, self.index_path, self.timeindex_path):
             path.unlink(missing_ok=True)
+
+    def retire(self) -> list[Path]:
+        """Rename the files to `<name>.deleted` and return them for `unlink_later`: a rename
+        is quick, while unlinking a 1 GiB file frees its extents for tens of ms or more."""
+        self._pending = bytearray()
+        self.files.forget(self.path)
+        retired = []
+        for path in (self.path, self.index_path, self.timeindex_path):
+            target = path.with_name(path.name + DELETED_SUFFIX)
+            try:
+                os.rename(path, target)
+            except FileNotFoundError:
+                continue
+            retired.append(target)
+        return retired
 
     def remove_index_files(self) -> None:
         """The on-disk indexes go stale when a sealed segment becomes active again."""
