@@ -9,8 +9,10 @@ from functools import cache
 from typing import Any
 
 from raftline.api.codec import BATCH_CONTENT_TYPE
+from raftline.api.openapi_exchanges import EXCHANGE_SCHEMAS, exchange_paths
 from raftline.api.openapi_groups import GROUP_SCHEMAS, group_paths
 from raftline.api.openapi_queues import QUEUE_SCHEMAS, queue_paths
+from raftline.api.openapi_streams import STREAM_SCHEMAS, stream_paths, with_filters
 
 JSON = "application/json"
 MSGPACK = "application/msgpack"
@@ -655,6 +657,15 @@ def openapi_document() -> dict[str, Any]:
             }
         },
     }
+    every_path = {
+        **paths,
+        **group_paths(),
+        **queue_paths(),
+        **stream_paths(fetch_params),
+        **exchange_paths(),
+    }
+    schemas = {**_SCHEMAS, **GROUP_SCHEMAS, **QUEUE_SCHEMAS, **STREAM_SCHEMAS, **EXCHANGE_SCHEMAS}
+    with_filters(every_path, schemas)
     return {
         "openapi": "3.1.0",
         "info": {
@@ -664,6 +675,6 @@ def openapi_document() -> dict[str, Any]:
             '{"error": {"code", "message", "retryable"}}. Bodies may be JSON or msgpack '
             "(Content-Type application/msgpack); answers are msgpack when Accept asks.",
         },
-        "paths": {**paths, **group_paths(), **queue_paths()},
-        "components": {"schemas": {**_SCHEMAS, **GROUP_SCHEMAS, **QUEUE_SCHEMAS}},
+        "paths": every_path,
+        "components": {"schemas": schemas},
     }

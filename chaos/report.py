@@ -14,6 +14,7 @@ from raftline.chaos import (
     group_checker,
     linearizability,
     queue_checker,
+    route_checker,
     share_checker,
 )
 from raftline.chaos.history import Op
@@ -27,6 +28,17 @@ def analyse(ops: list[Op], allowed: tuple[str, ...] = ()) -> dict[str, Any]:
     too), and the queue checker then reads the group fetches as its polls. A history with
     queue (share group) receives and settles is judged by the share checker instead of the
     log checker: any share anomaly fails the verdict."""
+    if route_checker.has_route_ops(ops):
+        route = route_checker.verdict(ops)
+        metadata = linearizability.check_topics(ops)
+        return {
+            "valid": route["valid"] and metadata["valid"],
+            "route": route,
+            "metadata_linearizability": metadata,
+            "availability": availability.availability(
+                ops, fs=("publish",), recovery_fs=("publish",)
+            ),
+        }
     if share_checker.has_share_ops(ops):
         share = share_checker.verdict(ops)
         metadata = linearizability.check_topics(ops)
@@ -86,6 +98,15 @@ def summary_text(result: dict[str, Any]) -> str:
             f" (max_deliveries {share['max_deliveries']})"
         )
         lines += _anomaly_lines("share anomalies", share)
+    route = result.get("route")
+    if route is not None:
+        stats = route["stats"]
+        lines.append(
+            f"routing: {stats['acknowledged']} acknowledged of {stats['published']} publishes"
+            f" ({stats.get('failed', 0)} refused) to {stats.get('destinations', 0)} topics,"
+            f" {stats.get('values_read', 0)} values read"
+        )
+        lines += _anomaly_lines("routing anomalies", route)
     group = result.get("group")
     if group is not None:
         stats = group["stats"]

@@ -25,6 +25,8 @@ from raftline.node.coordinator.service import (
     shard_of,
 )
 from raftline.node.errors import BrokerError, NotLeader, OutcomeUnknown
+from raftline.node.exchanges.model import COMMANDS as EXCHANGE_COMMANDS
+from raftline.node.exchanges.service import ExchangeService
 from raftline.node.metadata import (
     META_GROUP,
     MetadataError,
@@ -41,6 +43,7 @@ from raftline.node.queues.service import (
     QUEUES_TOPIC_CONFIG,
     QueueService,
 )
+from raftline.node.replies import expire_temporary_topics
 from raftline.node.runtime import Runtime
 from raftline.node.transactions.service import (
     SHARDS as TXN_SHARDS,
@@ -105,6 +108,7 @@ class Broker:
         self.coordinator = Coordinator(self)  # consumer groups: shards of the __groups topic
         self.transactions = TxnService(self)  # transaction coordinator: shards of __transactions
         self.queues = QueueService(self)  # queues: shards of the __queues topic
+        self.exchanges = ExchangeService(self)  # exchanges: in the cluster metadata
         self._reconciling: asyncio.Task[None] | None = None
         self._reconcile_again = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -119,6 +123,12 @@ class Broker:
             "cleaner_bytes_cleaned": 0,  # of segments the cleaner read
             "cleaner_bytes_freed": 0,  # by which cleaning shrank them
             "cleaner_records_removed": 0,
+            "exchange_messages_routed": 0,  # published through an exchange, written somewhere
+            "exchange_messages_unroutable": 0,  # matched no binding and no alternate: dropped
+            "exchange_messages_alternate": 0,  # matched no binding: written to the alternate
+            "exchange_transactions": 0,  # multi-destination publishes committed atomically
+            "requests": 0,  # POST /v1/request calls answered with a reply
+            "request_timeouts": 0,  # POST /v1/request calls that got no reply in time
         }
         self._producer_ids: range = range(0)
         self._producer_ids_lock = asyncio.Lock()
@@ -149,7 +159,7 @@ class Broker:
         if self._reconciling is not None:
             self._reconciling.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for replica in self.partitions.values():
+        for replica in list(self.partitions.values()):  # a cancelled reconcile may drop one
             replica.close()
             try:
                 await self.runtime.run_on_disk(replica.save_producers)
@@ -348,6 +358,8 @@ class Broker:
         settled = now - self.meta.leader_since > self.config.leader_settle_s
         if self.meta.role == "leader" and settled:
             await self._balance_leaders(now)
+        if self.meta.role == "leader":
+            await expire_temporary_topics(self)
 
     def _all_groups(self) -> list[str]:
         return [
@@ -420,12 +432,19 @@ class Broker:
                     self.meta.state, int(args["partitions"]), int(args["replication_factor"])
                 )
                 command = {"op": "create_topic", "name": name, "config": config}
+                if args.get("expires_ms") is not None:  # a temporary (reply) topic
+                    command["expires_ms"] = int(args["expires_ms"])
                 return await self._propose_meta({**command, "replicas": replicas})
             if method == "allocate_producer_ids":
                 command = {"op": "allocate_producer_ids", "count": int(args["count"])}
                 return await self._propose_meta(command)
             if method == "delete_topic":
                 return await self._propose_meta({"op": "delete_topic", "name": args["name"]})
+            if method == "metadata_command" and args.get("op") in (
+                *EXCHANGE_COMMANDS,
+                "touch_topic",
+            ):  # commands whose every rule MetadataState.apply checks
+                return await self._propose_meta(dict(args))
         except MetadataError as exc:
             raise BrokerError(exc.code, exc.message) from None
         raise BrokerError("invalid_request", f"unknown controller method {method!r}")
