@@ -49,15 +49,17 @@ def _stat_fields(pid: int) -> list[str]:
     return text[text.rindex(")") + 2 :].split()
 
 
-def _cpu_and_rss(pids: list[int]) -> tuple[float, float]:
-    """CPU seconds used so far and resident MB, summed over `pids` (gone ones count 0)."""
-    cpu = rss = 0.0
+def _cpu_and_rss(pids: list[int]) -> tuple[dict[int, float], float]:
+    """CPU seconds used so far by each of `pids` and their resident MB in all (gone ones
+    are left out)."""
+    cpu: dict[int, float] = {}
+    rss = 0.0
     for pid in pids:
         try:
             fields = _stat_fields(pid)
         except OSError:
             continue
-        cpu += (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+        cpu[pid] = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
         rss += int(fields[21]) * _PAGE_BYTES / MB
     return cpu, rss
 
@@ -86,7 +88,8 @@ class HostSampler:
         return self.samples
 
     def _loop(self) -> None:
-        last_cpu, last_t = None, time.monotonic()
+        last_cpu: dict[int, float] | None = None
+        last_t = time.monotonic()
         while not self._stop.is_set():
             now = time.monotonic()
             pids = session_processes(self.session_ids)
@@ -98,7 +101,9 @@ class HostSampler:
                 "load_1m": os.getloadavg()[0],
             }
             if last_cpu is not None and now > last_t:
-                sample["server_cpu_pct"] = round(100 * (cpu - last_cpu) / (now - last_t), 1)
+                # Per process: a child that exits (Redis' AOF rewrite) must not count negative.
+                used = sum(max(0.0, t - last_cpu.get(pid, t)) for pid, t in cpu.items())
+                sample["server_cpu_pct"] = round(100 * used / (now - last_t), 1)
             last_cpu, last_t = cpu, now
             self.samples.append(sample)
             self._stop.wait(self.interval_s)
