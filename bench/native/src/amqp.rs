@@ -58,7 +58,10 @@ fn expect(reader: &mut impl Read, class: u16, id: u16) -> Result<Vec<u8>, String
         if kind != 1 {
             continue;
         }
-        let got = (u16::from_be_bytes([payload[0], payload[1]]), u16::from_be_bytes([payload[2], payload[3]]));
+        let got = (
+            u16::from_be_bytes([payload[0], payload[1]]),
+            u16::from_be_bytes([payload[2], payload[3]]),
+        );
         if got == (class, id) {
             return Ok(payload[4..].to_vec());
         }
@@ -77,7 +80,8 @@ fn close_reason(args: &[u8]) -> String {
 impl Amqp {
     pub fn connect(args: &Args) -> Result<Amqp, String> {
         let mut writer = dial(&args.host, args.port)?;
-        let mut reader = BufReader::with_capacity(64 * 1024, writer.try_clone().map_err(|e| e.to_string())?);
+        let mut reader =
+            BufReader::with_capacity(64 * 1024, writer.try_clone().map_err(|e| e.to_string())?);
         let mut out = b"AMQP\x00\x00\x09\x01".to_vec();
         writer.write_all(&out).map_err(|e| e.to_string())?;
         expect(&mut reader, 10, 10)?; // Connection.Start
@@ -117,7 +121,9 @@ impl Amqp {
         Ok(Amqp {
             writer,
             acks,
-            queues: (0..args.partitions).map(|p| format!("{}-{p}", args.topic)).collect(),
+            queues: (0..args.partitions)
+                .map(|p| format!("{}-{p}", args.topic))
+                .collect(),
             value: payload(args.message_size),
             frame_max: frame_max as usize,
             sent: 0,
@@ -132,11 +138,16 @@ fn read_acks(mut reader: BufReader<TcpStream>, acks: &Acks) -> Result<(), String
         if kind != 1 {
             continue;
         }
-        match (u16::from_be_bytes([payload[0], payload[1]]), u16::from_be_bytes([payload[2], payload[3]])) {
+        match (
+            u16::from_be_bytes([payload[0], payload[1]]),
+            u16::from_be_bytes([payload[2], payload[3]]),
+        ) {
             // Basic.Ack: RabbitMQ confirms in delivery-tag order, so a tag confirms all before it.
             (60, 80) => acks.at_least(u64::from_be_bytes(payload[4..12].try_into().unwrap())),
             (60, 120) => return Err("amqp: publish nacked".into()),
-            (10, 50) | (20, 40) => return Err(format!("amqp: closed: {}", close_reason(&payload[4..]))),
+            (10, 50) | (20, 40) => {
+                return Err(format!("amqp: closed: {}", close_reason(&payload[4..])))
+            }
             _ => {}
         }
     }
@@ -164,7 +175,9 @@ impl Publisher for Amqp {
             }
         }
         self.sent += count as u64;
-        self.writer.write_all(&self.buffer).map_err(|e| e.to_string())?;
+        self.writer
+            .write_all(&self.buffer)
+            .map_err(|e| e.to_string())?;
         self.acks.wait_for(self.sent)
     }
 }

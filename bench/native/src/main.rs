@@ -141,10 +141,18 @@ struct WorkerResult {
     first_error: String,
 }
 
-fn worker(shared: Arc<Shared>, mut publisher: Box<dyn Publisher>, ready: Arc<Barrier>) -> WorkerResult {
+fn worker(
+    shared: Arc<Shared>,
+    mut publisher: Box<dyn Publisher>,
+    ready: Arc<Barrier>,
+) -> WorkerResult {
     let args = &shared.args;
     let end = shared.start + Duration::from_secs_f64(args.warmup + args.seconds);
-    let mut out = WorkerResult { acks: Vec::new(), errors: 0, first_error: String::new() };
+    let mut out = WorkerResult {
+        acks: Vec::new(),
+        errors: 0,
+        first_error: String::new(),
+    };
     ready.wait();
     loop {
         if shared.stop.load(Ordering::Relaxed) {
@@ -261,18 +269,32 @@ fn main() {
         })
         .collect();
     let results: Vec<WorkerResult> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    let acks: Vec<Ack> = results.iter().flat_map(|r| r.acks.iter().copied()).collect();
+    let acks: Vec<Ack> = results
+        .iter()
+        .flat_map(|r| r.acks.iter().copied())
+        .collect();
     let errors: u64 = results.iter().map(|r| r.errors).sum();
-    let first_error = results.iter().map(|r| r.first_error.clone()).find(|e| !e.is_empty());
+    let first_error = results
+        .iter()
+        .map(|r| r.first_error.clone())
+        .find(|e| !e.is_empty());
 
     let window_start = (args.warmup * 1e6) as u64;
     let last_ack = acks.iter().map(|a| a.acked_us).max().unwrap_or(0);
     // A run cut short by --max-messages measures up to its last acknowledgement.
     let window_end = ((args.warmup + args.seconds) * 1e6) as u64;
-    let window_end = if args.max_messages > 0 { window_end.min(last_ack.max(window_start + 1)) } else { window_end };
+    let window_end = if args.max_messages > 0 {
+        window_end.min(last_ack.max(window_start + 1))
+    } else {
+        window_end
+    };
     let in_window = |t: u64| t >= window_start && t < window_end;
     let acked: u64 = acks.iter().map(|a| a.count as u64).sum();
-    let acked_in_window: u64 = acks.iter().filter(|a| in_window(a.acked_us)).map(|a| a.count as u64).sum();
+    let acked_in_window: u64 = acks
+        .iter()
+        .filter(|a| in_window(a.acked_us))
+        .map(|a| a.count as u64)
+        .sum();
     let latencies: Vec<(u64, u64)> = acks
         .iter()
         .filter(|a| in_window(a.intended_us))
@@ -310,9 +332,11 @@ fn main() {
     }
     // Per second of acknowledgement time since the start: messages and p50/p99.
     let seconds = (last_ack / 1_000_000 + 1) as usize;
-    let mut per_second: Vec<Vec<(u64, u64)>> = vec![Vec::new(); if acks.is_empty() { 0 } else { seconds }];
+    let mut per_second: Vec<Vec<(u64, u64)>> =
+        vec![Vec::new(); if acks.is_empty() { 0 } else { seconds }];
     for a in &acks {
-        per_second[(a.acked_us / 1_000_000) as usize].push((a.acked_us - a.intended_us, a.count as u64));
+        per_second[(a.acked_us / 1_000_000) as usize]
+            .push((a.acked_us - a.intended_us, a.count as u64));
     }
     let points: Vec<String> = per_second
         .into_iter()
@@ -323,7 +347,10 @@ fn main() {
                 return format!("{{\"t\": {t}, \"msgs_per_s\": 0}}");
             }
             let p = percentiles(entries, &[50.0, 99.0]);
-            format!("{{\"t\": {t}, \"msgs_per_s\": {msgs}, \"p50_ms\": {}, \"p99_ms\": {}}}", p[0], p[1])
+            format!(
+                "{{\"t\": {t}, \"msgs_per_s\": {msgs}, \"p50_ms\": {}, \"p99_ms\": {}}}",
+                p[0], p[1]
+            )
         })
         .collect();
     out.push_str(&format!(", \"timeline\": [{}]}}", points.join(", ")));

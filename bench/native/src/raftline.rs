@@ -31,7 +31,10 @@ fn varint(value: i64, out: &mut Vec<u8>) {
 
 /// A Kafka v2 record batch of `count` records with `value` and no key, producer id -1.
 pub fn record_batch(count: usize, value: &[u8]) -> Vec<u8> {
-    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
     let mut out = Vec::with_capacity(61 + count * (value.len() + 12));
     out.extend_from_slice(&0i64.to_be_bytes()); // base offset: the broker assigns it
     out.extend_from_slice(&0i32.to_be_bytes()); // batch length, set below
@@ -77,7 +80,10 @@ impl Raftline {
     pub fn connect(args: &Args, json: bool) -> Result<Raftline, String> {
         let stream = dial(&args.host, args.port)?;
         Ok(Raftline {
-            reader: BufReader::with_capacity(64 * 1024, stream.try_clone().map_err(|e| e.to_string())?),
+            reader: BufReader::with_capacity(
+                64 * 1024,
+                stream.try_clone().map_err(|e| e.to_string())?,
+            ),
             writer: stream,
             host: format!("{}:{}", args.host, args.port),
             topic: args.topic.clone(),
@@ -94,7 +100,12 @@ impl Raftline {
         let stale = !matches!(&self.bodies[slot], Some((n, _)) if *n == count);
         if stale {
             let body = if self.json {
-                json_body(count, &text_payload(self.message_size), partition, &self.acks)
+                json_body(
+                    count,
+                    &text_payload(self.message_size),
+                    partition,
+                    &self.acks,
+                )
             } else {
                 record_batch(count, &payload(self.message_size))
             };
@@ -107,10 +118,16 @@ impl Raftline {
 impl Publisher for Raftline {
     fn publish(&mut self, partition: usize, count: usize) -> Result<(), String> {
         let (path, content_type) = if self.json {
-            (format!("/v1/topics/{}/messages", self.topic), "application/json")
+            (
+                format!("/v1/topics/{}/messages", self.topic),
+                "application/json",
+            )
         } else {
             let query = format!("partition={partition}&acks={}", self.acks);
-            (format!("/v1/topics/{}/messages?{query}", self.topic), "application/vnd.raftline.batch")
+            (
+                format!("/v1/topics/{}/messages?{query}", self.topic),
+                "application/vnd.raftline.batch",
+            )
         };
         let host = self.host.clone();
         let body_len = self.body(partition, count).len();
@@ -118,7 +135,9 @@ impl Publisher for Raftline {
             "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: {content_type}\r\n\
              Content-Length: {body_len}\r\n\r\n"
         );
-        self.writer.write_all(head.as_bytes()).map_err(|e| e.to_string())?;
+        self.writer
+            .write_all(head.as_bytes())
+            .map_err(|e| e.to_string())?;
         let slot = if self.json { partition } else { 0 };
         let body = &self.bodies[slot].as_ref().unwrap().1;
         self.writer.write_all(body).map_err(|e| e.to_string())?;
@@ -134,12 +153,18 @@ impl Publisher for Raftline {
             }
             let header = String::from_utf8_lossy(&self.line).to_ascii_lowercase();
             if let Some(value) = header.strip_prefix("content-length:") {
-                length = value.trim().parse().map_err(|_| format!("bad header {header}"))?;
+                length = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("bad header {header}"))?;
             }
         }
         let answer = read_exact(&mut self.reader, length)?;
         if status != "200" && status != "202" {
-            return Err(format!("{status_line}: {}", String::from_utf8_lossy(&answer)));
+            return Err(format!(
+                "{status_line}: {}",
+                String::from_utf8_lossy(&answer)
+            ));
         }
         Ok(())
     }

@@ -26,14 +26,19 @@ fn bulk(out: &mut Vec<u8>, item: &[u8]) {
 impl Redis {
     pub fn connect(args: &Args) -> Result<Redis, String> {
         let stream = dial(&args.host, args.port)?;
-        let reader = BufReader::with_capacity(256 * 1024, stream.try_clone().map_err(|e| e.to_string())?);
+        let reader =
+            BufReader::with_capacity(256 * 1024, stream.try_clone().map_err(|e| e.to_string())?);
         let acks = Acks::new();
         let replicas = args.replicas;
-        spawn_reader(acks.clone(), move |acks| read_replies(reader, replicas, acks));
+        spawn_reader(acks.clone(), move |acks| {
+            read_replies(reader, replicas, acks)
+        });
         Ok(Redis {
             writer: stream,
             acks,
-            keys: (0..args.partitions).map(|p| format!("{}-{p}", args.topic)).collect(),
+            keys: (0..args.partitions)
+                .map(|p| format!("{}-{p}", args.topic))
+                .collect(),
             value: payload(args.message_size),
             wait: (args.replicas > 1 && args.acks == "all").then_some(args.replicas - 1),
             maxlen: (args.maxlen > 0).then(|| args.maxlen.to_string()),
@@ -43,13 +48,19 @@ impl Redis {
     }
 }
 
-fn read_replies(mut reader: BufReader<TcpStream>, replicas: usize, acks: &Acks) -> Result<(), String> {
+fn read_replies(
+    mut reader: BufReader<TcpStream>,
+    replicas: usize,
+    acks: &Acks,
+) -> Result<(), String> {
     let mut line = Vec::new();
     loop {
         read_line(&mut reader, &mut line)?;
         match line.first() {
             Some(b'$') => {
-                let size: i64 = String::from_utf8_lossy(&line[1..]).parse().map_err(|_| "bad bulk length")?;
+                let size: i64 = String::from_utf8_lossy(&line[1..])
+                    .parse()
+                    .map_err(|_| "bad bulk length")?;
                 if size >= 0 {
                     read_exact(&mut reader, size as usize + 2)?;
                 }
@@ -58,7 +69,10 @@ fn read_replies(mut reader: BufReader<TcpStream>, replicas: usize, acks: &Acks) 
                 // WAIT's answer: how many replicas have the writes.
                 let reached: usize = String::from_utf8_lossy(&line[1..]).parse().unwrap_or(0);
                 if reached + 1 < replicas {
-                    return Err(format!("WAIT reached {reached} of {} replicas", replicas - 1));
+                    return Err(format!(
+                        "WAIT reached {reached} of {} replicas",
+                        replicas - 1
+                    ));
                 }
             }
             Some(b'+') => {}
@@ -73,7 +87,8 @@ impl Publisher for Redis {
         self.buffer.clear();
         for _ in 0..count {
             let trim = self.maxlen.is_some();
-            self.buffer.extend_from_slice(if trim { b"*8\r\n" } else { b"*5\r\n" });
+            self.buffer
+                .extend_from_slice(if trim { b"*8\r\n" } else { b"*5\r\n" });
             bulk(&mut self.buffer, b"XADD");
             bulk(&mut self.buffer, self.keys[partition].as_bytes());
             if let Some(maxlen) = &self.maxlen {
@@ -94,7 +109,9 @@ impl Publisher for Redis {
             bulk(&mut self.buffer, b"10000");
             self.expected += 1;
         }
-        self.writer.write_all(&self.buffer).map_err(|e| e.to_string())?;
+        self.writer
+            .write_all(&self.buffer)
+            .map_err(|e| e.to_string())?;
         self.acks.wait_for(self.expected)
     }
 }

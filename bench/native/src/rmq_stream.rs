@@ -41,16 +41,25 @@ fn read_frame(reader: &mut impl Read) -> Result<(u16, Vec<u8>), String> {
 }
 
 /// Sends a request with correlation id 1 and checks the response code that follows it.
-fn call(writer: &mut TcpStream, reader: &mut impl Read, key: u16, fields: &[u8]) -> Result<Vec<u8>, String> {
+fn call(
+    writer: &mut TcpStream,
+    reader: &mut impl Read,
+    key: u16,
+    fields: &[u8],
+) -> Result<Vec<u8>, String> {
     let mut body = 1u32.to_be_bytes().to_vec();
     body.extend_from_slice(fields);
-    writer.write_all(&frame(key, &body)).map_err(|e| e.to_string())?;
+    writer
+        .write_all(&frame(key, &body))
+        .map_err(|e| e.to_string())?;
     loop {
         let (got, data) = read_frame(reader)?;
         if got == key | 0x8000 {
             let code = u16::from_be_bytes([data[4], data[5]]);
             if code != RESPONSE_OK {
-                return Err(format!("stream protocol: command {key:#06x} answered code {code}"));
+                return Err(format!(
+                    "stream protocol: command {key:#06x} answered code {code}"
+                ));
             }
             return Ok(data[6..].to_vec());
         }
@@ -60,7 +69,8 @@ fn call(writer: &mut TcpStream, reader: &mut impl Read, key: u16, fields: &[u8])
 impl Stream {
     pub fn connect(args: &Args) -> Result<Stream, String> {
         let mut writer = dial(&args.host, args.port)?;
-        let mut reader = BufReader::with_capacity(64 * 1024, writer.try_clone().map_err(|e| e.to_string())?);
+        let mut reader =
+            BufReader::with_capacity(64 * 1024, writer.try_clone().map_err(|e| e.to_string())?);
         let mut properties = 1i32.to_be_bytes().to_vec();
         string(&mut properties, "product");
         string(&mut properties, "raftline-loadgen");
@@ -79,7 +89,9 @@ impl Stream {
         let frame_max = u32::from_be_bytes(tune[0..4].try_into().unwrap());
         let mut answer = frame_max.to_be_bytes().to_vec();
         answer.extend_from_slice(&0u32.to_be_bytes()); // no heartbeats
-        writer.write_all(&frame(0x0014, &answer)).map_err(|e| e.to_string())?;
+        writer
+            .write_all(&frame(0x0014, &answer))
+            .map_err(|e| e.to_string())?;
         let mut vhost = Vec::new();
         string(&mut vhost, "/");
         call(&mut writer, &mut reader, 0x0015, &vhost)?;
@@ -95,7 +107,14 @@ impl Stream {
         let mut message = vec![0x00, 0x53, 0x75, 0xb0];
         message.extend_from_slice(&(args.message_size as u32).to_be_bytes());
         message.extend_from_slice(&payload(args.message_size));
-        Ok(Stream { writer, acks, frame_max: frame_max as usize, message, sent: 0, buffer: Vec::new() })
+        Ok(Stream {
+            writer,
+            acks,
+            frame_max: frame_max as usize,
+            message,
+            sent: 0,
+            buffer: Vec::new(),
+        })
     }
 }
 
@@ -132,7 +151,9 @@ impl Publisher for Stream {
             self.buffer.extend_from_slice(&frame(0x0002, &body));
             left -= n;
         }
-        self.writer.write_all(&self.buffer).map_err(|e| e.to_string())?;
+        self.writer
+            .write_all(&self.buffer)
+            .map_err(|e| e.to_string())?;
         self.acks.wait_for(self.sent)
     }
 }

@@ -9,10 +9,15 @@ use std::time::Duration;
 pub const IO_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub fn dial(host: &str, port: u16) -> Result<TcpStream, String> {
-    let stream = TcpStream::connect((host, port)).map_err(|e| format!("connect {host}:{port}: {e}"))?;
+    let stream =
+        TcpStream::connect((host, port)).map_err(|e| format!("connect {host}:{port}: {e}"))?;
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    stream.set_read_timeout(Some(IO_TIMEOUT)).map_err(|e| e.to_string())?;
-    stream.set_write_timeout(Some(IO_TIMEOUT)).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(IO_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    stream
+        .set_write_timeout(Some(IO_TIMEOUT))
+        .map_err(|e| e.to_string())?;
     Ok(stream)
 }
 
@@ -126,7 +131,11 @@ fn crc32c_table() -> [u32; 256] {
     for (i, entry) in table.iter_mut().enumerate() {
         let mut c = i as u32;
         for _ in 0..8 {
-            c = if c & 1 != 0 { (c >> 1) ^ CASTAGNOLI } else { c >> 1 };
+            c = if c & 1 != 0 {
+                (c >> 1) ^ CASTAGNOLI
+            } else {
+                c >> 1
+            };
         }
         *entry = c;
     }
@@ -143,7 +152,9 @@ pub fn crc32c(data: &[u8]) -> u32 {
         }
     }
     let table = crc32c_table();
-    !data.iter().fold(!0u32, |c, b| table[((c ^ *b as u32) & 0xFF) as usize] ^ (c >> 8))
+    !data.iter().fold(!0u32, |c, b| {
+        table[((c ^ *b as u32) & 0xFF) as usize] ^ (c >> 8)
+    })
 }
 
 #[cfg(target_arch = "x86_64")]
