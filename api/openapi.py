@@ -12,6 +12,7 @@ from raftline.api.codec import BATCH_CONTENT_TYPE
 from raftline.api.openapi_exchanges import EXCHANGE_SCHEMAS, exchange_paths
 from raftline.api.openapi_groups import GROUP_SCHEMAS, group_paths
 from raftline.api.openapi_queues import QUEUE_SCHEMAS, queue_paths
+from raftline.api.openapi_restore import restore_paths
 from raftline.api.openapi_streams import STREAM_SCHEMAS, stream_paths, with_filters
 
 JSON = "application/json"
@@ -107,6 +108,28 @@ _SCHEMAS: dict[str, Any] = {
                 "in committed sealed segments (offsets kept; retention off unless delete is "
                 "also named); records without a key are refused (400 invalid_request)",
             },
+            "remote.storage.enable": {
+                "type": ["string", "boolean"],
+                "enum": ["true", "false", True, False],
+                "default": "false",
+                "description": "upload every sealed segment to the node's object storage "
+                "(tiered/FORMAT.md); refused (400) when the node runs without --s3-endpoint "
+                "and --s3-bucket, and on compacted topics",
+            },
+            "local.retention.ms": {
+                "type": ["string", "integer"],
+                "minimum": -2,
+                "default": -2,
+                "description": "with remote storage: how long segments stay on local disk "
+                "once uploaded (-2: as retention.ms, -1: forever); at most retention.ms",
+            },
+            "local.retention.bytes": {
+                "type": ["string", "integer"],
+                "minimum": -2,
+                "default": -2,
+                "description": "with remote storage: local bytes kept per partition once "
+                "uploaded (-2: as retention.bytes, -1: unlimited); at most retention.bytes",
+            },
             "delete.retention.ms": {
                 "type": ["string", "integer"],
                 "minimum": 0,
@@ -132,6 +155,11 @@ _SCHEMAS: dict[str, Any] = {
                 "default": 1048576,
             },
             "segment.bytes": {"type": ["string", "integer"]},
+            "segment.ms": {
+                "type": ["string", "integer"],
+                "description": "a segment is sealed at this age (ms, at least 1); with remote "
+                "storage even when no write comes, which bounds what a restore can lose",
+            },
             "compression.type": {
                 "type": "string",
                 "enum": ["producer", "none", "gzip", "snappy", "lz4", "zstd"],
@@ -663,6 +691,7 @@ def openapi_document() -> dict[str, Any]:
         **queue_paths(),
         **stream_paths(fetch_params),
         **exchange_paths(),
+        **restore_paths(),
     }
     schemas = {**_SCHEMAS, **GROUP_SCHEMAS, **QUEUE_SCHEMAS, **STREAM_SCHEMAS, **EXCHANGE_SCHEMAS}
     with_filters(every_path, schemas)

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Awaitable, Collection
 from typing import Any, TypeVar
 
+from raftline.node import restore
 from raftline.node.clock import WallClock
 from raftline.node.config import NodeConfig
 from raftline.node.controller import MetaReplica, encode_command, leadership_moves
@@ -45,6 +46,7 @@ from raftline.node.queues.service import (
 )
 from raftline.node.replies import expire_temporary_topics
 from raftline.node.runtime import Runtime
+from raftline.node.tiering import NodeTiering, s3_config_of
 from raftline.node.transactions.service import (
     SHARDS as TXN_SHARDS,
 )
@@ -62,6 +64,7 @@ from raftline.raftlog.log import LogConfig
 from raftline.raftlog.raft import NotLeaderError
 from raftline.raftlog.records import decode_batch
 from raftline.raftlog.storage import RaftStorage
+from raftline.tiered import topic_config as tiered_config
 
 __all__ = ["Broker", "BrokerError", "NotLeader", "OutcomeUnknown"]
 
@@ -133,6 +136,18 @@ class Broker:
         self._producer_ids: range = range(0)
         self._producer_ids_lock = asyncio.Lock()
         self._cleaners: dict[str, Cleaner] = {}  # compacted partitions' log cleaners
+        s3 = s3_config_of(config)  # tiered storage: uploads, remote reads (node/tiering.py)
+        self.tiering = (
+            NodeTiering(
+                s3,
+                self.runtime,
+                lambda: self.meta.state.cluster_id,
+                self.clock.now_ms,
+                topics=lambda: self.meta.state.topics,
+            )
+            if s3 is not None
+            else None
+        )
 
     # lifecycle
 
@@ -165,6 +180,8 @@ class Broker:
                 await self.runtime.run_on_disk(replica.save_producers)
             except Exception as exc:  # the next start replays more of the log instead
                 log.warning("no producer snapshot for %s: %s", replica.group, exc)
+        if self.tiering is not None:
+            self.tiering.close()
         self.coordinator.close()
         self.transactions.close()
         self.queues.close()
@@ -174,10 +191,14 @@ class Broker:
         settings: dict[str, Any] = {"fsync": self.config.fsync}
         if "segment.bytes" in topic_config:
             settings["segment_bytes"] = int(topic_config["segment.bytes"])
+        if "segment.ms" in topic_config:
+            settings["segment_ms"] = int(topic_config["segment.ms"])
         if "retention.ms" in topic_config:
             settings["retention_ms"] = int(topic_config["retention.ms"])
         if "retention.bytes" in topic_config:
             settings["retention_bytes"] = int(topic_config["retention.bytes"])
+        if self.tiering is not None and tiered_config.remote_enabled(topic_config):
+            settings.update(tiered_config.local_retention(topic_config))
         if "delete" not in topic_config.get("cleanup.policy", "delete"):
             settings["retention_ms"] = settings["retention_bytes"] = -1  # compact only
         return RaftStorage(path, LogConfig(**settings), clock=self.clock.now_ms)
@@ -208,6 +229,8 @@ class Broker:
                 if group in self.partitions:
                     self.partitions.pop(group).close()
                 self._cleaners.pop(group, None)
+                if self.tiering is not None:
+                    self.tiering.detach(group)
                 self.coordinator.drop_replica(group)
                 self.queues.drop_replica(group)
                 self.transactions.drop_replica(group)
@@ -251,6 +274,16 @@ class Broker:
             if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
                 self.runtime.campaign(group)
             return
+        restored = None
+        if topic.restored_at and self.tiering is not None:
+            try:
+                restored = await restore.prepare_replica(
+                    self.tiering.store, self.runtime, topic, partition, storage
+                )
+            except Exception:
+                log.exception("cannot restore %s from the bucket", group)
+                await self.runtime.run_on_disk(storage.close)
+                return
         producers = PartitionProducers(
             self._partition_dir(group),
             expiry_ms=self.config.producer_expiry_ms,
@@ -274,6 +307,11 @@ class Broker:
         self.partitions[group] = replica
         if "compact" in topic.config.get("cleanup.policy", "delete"):
             self._cleaners[group] = Cleaner(storage.log, cleaner_config(topic.config))
+        if self.tiering is not None and tiered_config.remote_enabled(topic.config):
+            tiering = self.tiering.attach(group, topic, partition, storage, replica)
+            if restored is not None:
+                tiering.restore_from(restored, topic.restored_at[partition])
+            replay_from = max(storage.first_index(), min(replay_from, tiering.replay_from))
         applied = min(commit, replay_from - 1)
         self.runtime.add_group(group, storage, replicas, replica, applied=applied)
         if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
@@ -291,6 +329,8 @@ class Broker:
                     continue
                 storage = raft_group.storage
                 point = storage.retention_point()
+                if self.tiering is not None:  # local disk keeps what the bucket lacks
+                    point = self.tiering.trim_point(group, point)
                 if point >= storage.first_index():
                     self.runtime.trim(group, point)
                     replica = self.partitions.get(group)
@@ -432,6 +472,8 @@ class Broker:
                     self.meta.state, int(args["partitions"]), int(args["replication_factor"])
                 )
                 command = {"op": "create_topic", "name": name, "config": config}
+                if args.get("restore") is not None:  # from the bucket (node/restore.py)
+                    command["restore"] = args["restore"]
                 if args.get("expires_ms") is not None:  # a temporary (reply) topic
                     command["expires_ms"] = int(args["expires_ms"])
                 return await self._propose_meta({**command, "replicas": replicas})
@@ -568,18 +610,30 @@ class Broker:
     # the HTTP layer's interface
 
     async def create_topic(
-        self, name: str, partitions: int, replication_factor: int, config: dict[str, str]
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        config: dict[str, str],
+        restore: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         try:
             check_topic_name(self._user_topic(name))
             validate_topic_config(config)
         except MetadataError as exc:
             raise BrokerError(exc.code, exc.message) from None
+        if self.tiering is None and tiered_config.remote_enabled(config):
+            raise BrokerError(
+                "invalid_request",
+                "remote.storage.enable=true needs object storage: this node was started "
+                "without --s3-endpoint and --s3-bucket",
+            )
         args = {
             "name": name,
             "partitions": partitions,
             "replication_factor": replication_factor,
             "config": config,
+            "restore": restore,
         }
         await self._controller("create_topic", args)
         topic = await self._topic(name, current=True)
@@ -588,6 +642,10 @@ class Broker:
         while time.monotonic() < deadline and any(self._live_leader(g) is None for g in groups):
             await asyncio.sleep(0.05)
         return await self.describe_topic(name)
+
+    async def restore_topics(self, names: list[str] | None = None) -> list[dict[str, Any]]:
+        """Topics from the bucket after the cluster lost its disks (node/restore.py)."""
+        return await restore.restore_topics(self, names)
 
     async def list_topics(self) -> list[dict[str, Any]]:
         await self._barrier()
@@ -1021,6 +1079,7 @@ class Broker:
             "raftline_producers_expired_total": sum(
                 r.producers.expired for r in self.partitions.values() if r.producers is not None
             ),
+            **(self.tiering.metrics() if self.tiering is not None else {}),
         }
         lines = []
         for name, value in values.items():
