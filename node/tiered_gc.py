@@ -1,9 +1,10 @@
 """The sweeps that remove bucket objects no manifest will ever name (tiered/FORMAT.md §8).
 
-Owns when and how a node deletes them: each partition leader now and then lists its partition
-folder and deletes unrecorded uploads (a deposed leader's, or one cut short by a crash); the
-controller (the metadata leader) now and then lists the topic objects and removes each deleted
-topic's partition folders, then its topic object. What may go is decided by tiered/garbage.py.
+Owns when and how a node deletes them: a deleted topic's partition by its leader at the time;
+unrecorded uploads (a deposed leader's, or one cut short by a crash) by each partition leader,
+listing its folder now and then; deleted topics' leftovers by the controller (the metadata
+leader), listing the topic objects now and then: partition folders, then the topic object.
+What may go is decided by tiered/garbage.py.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ SWEEP_PARTITION_S = 600.0  # a leader lists its partition folder this often
 SWEEP_TOPICS_S = 60.0  # the controller lists the topic objects this often
 MAX_SWEPT_KEYS = 1000  # deletions per partition sweep (one DeleteObjects request)
 MAX_SWEPT_TOPICS = 16  # deleted topics removed per controller sweep
+DELETE_ATTEMPTS = 12  # a deleted topic's partition: tries (with backoff) before the sweep's turn
+DELETE_BACKOFF_S = (0.5, 30.0)  # first and largest pause between tries
 
 
 async def remove_partition(store: ObjectStore, topic: str, topic_id: int, partition: int) -> None:
@@ -34,6 +37,24 @@ async def remove_partition(store: ObjectStore, topic: str, topic_id: int, partit
     keys = [info.key for info in await store.list(folder)]
     for at in range(0, len(keys), 1000):
         await store.delete(keys[at : at + 1000])
+
+
+async def remove_deleted_partition(node: Any, tiering: Any) -> None:
+    """A deleted topic's partition, by the replica that led it at the deletion. The topic
+    object stays: the controller's sweep removes it once every partition folder is gone (and
+    removes the folders of partitions whose leader was down now)."""
+    topic, partition = tiering.topic, tiering.partition
+    delay, longest = DELETE_BACKOFF_S
+    for _ in range(DELETE_ATTEMPTS):
+        try:
+            await remove_partition(node.store, topic.name, topic.topic_id, partition)
+            log.info("%s: deleted topic's objects removed from the bucket", tiering.group)
+            return
+        except ObjectStoreError as exc:
+            log.warning("%s: removing a deleted topic's objects: %s", tiering.group, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, longest)
+    log.error("%s: gave up removing the deleted topic's objects (the sweep will)", tiering.group)
 
 
 async def sweep_partition(tiering: Any) -> int:

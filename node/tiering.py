@@ -23,7 +23,7 @@ from raftline.node.errors import BrokerError
 from raftline.node.tiered_gc import (
     SWEEP_PARTITION_S,
     SWEEP_TOPICS_S,
-    remove_partition,
+    remove_deleted_partition,
     run_topic_sweeps,
     sweep_partition,
 )
@@ -59,7 +59,6 @@ UPLOAD_RUNS = 4  # runs whose objects are in flight together (MAX_OBJECT_BYTES a
 UPLOAD_CONCURRENCY = 4  # object PUTs in flight per node
 BACKOFF_MAX_S = 30.0
 VERIFY_MANIFEST_S = 30.0  # the leader re-reads the bucket's manifest this often
-DELETE_ATTEMPTS = 12  # a deleted topic's objects: tries (with backoff) before giving up
 
 
 class NodeTiering:
@@ -125,25 +124,9 @@ class NodeTiering:
         current = self.topics().get(topic.name)
         deleted = current is None or current.topic_id != topic.topic_id
         if deleted and tiering.replica.role == "leader":
-            task = asyncio.ensure_future(self._delete_partition(tiering))
+            task = asyncio.ensure_future(remove_deleted_partition(self, tiering))
             self._deletions.add(task)
             task.add_done_callback(self._deletions.discard)
-
-    async def _delete_partition(self, tiering: PartitionTiering) -> None:
-        topic, partition = tiering.topic, tiering.partition
-        delay = UPLOAD_POLL_S
-        for _ in range(DELETE_ATTEMPTS):
-            try:
-                # The topic object stays: the controller's sweep removes it once every
-                # partition folder is gone, including those of leaders down now.
-                await remove_partition(self.store, topic.name, topic.topic_id, partition)
-                log.info("%s: deleted topic's objects removed from the bucket", tiering.group)
-                return
-            except ObjectStoreError as exc:
-                log.warning("%s: removing a deleted topic's objects: %s", tiering.group, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, BACKOFF_MAX_S)
-        log.error("%s: gave up removing the deleted topic's objects from the bucket", tiering.group)
 
     def trim_point(self, group: str, point: int) -> int:
         """The last offset local retention may drop: never past what a durable manifest holds."""

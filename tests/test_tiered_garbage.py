@@ -9,7 +9,16 @@ import json
 
 from inproc_harness import wait_for
 from seaweedfs import SeaweedServer
-from test_tiered_node import TIERED, fetch_all, node, prefix, produce, s3_env, store_of
+from test_tiered_node import (
+    TIERED,
+    fetch_all,
+    node,
+    prefix,
+    produce,
+    s3_env,
+    store_of,
+    tiered_topic,
+)
 
 from raftline.node.broker import Broker
 from raftline.tiered import layout
@@ -75,10 +84,7 @@ async def _keys(store: ObjectStore, folder: str) -> set[str]:
 async def test_a_deposed_leaders_unrecorded_upload_is_swept_and_the_rest_stays(
     node: Broker, s3_env: SeaweedServer, bucket: str, prefix: str
 ) -> None:
-    await node.create_topic("swept", 1, 1, TIERED)
-    values = await produce(node, "swept", 80)
-    replica = next(r for r in node.partitions.values() if r.topic == "swept")
-    tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+    values, _, tiering = await tiered_topic(node, "swept", 80)
     await wait_for(lambda: len(tiering.state.segments) >= 3, timeout=30)
     await wait_for(lambda: tiering.state.durable_revision == tiering.state.revision, timeout=30)
     store = store_of(s3_env, bucket, prefix)

@@ -72,6 +72,14 @@ async def produce(broker: Broker, topic: str, count: int, size: int = 200) -> li
     return values
 
 
+async def tiered_topic(node: Broker, topic: str, count: int) -> tuple[list[bytes], Any, Any]:
+    """A 1-partition tiered topic with `count` records: (values, its replica, its tiering)."""
+    await node.create_topic(topic, 1, 1, TIERED)
+    values = await produce(node, topic, count)
+    replica = next(r for r in node.partitions.values() if r.topic == topic)
+    return values, replica, node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+
+
 async def fetch_all(broker: Broker, topic: str, start: int = 0) -> list[tuple[int, bytes]]:
     out = []
     offset = start
@@ -391,10 +399,7 @@ async def test_bucket_objects_are_kafka_batches_with_tiered_entries_as_control_b
 async def test_a_replica_that_missed_tiered_entries_rebuilds_from_the_bucket(node: Broker) -> None:
     """As a follower that installed the leader's trim point: its state lacks the commands below
     its log start; before leading it takes the bucket's manifest plus the commands it still has."""
-    await node.create_topic("rebuilt", 1, 1, TIERED)
-    await produce(node, "rebuilt", 80)
-    replica = next(r for r in node.partitions.values() if r.topic == "rebuilt")
-    tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+    _, replica, tiering = await tiered_topic(node, "rebuilt", 80)
     await wait_for(lambda: replica.log.log_start_offset > 40, timeout=30)
     await wait_for(lambda: tiering.state.durable_revision == tiering.state.revision, timeout=30)
     tiering.stop()
@@ -415,10 +420,7 @@ async def test_a_replica_that_applied_commands_past_its_gap_still_rebuilds_from_
     applying the later commands (refused: they do not follow its state), which moved its applied
     index past the gap; as leader it must still rebuild from the bucket and serve offset 0. Also
     when remote retention had emptied its state's segments before the gap."""
-    await node.create_topic("gapped", 1, 1, TIERED)
-    values = await produce(node, "gapped", 80)
-    replica = next(r for r in node.partitions.values() if r.topic == "gapped")
-    tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+    values, replica, tiering = await tiered_topic(node, "gapped", 80)
     await wait_for(lambda: replica.log.log_start_offset > 40, timeout=30)
     await wait_for(lambda: tiering.state.durable_revision == tiering.state.revision, timeout=30)
     tiering.stop()
