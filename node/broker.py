@@ -162,6 +162,9 @@ class Broker:
                 lambda: self.meta.state.cluster_id,
                 self.clock.now_ms,
                 topics=lambda: self.meta.state.topics,
+                cache_bytes=config.tiered_cache_bytes,
+                metadata=lambda: self.meta.state,
+                is_controller=lambda: self.meta.role == "leader",
             )
             if s3 is not None
             else None
@@ -186,6 +189,8 @@ class Broker:
         self._tasks.append(asyncio.ensure_future(self.coordinator.run()))
         self._tasks.append(asyncio.ensure_future(self.transactions.run()))
         self._tasks.append(asyncio.ensure_future(self.queues.run()))
+        if self.tiering is not None:
+            self.tiering.start()
 
     async def stop(self) -> None:
         for task in self._tasks:
