@@ -79,6 +79,7 @@ STARTS_AT_ONCE = 32  # partition replicas a reconciliation opens side by side
 BALANCE_S = 1.0  # the controller's leader balancing runs at most this often
 BARRIER_S = 3.0  # how long a metadata read waits for the read barrier
 CREATE_WAIT_S = 5.0  # create_topic waits this long for its partitions to elect leaders
+DEFAULT_REPLICATION_FACTOR = 3  # capped at the number of registered nodes
 PRODUCER_ID_BLOCK = 100  # producer ids a node asks the controller for at a time
 
 
@@ -491,9 +492,10 @@ class Broker:
             if method == "create_topic":
                 name = check_topic_name(args["name"])
                 config = validate_topic_config(args["config"])
-                replicas = place_replicas(
-                    self.meta.state, int(args["partitions"]), int(args["replication_factor"])
-                )
+                factor = args["replication_factor"]
+                if factor is None:
+                    factor = min(DEFAULT_REPLICATION_FACTOR, len(self.meta.state.nodes))
+                replicas = place_replicas(self.meta.state, int(args["partitions"]), int(factor))
                 command = {"op": "create_topic", "name": name, "config": config}
                 if args.get("restore") is not None:  # from the bucket (node/restore.py)
                     command["restore"] = args["restore"]
@@ -636,10 +638,11 @@ class Broker:
         self,
         name: str,
         partitions: int,
-        replication_factor: int,
+        replication_factor: int | None,
         config: dict[str, str],
         restore: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """`replication_factor` None: min(3, registered nodes), as the controller sees them."""
         try:
             check_topic_name(self._user_topic(name))
             validate_topic_config(config)
