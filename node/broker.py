@@ -245,6 +245,7 @@ class Broker:
             self._partition_dir(group),
             expiry_ms=self.config.producer_expiry_ms,
             snapshot_every=self.config.producer_snapshot_every,
+            log=storage.log,
         )
         # Producer state replays the committed entries after its snapshot (the runtime hands
         # them to on_commit as it does after any restart with applied < commit).
@@ -282,11 +283,16 @@ class Broker:
                 storage = raft_group.storage
                 point = storage.retention_point()
                 if point >= storage.first_index():
-                    self.runtime.trim(group, point)
                     replica = self.partitions.get(group)
-                    if replica is not None and replica.producers is not None:
-                        # aborted transactions wholly below the log start are read by nobody
-                        replica.producers.state.forget_aborted_before(point + 1)
+                    producers = None if replica is None else replica.producers
+                    if producers is not None and producers.durable_offset <= point:
+                        # a restart must find producer state that needs no trimmed entry
+                        try:
+                            await producers.persist(self.runtime.run_on_disk)
+                        except OSError as exc:
+                            log.warning("no producer snapshot for %s: %s", group, exc)
+                            continue
+                    self.runtime.trim(group, point)
 
     async def _clean_logs(self) -> None:
         """Compact the local replicas of compacted topics, one partition at a time on the disk

@@ -94,6 +94,17 @@ class PartitionReplica:
         self._new_data.set()
         self._new_data = asyncio.Event()
 
+    def on_snapshot(self, index: int, payload: bytes | None) -> None:
+        """The log now starts after a Raft snapshot at `index` (this follower lagged behind
+        the leader's trim point); `payload`: what the leader's snapshot_state sent with it."""
+        if self.producers is not None:
+            self.producers.install(index, payload)
+        self.high_watermark = max(self.high_watermark, index + 1)
+
+    def snapshot_state(self, index: int) -> bytes:
+        """Leader: the state a follower needs beside a Raft snapshot at `index`."""
+        return b"" if self.producers is None else self.producers.snapshot_state(index)
+
     def on_role(self, role: str, leader: int | None, term: int) -> None:
         if term != self._term:
             self._term_committed = False
@@ -373,7 +384,7 @@ class PartitionReplica:
             base = parse_header(batch).base_offset
             end = max(end, base + meta.last_offset_delta + 1)
             batches.append((base, meta, batch))
-        aborted = producers.state.aborted_in(offset, lso)
+        aborted = self.log.aborted_txns(offset, lso)
         kept = list(read_committed(batches, aborted))
         return kept, self.log_start_offset, high_watermark, lso, end
 

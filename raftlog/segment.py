@@ -32,6 +32,8 @@ from raftline.raftlog.index import (
     offset_index,
     time_index,
 )
+from raftline.raftlog.txnindex import SUFFIX as TXN_INDEX_SUFFIX
+from raftline.raftlog.txnindex import TxnIndex
 
 Bytes = bytes | bytearray | memoryview
 
@@ -213,6 +215,8 @@ class Segment:
         self.max_timestamp = NO_TIMESTAMP
         self.offsets = offset_index()
         self.times = time_index()
+        # Aborted transactions whose markers lie here (raftlog/txnindex.py); loaded by the log.
+        self.txns = TxnIndex(directory / segment_name(base_offset, TXN_INDEX_SUFFIX))
         self._bytes_since_index = 0
         # Appended batches not yet written to the file; they start at file position _flushed.
         self._pending = bytearray()
@@ -387,6 +391,7 @@ class Segment:
         self.files.forget(self.path)
         for path in (self.path, self.index_path, self.timeindex_path):
             path.unlink(missing_ok=True)
+        self.txns.delete()
 
     def remove_index_files(self) -> None:
         """The on-disk indexes go stale when a sealed segment becomes active again."""
