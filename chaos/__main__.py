@@ -44,11 +44,13 @@ def _parser() -> argparse.ArgumentParser:
     go.add_argument("--seed", type=int, default=0)
     go.add_argument(
         "--workload",
-        choices=("queue", "group", "share"),
+        choices=("queue", "group", "share", "idempotent", "transactions"),
         default="queue",
         help="queue: producers, partition consumers and metadata ops (default);"
         " group: producers and the members of one consumer group;"
-        " share: producers and the receivers of one queue (share group) with dead letters",
+        " share: producers and the receivers of one queue (share group) with dead letters;"
+        " idempotent: idempotent producers retrying every ambiguous failure;"
+        " transactions: transactional producers and read_committed readers (--consumers)",
     )
     go.add_argument("--receivers", type=int, default=4, help="queue receivers (--workload share)")
     go.add_argument(
