@@ -272,10 +272,17 @@ class Broker:
 
     # background: retention, registration, bootstrap, controller
 
+    def keep_producer_clocks(self) -> None:
+        """Led partitions with producer state get a clock entry when one is due."""
+        now = self.clock.now_ms()
+        for replica in self.partitions.values():
+            replica.keep_clock(now)
+
     async def _enforce_retention(self) -> None:
         while True:
             # The log is thread-safe: reading its retention point beside a round's write is fine.
             await asyncio.sleep(self.config.retention_check_s)
+            self.keep_producer_clocks()
             for group in list(self.partitions):
                 raft_group = self.runtime.groups.get(group)
                 if raft_group is None:

@@ -101,6 +101,20 @@ class PartitionReplica:
             self.producers.install(index, payload)
         self.high_watermark = max(self.high_watermark, index + 1)
 
+    def keep_clock(self, now_ms: int) -> None:
+        """Leader: propose a clock entry if producer state needs one (its expiry clock is read
+        from the log: PartitionProducers.clock_entry)."""
+        if self._role != "leader" or not self._term_committed or self.producers is None:
+            return
+        batch = self.producers.clock_entry(now_ms)
+        if batch is None:
+            return
+        try:
+            appended = self.runtime.propose(self.group, batch, 1, kind=EntryKind.CONTROL)
+        except Exception:  # not the leader any more: the next one proposes it
+            return
+        appended.add_done_callback(_consume_error)
+
     def snapshot_state(self, index: int) -> bytes:
         """Leader: the state a follower needs beside a Raft snapshot at `index`."""
         return b"" if self.producers is None else self.producers.snapshot_state(index)

@@ -1,8 +1,10 @@
 """Producer state of one partition replica, driven from its Raft log (issue #15, idempotence).
 
 Owns the replica's ProducerStateMachine (node/eos/producer_state.py) fed from committed entries,
-its snapshot file beside the segments, the clock producer expiry reads (the largest committed
-batch timestamp, the same on every replica), the leader's waits on batches still in flight,
+its snapshot file beside the segments, the clock producer expiry reads (the largest timestamp
+of a committed control batch: clock entries the partition leader proposes and transaction
+markers the coordinator stamps; never a producer's timestamp, which any producer could set an
+hour ahead to expire the others), the leader's waits on batches still in flight,
 feeding each applied abort to the log's aborted-transaction index (raftlog/txnindex.py), and
 the producer state a leader ships with a Raft snapshot (a follower that skips the trimmed
 prefix would otherwise know no producer of it).
@@ -13,7 +15,8 @@ Invariants:
   the state machine's check()/clear_in_flight() and is wiped on every term change.
 - Expiry runs at points that depend on the log alone (each time the committed clock enters a
   new period of expiry_ms / 10), so every replica forgets the same producers at the same
-  offset, and a restart (snapshot + replayed tail) reaches the same state.
+  offset, and a restart (snapshot + replayed tail) reaches the same state. A producer's last
+  activity is the committed clock when its batch was applied.
 - A snapshot holds applied state only, valid at its next_offset; it is written atomically
   (temporary file, fsync, rename) and is used on restart only if the log still holds what
   follows it up to the commit index; otherwise the whole log is replayed.
@@ -39,6 +42,7 @@ from raftline.node.eos.markers import BatchMeta, meta_of_batch
 from raftline.node.eos.producer_state import BatchKey, Outcome, ProducerStateMachine, Verdict
 from raftline.node.errors import OutcomeUnknown
 from raftline.raftlog.batch import BatchHeader, CorruptBatchError
+from raftline.raftlog.records import ControlType, build_control_batch
 from raftline.raftlog.txnindex import AbortedTxn
 from raftline.raftlog.types import Entry, EntryKind
 
@@ -76,6 +80,7 @@ class PartitionProducers:
         self.state = ProducerStateMachine()
         self.clock_ms = -1  # largest timestamp of a committed data batch: expiry's clock
         self.expired = 0
+        self._clock_proposed = -1  # wall time of the last clock entry this leader proposed
         self._since_snapshot = 0
         self.durable_offset = 0  # next_offset of the last snapshot written
         self._writing: asyncio.Future[None] | None = None
@@ -181,9 +186,10 @@ class PartitionProducers:
             return
         data = entry.data
         if len(data) >= _HEADER_END and data[_PRODUCER_ID] == _NO_PRODUCER:
-            # The common case, a batch of no idempotent producer: only the end of the log and
-            # the clock move (read straight from the header, as meta_of_batch would).
-            self._tick(int.from_bytes(data[_MAX_TIMESTAMP], "big", signed=True))
+            # The common case, a batch of no idempotent producer: only the end of the log and,
+            # for a clock entry, the clock move (read straight from the header).
+            if entry.kind == EntryKind.CONTROL:
+                self._tick(int.from_bytes(data[_MAX_TIMESTAMP], "big", signed=True))
             self.state.next_offset = entry.last_index + 1
             self._since_snapshot += 1
             if self._rebuild_until is not None:
@@ -194,9 +200,9 @@ class PartitionProducers:
         except CorruptBatchError:
             log.error("%s: committed entry %d is not a batch", self.path.parent, entry.index)
             return
-        if not meta.is_control:
+        if meta.is_control:  # a marker: stamped by the coordinator's clock
             self._tick(meta.max_timestamp)
-        verdict = self.state.apply_batch(entry.index, meta)
+        verdict = self.state.apply_batch(entry.index, meta, self.clock_ms)
         self._since_snapshot += 1
         if meta.producer_id < 0:
             return
@@ -277,9 +283,23 @@ class PartitionProducers:
         self._shipped_aborts = {a.last_offset: a for a in shipped if a.last_offset > index}
         self._since_snapshot = self.snapshot_every  # write it soon: the old one is useless
 
+    def clock_entry(self, now_ms: int) -> bytes | None:
+        """Leader: a clock entry to propose now (a control batch stamped `now_ms`), or None:
+        only while producers are known, once per period of the committed clock."""
+        if not self.state.producers or now_ms // self._period <= self.clock_ms // self._period:
+            return None
+        if now_ms // self._period <= self._clock_proposed // self._period:
+            return None  # one in flight for this period already
+        self._clock_proposed = now_ms
+        return build_control_batch(ControlType.PRODUCER_CLOCK, b"", timestamp=now_ms)
+
     def _tick(self, timestamp: int) -> None:
-        """Move the committed clock to a data batch's max timestamp; expire producers each
+        """Move the committed clock to a control batch's timestamp; expire producers each
         time it enters a new period (a point that depends on the log alone)."""
+        if self.clock_ms < 0 <= timestamp:
+            # The log's first clock: the producers applied before it were active until now.
+            for producer in self.state.producers.values():
+                producer.last_timestamp = max(producer.last_timestamp, timestamp)
         if timestamp > self.clock_ms:
             before = self.clock_ms // self._period
             self.clock_ms = timestamp

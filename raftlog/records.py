@@ -53,6 +53,7 @@ class ControlType(IntEnum):
     COMMIT = 1
     RAFT_NOOP = 100  # the empty entry a new Raft leader appends for its term
     RAFT_CONFIG = 101  # a Raft membership configuration; the value is its JSON
+    PRODUCER_CLOCK = 102  # a partition leader's wall clock (the batch timestamp), for expiry
 
 
 ABORT = ControlType.ABORT
