@@ -470,9 +470,15 @@ class ProducerCore:
         self._confirmed.clear()
         self.txn_error = None
 
-    def offsets_sent(self, group: str, offsets: dict[tuple[str, int], int]) -> Op[None]:
+    def offsets_sent(
+        self,
+        group: str,
+        offsets: dict[tuple[str, int], int],
+        member: tuple[str, int] | None = None,
+    ) -> Op[None]:
         """Consumer offsets (next offset to read per (topic, partition)) that `group` commits
-        with the open transaction (consume-transform-produce)."""
+        with the open transaction (consume-transform-produce); `member` (member id,
+        generation): refused unless that member holds those partitions now (KIP-447)."""
         path = self._txn_path("offsets")
         if self.producer_id is None:
             yield from self.identified()
@@ -484,6 +490,8 @@ class ProducerCore:
                 {"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(offsets.items())
             ],
         }
+        if member is not None:
+            body["member_id"], body["generation"] = member
         yield from json_call("POST", path, body)
 
     def next_deadline(self) -> float | None:
