@@ -20,6 +20,7 @@ from aiohttp import web
 
 from raftline.api import codec, validation
 from raftline.api.errors import ApiError, from_broker_error, invalid
+from raftline.api.filters import RecordFilter, from_query
 from raftline.api.forward import FORWARDED_HEADER, Forwarder, LeaderMoved, LeaderUnreachable
 from raftline.api.openapi import openapi_document
 from raftline.api.partitioner import partition_for_key
@@ -38,6 +39,7 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 PRODUCE_TIMEOUT_S = 15.0
 TOPIC_CACHE_S = 1.0
 DESCRIBE_WAIT_S = 0.5  # a first describe longer than this runs on in the background
+FILTER_SCAN_BYTES = 8 << 20  # a filtered fetch answers after reading this much without a match
 
 
 @dataclass(slots=True)
@@ -61,6 +63,7 @@ class ApiState:
         self.background: set[asyncio.Task[None]] = set()
         self.requests: dict[tuple[str, str, int], int] = {}
         self.seconds: dict[tuple[str, str], float] = {}  # time spent answering, per route
+        self.metric_sources: list[Callable[[], list[str]]] = []  # more /metrics lines (streams)
 
     async def topic_meta(self, topic: str) -> TopicMeta:
         """Partition count and limits of a topic. A stale entry is served while a background
@@ -304,6 +307,8 @@ async def metrics(request: web.Request) -> web.Response:
             f'raftline_http_request_seconds_total{{method="{method}",route="{route}"}} '
             f"{seconds:.6f}"
         )
+    for source in state.metric_sources:
+        lines += source()
     text = state.broker.metrics_text().rstrip("\n") + "\n" + "\n".join(lines) + "\n"
     return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
@@ -523,10 +528,20 @@ async def internal_batch(request: web.Request) -> web.Response:
 
 
 async def _fetch_local(
-    state: ApiState, topic: str, partition: int, spec: validation.FetchRequest, raw: bool
+    state: ApiState,
+    topic: str,
+    partition: int,
+    spec: validation.FetchRequest,
+    raw: bool,
+    record_filter: RecordFilter | None = None,
 ) -> dict[str, Any]:
     """The JSON answer's fields; with `raw`, whole batches under "batches" instead of
-    "messages"."""
+    "messages". With `record_filter`, only the records it matches (decoded, never raw); the
+    others are passed over, and a fetch that has read FILTER_SCAN_BYTES without a match
+    answers nothing with `next_offset` past them, so one request's work stays bounded."""
+    matches = None if record_filter is None else record_filter.matches
+    raw = raw and matches is None
+    scanned = 0
     deadline = time.monotonic() + spec.wait_ms / 1000
     committed_only = spec.isolation == "read_committed"
     if spec.timestamp is not None:
@@ -548,14 +563,16 @@ async def _fetch_local(
             decoded = codec.select_batches(batches, offset, spec.max_messages)
         else:
             decoded = codec.decode_batches(
-                batches, partition, offset, spec.max_messages, spec.max_bytes
+                batches, partition, offset, spec.max_messages, spec.max_bytes, matches
             )
         next_offset = decoded.next_offset
+        if matches is not None:
+            scanned += sum(len(b) for b in batches)
         if committed_only and (not batches or next_offset >= _batch_end(batches[-1])):
             # everything kept was read: skip the aborted and control batches read after it
             next_offset = max(next_offset, end)
         # Batches holding only control records move the offset on: read (and wait) past them.
-        caught_up = next_offset >= stable and wait_ms == 0
+        caught_up = (next_offset >= stable and wait_ms == 0) or scanned >= FILTER_SCAN_BYTES
         if decoded.messages or next_offset == offset or caught_up:
             answer = {
                 "batches" if raw else "messages": decoded.messages,
@@ -603,11 +620,13 @@ async def fetch(request: web.Request) -> web.Response:
     topic = _topic(request)
     partition = validation.partition_index(request.match_info["partition"])
     spec = validation.fetch_request(dict(request.query))
-    # Whole stored batches when the client asks for them; it decodes them itself.
-    raw = codec.BATCH_CONTENT_TYPE in request.headers.get("Accept", "")
+    record_filter = from_query(request.query)
+    # Whole stored batches when the client asks for them (it decodes them itself), unless a
+    # filter picks records out of them: then JSON, as a forwarded fetch answers.
+    raw = record_filter is None and codec.BATCH_CONTENT_TYPE in request.headers.get("Accept", "")
 
     async def local() -> dict[str, Any]:
-        return await _fetch_local(state, topic, partition, spec, raw)
+        return await _fetch_local(state, topic, partition, spec, raw, record_filter)
 
     async def remote(leader: str) -> dict[str, Any]:
         params = {
@@ -620,6 +639,8 @@ async def fetch(request: web.Request) -> web.Response:
         if spec.timestamp is not None:  # the leader looks it up in its time index
             del params["offset"]
             params["timestamp"] = str(spec.timestamp)
+        if record_filter is not None:
+            params["filter"] = record_filter.source
         return await state.forwarder.fetch(leader, topic, partition, params)
 
     forwarded = FORWARDED_HEADER in request.headers
@@ -724,6 +745,9 @@ def create_app(broker: Broker, *, self_http: str | None = None) -> web.Applicati
     producers.add_routes(app)
 
     queues.add_routes(app)
+    from raftline.api import streams
+
+    streams.add_routes(app)
     if broker.config.test_hooks:
         app.router.add_post("/v1/admin/clock", set_clock_offset)
         app.router.add_post("/v1/admin/network", set_network_faults)

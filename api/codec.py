@@ -16,6 +16,7 @@ from aiohttp import StreamReader
 
 from raftline.api.errors import ApiError, invalid
 from raftline.api.validation import ProduceMessage, ProducerFields
+from raftline.node.filters import Predicate
 from raftline.raftlog.batch import HEADER_SIZE, MAX_BATCH_SIZE, CorruptBatchError, parse_header
 from raftline.raftlog.records import Codec, Record, build_batch, check_batch, decode_batch
 
@@ -223,13 +224,19 @@ def binary_headers_inline(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def decode_batches(
-    batches: Sequence[Buffer], partition: int, offset: int, max_messages: int, max_bytes: int
+    batches: Sequence[Buffer],
+    partition: int,
+    offset: int,
+    max_messages: int,
+    max_bytes: int,
+    matches: Predicate | None = None,
 ) -> DecodedFetch:
     """Messages at or after `offset` from committed batches, skipping control batches.
 
     At most `max_messages`; stops once `max_bytes` of payload is reached (always at least one).
     `next_offset` is where the next fetch starts: past the last message returned, or past every
-    batch read when none was cut short.
+    batch read when none was cut short. With `matches` (a filter), records it refuses are
+    passed over like control records: not returned, and `next_offset` goes past them.
     """
     messages: list[dict[str, Any]] = []
     next_offset = offset
@@ -243,6 +250,11 @@ def decode_batches(
                 continue
             for record in decode_batch(raw).records:
                 if record.offset < offset:
+                    continue
+                if matches is not None and not matches(
+                    record.key, record.headers, record.timestamp, record.offset
+                ):
+                    next_offset = record.offset + 1
                     continue
                 size = len(record.key or b"") + len(record.value or b"")
                 if len(messages) >= max_messages or (messages and size > budget):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -19,6 +20,7 @@ from aiohttp import web
 from raftline.api import validation
 from raftline.api.app import ApiState, _fetch_local, _state, read_body, reply
 from raftline.api.errors import ApiError, invalid
+from raftline.api.filters import RecordFilter, from_query
 from raftline.node.errors import BrokerError
 
 log = logging.getLogger(__name__)
@@ -135,12 +137,15 @@ async def _fetch_partition(
     max_bytes: int,
     wait_ms: int,
     isolation: str = "read_uncommitted",
+    record_filter: RecordFilter | None = None,
+    raw: bool = False,
 ) -> dict[str, Any]:
-    """One partition fetch, here if this node leads the partition, else on its leader."""
+    """One partition fetch, here if this node leads the partition, else on its leader. With
+    `raw`, stored batches ("batches") when read here; a leader elsewhere answers messages."""
     spec = validation.FetchRequest(offset, max_messages, max_bytes, wait_ms, isolation=isolation)
 
     async def local() -> dict[str, Any]:
-        return await _fetch_local(state, topic, partition, spec, raw=False)
+        return await _fetch_local(state, topic, partition, spec, raw, record_filter)
 
     async def remote(leader: str) -> dict[str, Any]:
         params = {
@@ -150,6 +155,8 @@ async def _fetch_partition(
             "wait_ms": str(wait_ms),
             "isolation": isolation,
         }
+        if record_filter is not None:
+            params["filter"] = record_filter.source
         return await state.forwarder.fetch(leader, topic, partition, params)
 
     result: dict[str, Any] = await state.with_leader(
@@ -186,56 +193,34 @@ async def member_messages(request: web.Request) -> web.Response:
     state = _state(request)
     group = _group(request)
     member = _member_id(request.match_info["member_id"])
-    query = dict(request.query)
-    spec = validation.fetch_request(query)
+    spec = validation.fetch_request(dict(request.query))
+    record_filter = from_query(request.query)
+    return reply(request, await member_fetch(state, group, member, spec, record_filter))
+
+
+async def member_fetch(
+    state: ApiState,
+    group: str,
+    member: str,
+    spec: validation.FetchRequest,
+    record_filter: RecordFilter | None = None,
+    urgent: Callable[[dict[str, Any]], bool] | None = None,
+) -> dict[str, Any]:
+    """One group fetch (API.md): the member's plan from the coordinator, its partitions read
+    from there, the positions reached told to the coordinator; the answer's fields. A plan
+    that `urgent` says the member must learn now is answered without waiting for data."""
     broker = state.broker
     plan = await broker.group_call(group, "group_poll", {"member_id": member})
-    wait_ms = min(spec.wait_ms, MAX_GROUP_WAIT_MS)
+    wait_ms = 0 if urgent is not None and urgent(plan) else min(spec.wait_ms, MAX_GROUP_WAIT_MS)
     starts = await _resolve_starts(state, plan["plan"])
-    reset = plan["auto_offset_reset"]
-
-    async def one(topic: str, partition: int, start: int | str) -> dict[str, Any] | None:
-        try:
-            return await _fetch_partition(
-                state,
-                topic,
-                partition,
-                start,
-                spec.max_messages,
-                spec.max_bytes,
-                wait_ms,
-                spec.isolation,
-            )
-        except (ApiError, BrokerError) as exc:
-            if exc.code == "offset_out_of_range":  # e.g. retention passed a committed offset
-                try:
-                    return await _fetch_partition(
-                        state,
-                        topic,
-                        partition,
-                        reset,
-                        spec.max_messages,
-                        spec.max_bytes,
-                        0,
-                        spec.isolation,
-                    )
-                except (ApiError, BrokerError):
-                    return None
-            log.debug("group fetch of %s/%d: %s", topic, partition, exc)
-            return None
-        except Exception as exc:  # one partition's failure must not fail the others' answer
-            log.warning("group fetch of %s/%d failed: %r", topic, partition, exc)
-            return None
-
     if not starts and wait_ms > 0:  # nothing assigned: come back a little later, not at once
         await asyncio.sleep(min(wait_ms, NO_ASSIGNMENT_WAIT_MS) / 1000)
 
-    answered = asyncio.Event()  # stops the watch even where a cancellation got lost (3.11)
-
-    async def watch() -> None:
+    async def watch(answered: asyncio.Event) -> None:
         """While the long-poll waits: keep the member's session alive, and end the wait when
         a new generation starts (the member should learn its new assignment) or the member
-        must give partitions up (it should commit first)."""
+        must give partitions up (it should commit first). `answered` stops it even where a
+        cancellation got lost (3.11)."""
         every = min(WATCH_S, int(plan["session_timeout_ms"]) / 3000)
         while not answered.is_set():
             await asyncio.sleep(every)
@@ -247,44 +232,18 @@ async def member_messages(request: web.Request) -> web.Response:
             if view["generation"] != plan["generation"] or view.get("revoke"):
                 return
 
-    tasks = [asyncio.ensure_future(one(t, p, s)) for t, p, s in starts]
-    pending: set[asyncio.Future[Any]] = set(tasks)
-    watcher = asyncio.ensure_future(watch()) if wait_ms > 0 and tasks else None
-    rebalanced = False
-    try:
-        while pending:
-            waiting = pending | ({watcher} if watcher is not None else set())
-            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            pending -= done
-            if watcher is not None and watcher in done:
-                rebalanced = watcher.exception() is None  # an error just ends the watching
-                watcher = None
-                if rebalanced:
-                    break
-            if any((r := t.result()) is not None and r["messages"] for t in done if t in tasks):
-                break  # data is there: answer now, the others' long-polls end unread
-    finally:
-        answered.set()
-        for task in [*pending, *([watcher] if watcher is not None else [])]:
-            task.cancel()
-        if watcher is not None:  # not awaited: a call of its in flight must not hold the answer
-            watcher.add_done_callback(_consume_outcome)
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+    bodies, rebalanced = await read_partitions(
+        state, starts, spec, wait_ms, record_filter, plan["auto_offset_reset"], watch
+    )
     messages: list[dict[str, Any]] = []
     positions = []
     budget = spec.max_messages
-    for (topic, partition, start), task in zip(starts, tasks, strict=True):
-        body = None if task.cancelled() else task.result()
+    for (topic, partition, start), body in zip(starts, bodies, strict=True):
         position = start if isinstance(start, int) else None
         if body is not None:
-            taken = body["messages"][:budget]
+            taken, position = taken_from(topic, body, budget)
             budget -= len(taken)
-            messages.extend({"topic": topic, **m} for m in taken)
-            if len(taken) < len(body["messages"]):
-                position = body["messages"][len(taken)]["offset"]
-            else:
-                position = body["next_offset"]
+            messages += taken
         positions.append({"topic": topic, "partition": partition, "offset": position})
     advance = [
         [p["topic"], p["partition"], p["offset"]] for p in positions if p["offset"] is not None
@@ -297,16 +256,102 @@ async def member_messages(request: web.Request) -> web.Response:
         )
     except BrokerError as exc:  # the messages still go out; the next fetch may repeat them
         log.debug("group %s: positions of %s not kept: %s", group, member, exc)
-    return reply(
-        request,
-        {
-            "generation": plan["generation"],
-            "assignment": _assignment(plan["assignment"]),
-            "rebalancing": plan["rebalancing"] or rebalanced,
-            "messages": messages,
-            "positions": positions,
-        },
-    )
+    return {
+        "generation": plan["generation"],
+        "assignment": _assignment(plan["assignment"]),
+        "rebalancing": plan["rebalancing"] or rebalanced,
+        "messages": messages,
+        "positions": positions,
+    }
+
+
+def taken_from(topic: str, body: dict[str, Any], budget: int) -> tuple[list[dict[str, Any]], int]:
+    """Up to `budget` messages of a fetch answer, with their topic, and where the partition's
+    next read starts: at the first message left out, else the answer's next_offset."""
+    taken = [{"topic": topic, **m} for m in body["messages"][:budget]]
+    cut = len(taken) < len(body["messages"])
+    return taken, body["messages"][len(taken)]["offset"] if cut else body["next_offset"]
+
+
+async def read_partitions(
+    state: ApiState,
+    starts: list[list[Any]],
+    spec: validation.FetchRequest,
+    wait_ms: int,
+    record_filter: RecordFilter | None,
+    reset: str | None,
+    watch: Callable[[asyncio.Event], Awaitable[None]] | None = None,
+    raw: bool = False,
+) -> tuple[list[dict[str, Any] | None], bool]:
+    """Read the partitions of `starts` ([topic, partition, offset]) at once, long-polling all
+    of them and answering as soon as one has data (or `watch` returns: then `rebalanced`).
+    (each partition's fetch answer, None where it failed or was cut short; rebalanced). A
+    partition whose offset left the log restarts at `reset`, or, without one, fails the call
+    with offset_out_of_range. With `raw`, answers read here hold stored batches."""
+
+    async def one(topic: str, partition: int, start: int | str) -> dict[str, Any] | None:
+        def read(offset: int | str, wait: int) -> Awaitable[dict[str, Any]]:
+            return _fetch_partition(
+                state,
+                topic,
+                partition,
+                offset,
+                spec.max_messages,
+                spec.max_bytes,
+                wait,
+                spec.isolation,
+                record_filter,
+                raw,
+            )
+
+        try:
+            return await read(start, wait_ms)
+        except (ApiError, BrokerError) as exc:
+            if exc.code == "offset_out_of_range":  # e.g. retention passed a committed offset
+                if reset is None:
+                    raise
+                try:
+                    return await read(reset, 0)
+                except (ApiError, BrokerError):
+                    return None
+            log.debug("fetch of %s/%d: %s", topic, partition, exc)
+            return None
+        except Exception as exc:  # one partition's failure must not fail the others' answer
+            log.warning("fetch of %s/%d failed: %r", topic, partition, exc)
+            return None
+
+    tasks = [asyncio.ensure_future(one(t, p, s)) for t, p, s in starts]
+    pending: set[asyncio.Future[Any]] = set(tasks)
+    answered = asyncio.Event()
+    watcher = None
+    if watch is not None and wait_ms > 0 and tasks:
+        watcher = asyncio.ensure_future(watch(answered))
+    rebalanced = False
+    try:
+        while pending:
+            waiting = pending | ({watcher} if watcher is not None else set())
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            pending -= done
+            if watcher is not None and watcher in done:
+                rebalanced = watcher.exception() is None  # an error just ends the watching
+                watcher = None
+                if rebalanced:
+                    break
+            if any(_has_data(t.result()) for t in done if t in tasks):
+                break  # data is there: answer now, the others' long-polls end unread
+    finally:
+        answered.set()
+        for task in [*pending, *([watcher] if watcher is not None else [])]:
+            task.cancel()
+        if watcher is not None:  # not awaited: a call of its in flight must not hold the answer
+            watcher.add_done_callback(_consume_outcome)
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+    return [None if task.cancelled() else task.result() for task in tasks], rebalanced
+
+
+def _has_data(body: dict[str, Any] | None) -> bool:
+    return body is not None and bool(body.get("messages") or body.get("batches"))
 
 
 # ---- offsets -------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from typing import Any
 from raftline.api.codec import BATCH_CONTENT_TYPE
 from raftline.api.openapi_groups import GROUP_SCHEMAS, group_paths
 from raftline.api.openapi_queues import QUEUE_SCHEMAS, queue_paths
+from raftline.api.openapi_streams import STREAM_SCHEMAS, stream_paths, with_filters
 
 JSON = "application/json"
 MSGPACK = "application/msgpack"
@@ -657,6 +658,9 @@ def openapi_document() -> dict[str, Any]:
             }
         },
     }
+    every_path = {**paths, **group_paths(), **queue_paths(), **stream_paths(fetch_params)}
+    schemas = {**_SCHEMAS, **GROUP_SCHEMAS, **QUEUE_SCHEMAS, **STREAM_SCHEMAS}
+    with_filters(every_path, schemas)
     return {
         "openapi": "3.1.0",
         "info": {
@@ -666,6 +670,6 @@ def openapi_document() -> dict[str, Any]:
             '{"error": {"code", "message", "retryable"}}. Bodies may be JSON or msgpack '
             "(Content-Type application/msgpack); answers are msgpack when Accept asks.",
         },
-        "paths": {**paths, **group_paths(), **queue_paths()},
-        "components": {"schemas": {**_SCHEMAS, **GROUP_SCHEMAS, **QUEUE_SCHEMAS}},
+        "paths": every_path,
+        "components": {"schemas": schemas},
     }

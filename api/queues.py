@@ -14,13 +14,13 @@ from typing import Any
 
 from aiohttp import web
 
-from raftline.api import codec, validation
-from raftline.api.app import _state, read_body, reply, wants_msgpack
+from raftline.api import codec, filters, validation
+from raftline.api.app import ApiState, _state, read_body, reply, wants_msgpack
 from raftline.api.errors import invalid
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 CREATE_FIELDS = frozenset({"name", "topic", "lock_ms", "max_deliveries", "dead_letter_topic"})
-RECEIVE_FIELDS = frozenset({"max_messages", "wait_ms"})
+RECEIVE_FIELDS = frozenset({"max_messages", "wait_ms", "filter"})
 ACK_FIELDS = frozenset({"receipts", "outcome"})
 EXTEND_FIELDS = frozenset({"receipts", "lock_ms"})
 OUTCOMES = ("accept", "release", "reject")
@@ -114,21 +114,35 @@ async def receive(request: web.Request) -> web.Response:
     )
     limit = _int(body, "max_messages", 10, 1, MAX_MESSAGES)
     wait_ms = _int(body, "wait_ms", 0, 0, MAX_WAIT_MS)
+    record_filter = filters.from_body(body.get("filter"))
+    payload = await receive_messages(state, name, limit, wait_ms, record_filter)
+    if wants_msgpack(request):
+        payload = codec.binary_headers_inline(payload)
+    return reply(request, payload)
+
+
+async def receive_messages(
+    state: ApiState,
+    name: str,
+    limit: int,
+    wait_ms: int,
+    record_filter: filters.RecordFilter | None = None,
+) -> dict[str, Any]:
+    """One receive (API.md): `{"messages": [...]}`; only records `record_filter` matches, the
+    others left available to other receivers."""
     deadline = time.monotonic() + wait_ms / 1000
     # Each call to the shard leader must end well inside a node-to-node request's timeout.
     slice_ms = max(int(state.broker.config.request_timeout_s * 1000) - 2_000, 500)
     turn = next(_turns)
     while True:
         left = max(int((deadline - time.monotonic()) * 1000), 0)
-        args = {"max_messages": limit, "wait_ms": min(left, slice_ms), "turn": turn}
+        args: dict[str, Any] = {"max_messages": limit, "wait_ms": min(left, slice_ms), "turn": turn}
+        if record_filter is not None:
+            args["filter"] = record_filter.source
         answer = await state.broker.queue_call(name, "queue_receive", args)
         if answer["messages"] or time.monotonic() >= deadline:
             break
-    messages = [_message(answer["topic"], m) for m in answer["messages"]]
-    payload: dict[str, Any] = {"messages": messages}
-    if wants_msgpack(request):
-        payload = codec.binary_headers_inline(payload)
-    return reply(request, payload)
+    return {"messages": [_message(answer["topic"], m) for m in answer["messages"]]}
 
 
 async def ack(request: web.Request) -> web.Response:

@@ -16,12 +16,13 @@ from typing import Any, TypeVar
 import aiohttp
 
 from raftline.api.codec import read_whole_body
-from raftline.clients import wire
+from raftline.clients import websocket, wire
 from raftline.clients.consuming import ConsumerApi
 from raftline.clients.core import ClientApi, Hook, Op, Pause, Step
 from raftline.clients.grouping import GroupConsumerApi
 from raftline.clients.producing import ProducerApi
 from raftline.clients.queueing import QueueApi, QueueMessage
+from raftline.clients.streaming import Open, Receive, Shut
 from raftline.clients.wire import Message
 
 _T = TypeVar("_T")
@@ -80,6 +81,12 @@ class AsyncClient(ClientApi):
             try:
                 if isinstance(call, Hook):  # an application callback, awaited if async
                     result = await call.awaited()
+                elif isinstance(call, Open):
+                    result = await self._opened(call)
+                elif isinstance(call, Receive):
+                    result = await websocket.receive_frame(call)
+                elif isinstance(call, Shut):
+                    result = await websocket.close_stream(call.stream)
                 else:
                     result = await self.exchange(call.method, call.path, call.request, call.url)
             except Exception as error:  # the Op decides: a producer fails its batch's futures
@@ -87,6 +94,18 @@ class AsyncClient(ClientApi):
             else:
                 step.send(result)
         return step.result  # type: ignore[return-value]  # set when the Op returned
+
+    async def _opened(self, call: Open) -> Any:
+        """A stream opened with the client's retries on retryable failures."""
+        tries = self._tries(call.url)
+        while True:
+            base = self._base_url(tries.url)
+            try:
+                return await websocket.open_stream(
+                    self._http(), base, call.path, call.params, self.timeout
+                )
+            except wire.RaftlineError as error:
+                await asyncio.sleep(tries.failed(error))
 
     async def exchange(
         self, method: str, path: str, request: wire.Request, url: str | None = None

@@ -15,12 +15,13 @@ import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from raftline.clients import wire
+from raftline.clients import websocket, wire
 from raftline.clients.consuming import ConsumerApi
 from raftline.clients.core import ClientApi, Hook, Op, Pause, Step
 from raftline.clients.grouping import GroupConsumerApi
 from raftline.clients.producing import Batch, ProducerApi
 from raftline.clients.queueing import QueueApi, QueueMessage
+from raftline.clients.streaming import Open, Receive, Shut
 from raftline.clients.wire import Message
 
 _T = TypeVar("_T")
@@ -90,9 +91,12 @@ class Client(ClientApi):
     def __init__(self, *args: Any, **options: Any) -> None:
         super().__init__(*args, **options)  # url, timeout, retry, wire: see ClientCore
         self._pool = _ConnectionPool(self.timeout)
+        self._loop_thread: websocket.LoopThread | None = None  # streams' I/O, made when needed
 
     def close(self) -> None:
         self._pool.close()
+        if self._loop_thread is not None:
+            self._loop_thread.close()
 
     def __enter__(self) -> Client:
         return self
@@ -124,6 +128,13 @@ class Client(ClientApi):
             try:
                 if isinstance(call, Hook):  # an application callback, in this thread
                     result = call.run()
+                elif isinstance(call, Open):
+                    result = self._opened(call)
+                elif isinstance(call, Receive):
+                    frame = websocket.receive_frame(call)
+                    result = self._streams().run(frame)
+                elif isinstance(call, Shut):
+                    result = self._streams().run(websocket.close_stream(call.stream))
                 else:
                     result = self.exchange(call.method, call.path, call.request, call.url)
             except Exception as error:  # the Op decides: a producer fails its batch's futures
@@ -131,6 +142,21 @@ class Client(ClientApi):
             else:
                 step.send(result)
         return step.result  # type: ignore[return-value]  # set when the Op returned
+
+    def _streams(self) -> websocket.LoopThread:
+        if self._loop_thread is None:
+            self._loop_thread = websocket.LoopThread(self.timeout)
+        return self._loop_thread
+
+    def _opened(self, call: Open) -> Any:
+        """A stream opened with the client's retries on retryable failures."""
+        tries = self._tries(call.url)
+        while True:
+            base = self._base_url(tries.url)
+            try:
+                return self._streams().run(self._streams().opened(base, call.path, call.params))
+            except wire.RaftlineError as error:
+                time.sleep(tries.failed(error))
 
     def exchange(
         self, method: str, path: str, request: wire.Request, url: str | None = None

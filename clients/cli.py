@@ -263,6 +263,21 @@ def _format(message: Message, style: str) -> str:
     return message.text or ""
 
 
+def add_filter_and_stream(command: argparse.ArgumentParser, stream_note: str) -> None:
+    command.add_argument(
+        "--filter",
+        metavar="EXPR",
+        help="only records this expression matches, skipped on the node, e.g. "
+        "'headers.region == \"eu\" and timestamp >= 1700000000000' (README: Filters)",
+    )
+    command.add_argument(
+        "--stream",
+        action="store_true",
+        help=f"the node pushes messages over a WebSocket as they come ({stream_note}); "
+        "long-polls where the upgrade is refused",
+    )
+
+
 def cmd_consume(args: argparse.Namespace, client: Client, out: TextIO) -> int:
     if args.group is not None:
         return _consume_group(args, client, out)
@@ -273,8 +288,15 @@ def cmd_consume(args: argparse.Namespace, client: Client, out: TextIO) -> int:
     )
     offset: int | str = int(args.offset) if args.offset.isdigit() else args.offset
     emit: Callable[[Message], None] = lambda m: out.write(_format(m, args.format) + "\n")  # noqa: E731
-    if args.follow:
-        consumer = client.consumer(args.topic, partitions=partitions, offset=offset, wait_ms=1000)
+    if args.follow or args.stream:
+        consumer = client.consumer(
+            args.topic,
+            partitions=partitions,
+            offset=offset,
+            wait_ms=1000,
+            filter=args.filter,
+            stream=args.stream,
+        )
         try:
             for count, message in enumerate(consumer, start=1):
                 emit(message)
@@ -283,6 +305,8 @@ def cmd_consume(args: argparse.Namespace, client: Client, out: TextIO) -> int:
                     break
         except KeyboardInterrupt:
             pass
+        finally:
+            consumer.close()
         return 0
     return _consume_to_end(args, client, partitions, offset, emit)
 
@@ -297,6 +321,8 @@ def _consume_group(args: argparse.Namespace, client: Client, out: TextIO) -> int
         member_id=args.member_id,
         session_timeout_ms=args.session_timeout_ms,
         auto_commit_interval_ms=1000,
+        filter=args.filter,
+        stream=args.stream,
     )
     try:
         for count, message in enumerate(consumer, start=1):
@@ -321,7 +347,7 @@ def _consume_to_end(
     """Read each partition from `offset` up to the high watermark seen when starting."""
     printed = 0
     for partition in partitions:
-        first = client.fetch(args.topic, partition, offset, max_messages=1)
+        first = client.fetch(args.topic, partition, offset, max_messages=1, filter=args.filter)
         end = first.high_watermark
         position = (
             offset
@@ -330,7 +356,9 @@ def _consume_to_end(
         )
         progress = Progress(f"partition {partition}", max(0, end - int(position)))
         while int(position) < end:
-            result = client.fetch(args.topic, partition, position, max_messages=1000)
+            result = client.fetch(
+                args.topic, partition, position, max_messages=1000, filter=args.filter
+            )
             for message in result.messages:
                 if message.offset >= end:
                     break
@@ -506,6 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Ctrl-C, committing what it printed, then leaves",
     )
     consume.add_argument("--member-id", help="with --group: a stable member id (default random)")
+    add_filter_and_stream(consume, "implies --follow")
     consume.add_argument(
         "--session-timeout-ms",
         type=non_negative,

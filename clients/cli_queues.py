@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from raftline.clients.cli import table
+from raftline.clients.cli import add_filter_and_stream, table
 from raftline.clients.client import Client, QueueMessage
 
 SETTLE = ("ack", "release", "reject", "none")
@@ -50,7 +50,12 @@ def _format(message: QueueMessage, style: str) -> str:
 
 def cmd_queue_receive(args: argparse.Namespace, client: Client, out: TextIO) -> int:
     """Print received messages, then settle each as --settle says (default: ack)."""
-    queue = client.queue(args.name, max_messages=min(args.max_messages or 100, 1000))
+    queue = client.queue(
+        args.name,
+        max_messages=min(args.max_messages or 100, 1000),
+        filter=args.filter,
+        stream=args.stream,
+    )
     printed = 0
     while True:
         wait_ms = args.wait_ms if not args.follow else max(args.wait_ms, 1000)
@@ -70,6 +75,7 @@ def cmd_queue_receive(args: argparse.Namespace, client: Client, out: TextIO) -> 
         printed += len(messages)
         done = args.max_messages and printed >= args.max_messages
         if done or (not messages and not args.follow):
+            queue.close()
             return 0
 
 
@@ -124,6 +130,7 @@ def add_queue_commands(
         help="after printing: ack (default), release, reject, or none (locks expire)",
     )
     receive.add_argument("--format", choices=("value", "json"), default="value")
+    add_filter_and_stream(receive, "with --follow")
     receive.set_defaults(handler=cmd_queue_receive)
 
     stats = client_command("stats", "a queue's config and counts", actions)

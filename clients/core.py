@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from raftline.clients.metadata import Metadata
 from raftline.clients.routing import Nodes, RetryPolicy, Tries
+from raftline.clients.streaming import Open, Receive, Shut
 from raftline.clients.wire import (
     Acked,
     Answer,
@@ -94,8 +95,9 @@ class Hook:
         return (await result) if inspect.isawaitable(result) else result
 
 
-# sent an Answer after a Call, the result after a Hook, None after a Pause
-Op = Generator[Call | Hook | Pause, Any, _T]
+# sent an Answer after a Call, the result after a Hook, None after a Pause; a stream step
+# (clients/streaming.py) its handle, frame or None
+Op = Generator[Call | Hook | Pause | Open | Receive | Shut, Any, _T]
 # What a public call gives: the value from the blocking Client, an awaitable of it from
 # AsyncClient (the same method drives the same Op in either shell).
 Returns = _T | Awaitable[_T]
@@ -232,9 +234,14 @@ class ClientCore:
         url: str | None,
         values: bool,
         isolation: str = "read_uncommitted",
+        record_filter: str | None = None,
     ) -> Op[FetchResult | FetchedValues]:
-        """One fetch; with `values`, only the values."""
+        """One fetch; with `values`, only the values; with `record_filter` (an expression,
+        README "Filters"), only the records it matches."""
         request = fetch_request(self.wire, offset, max_messages, max_bytes, wait_ms, isolation)
+        if record_filter is not None:
+            assert request.params is not None
+            request.params["filter"] = record_filter
         answer = yield Call("GET", messages_path(topic, partition), request, url)
         if values:
             return fetched_values(answer, offset, max_messages)
@@ -353,9 +360,22 @@ class ClientApi(ClientCore):
         max_bytes: int = 1 << 20,
         wait_ms: int = 0,
         url: str | None = None,
+        filter: str | None = None,
     ) -> Returns[FetchResult]:
+        """One fetch; `filter`: only the records this expression matches (README "Filters");
+        `next_offset` still passes the others."""
         return self._run(
-            self.fetched(topic, partition, offset, max_messages, max_bytes, wait_ms, url, False)
+            self.fetched(
+                topic,
+                partition,
+                offset,
+                max_messages,
+                max_bytes,
+                wait_ms,
+                url,
+                False,
+                record_filter=filter,
+            )
         )
 
     def fetch_values(

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from raftline.clients.core import Call, ClientApi, ClientCore, Hook, Op, Returns, json_call
+from raftline.clients.streaming import StreamCursor
 from raftline.clients.wire import (
     Message,
     RaftlineError,
@@ -73,7 +74,11 @@ class GroupConsumerCore:
     `session_timeout_ms`: the server drops a member silent this long. `auto_offset_reset`: where
     partitions without a committed offset start. `wait_ms`, `max_messages`, `max_bytes`: of each
     group fetch. `max_poll_interval_ms`: heartbeats stop when the application has not polled
-    for this long, so an abandoned consumer's partitions go to the others."""
+    for this long, so an abandoned consumer's partitions go to the others. `filter`: only the
+    records this expression matches (README "Filters"); positions and commits still pass the
+    others. `stream=True`: the group's node pushes each group fetch answer over a WebSocket,
+    at most `prefetch` (default max_messages) messages ahead of what was handed out; where the
+    upgrade is refused, the member long-polls."""
 
     def __init__(
         self,
@@ -92,6 +97,9 @@ class GroupConsumerCore:
         max_bytes: int = 1 << 20,
         max_poll_interval_ms: int = 300_000,
         clock: Callable[[], float] = time.monotonic,
+        filter: str | None = None,
+        stream: bool = False,
+        prefetch: int | None = None,
     ) -> None:
         self.topics = [topics] if isinstance(topics, str) else list(topics)
         if not self.topics or not all(isinstance(t, str) and t for t in self.topics):
@@ -118,6 +126,8 @@ class GroupConsumerCore:
         self.max_poll_interval_s = max_poll_interval_ms / 1000
         self.heartbeat_s = session_timeout_ms / 1000 / HEARTBEATS_PER_SESSION
         self.clock = clock
+        self.record_filter = filter
+        self.stream = StreamCursor(stream, prefetch or max_messages, client.nodes, clock)
 
         self.generation: int | None = None  # None: not a member (yet, or any more)
         self.assignment: list[TopicPartition] = []
@@ -157,6 +167,7 @@ class GroupConsumerCore:
         revoked as lost first. A member that only may have lost a fetch's answer (`_resync`)
         stays what it was: the join makes the server read its partitions from the committed
         offsets again, so the auto-commit goes first and nothing handed out comes twice."""
+        yield from self.stream.shut()  # a stream reads for the membership being replaced
         if self._rejoin and self.generation is not None:
             yield from self._revoked(list(self.assignment), lost=True, errors=[])
             self.generation = None
@@ -214,7 +225,9 @@ class GroupConsumerCore:
             self._lost = False
         gone = set(revoked)
         self.assignment = [tp for tp in self.assignment if tp not in gone]
+        buffered = len(self._buffer)
         self._buffer = deque(item for item in self._buffer if item[1] not in gone)
+        self.stream.consumed(buffered - len(self._buffer))  # never handed: their credit back
         for tp in gone:
             self.consumed.pop(tp, None)
             self.committed.pop(tp, None)
@@ -229,6 +242,7 @@ class GroupConsumerCore:
         if self.closed:
             return
         errors: list[Exception] = []
+        yield from self.stream.shut()
         try:
             if self.generation is not None:  # lost already when it must join again
                 if not self._rejoin and self.auto_commit_interval_ms is not None:
@@ -281,6 +295,12 @@ class GroupConsumerCore:
             "max_bytes": str(self.max_bytes),
             "wait_ms": str(self.wait_ms),
         }
+        if self.record_filter is not None:
+            params["filter"] = self.record_filter
+        if self.stream.active():
+            streamed = yield from self._streamed(params)
+            if streamed:
+                return
         path = member_path(self.group, self.member_id, "messages")
         self._fetching += 1
         try:
@@ -288,18 +308,50 @@ class GroupConsumerCore:
             request.retry = False
             answer = yield Call("GET", path, request)
         except RaftlineError as error:
-            if error.code in GONE:
-                self._rejoin = True
-            elif error.retryable:
-                self._resync = True
-                log.info("group %s: fetch of %s failed, joining again: %s", *self._who, error)
-            else:
-                raise
+            self._failed(error)
             return
         finally:
             self._fetching -= 1
+        yield from self._took(answer.json())
+
+    def _failed(self, error: RaftlineError) -> None:
+        """A group fetch (or the stream) failed: join again (404), or resynchronise from the
+        committed offsets after a failure whose answer may have been lost (see _fetched)."""
+        if error.code in GONE:
+            self._rejoin = True
+        elif error.retryable:
+            self._resync = True
+            log.info("group %s: fetch of %s failed, joining again: %s", *self._who, error)
+        else:
+            raise error
+
+    def _streamed(self, params: dict[str, str]) -> Op[bool]:
+        """The stream's next frame into the buffer, as a group fetch answer; False when the
+        upgrade was refused (then long-poll). A lost stream is a failed fetch: the member
+        joins again from the committed offsets, and a new stream starts after that join."""
+        del params["wait_ms"]
+        path = member_path(self.group, self.member_id, "stream")
+        try:
+            if not (yield from self.stream.opened(path, params)):
+                return False
+            self._fetching += 1  # the stream's rounds heartbeat for the member meanwhile
+            try:
+                frame = yield from self.stream.frame(self.wait_ms / 1000)
+            finally:
+                self._fetching -= 1
+        except RaftlineError as error:
+            self._failed(error)
+            return True
+        if frame is not None:
+            kept = yield from self._took(frame)
+            self.stream.consumed(len(frame.get("messages", ())) - kept)  # dropped: credit back
+        return True
+
+    def _took(self, body: dict[str, Any]) -> Op[int]:
+        """A group fetch answer (or stream frame) into the buffer; how many messages it kept.
+        A message below what was handed out of its partition is dropped (a position the
+        server kept may trail it)."""
         self.last_contact = self.clock()
-        body = answer.json()
         positions = body.get("positions", [])
         assignment = _partitions(body.get("assignment", positions))
         generation = int(body["generation"])
@@ -310,6 +362,7 @@ class GroupConsumerCore:
         self._settle = self._settle or rebalancing
         yield from self._news(generation, assignment)
         held = set(self.assignment)
+        buffered = len(self._buffer)
         last = {(m.topic, m.partition): i for i, m in enumerate(messages)}
         ends = {
             (str(p["topic"]), int(p["partition"])): int(p["offset"])
@@ -318,7 +371,7 @@ class GroupConsumerCore:
         }
         for i, message in enumerate(messages):
             tp = (str(message.topic), message.partition)
-            if tp in held:
+            if tp in held and message.offset >= self.consumed.get(tp, -1):
                 mark = message.offset + 1
                 if last[tp] == i:  # the partition's last one: on to its position (gaps too)
                     mark = max(mark, ends.get(tp, mark))
@@ -326,6 +379,7 @@ class GroupConsumerCore:
         for tp, end in ends.items():
             if tp in held and tp not in last:  # nothing came: the position is what was handed
                 self._consume(tp, end)
+        return len(self._buffer) - buffered
 
     def _consume(self, tp: TopicPartition, offset: int) -> None:
         if offset > self.consumed.get(tp, -1):
@@ -337,6 +391,7 @@ class GroupConsumerCore:
             message, tp, mark = self._buffer.popleft()
             self._consume(tp, mark)
             out.append(message)
+        self.stream.consumed(count)
         return out
 
     def polled(self) -> Op[list[Message]]:

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from raftline.clients.core import Op, Returns, json_call
-from raftline.clients.wire import HeaderValue, _decoded, _json_headers
+from raftline.clients.streaming import StreamCursor
+from raftline.clients.wire import HeaderValue, RaftlineError, _decoded, _json_headers
 
 if TYPE_CHECKING:
     from raftline.clients.core import ClientApi
@@ -90,20 +91,65 @@ def queue_path(name: str, action: str = "") -> str:
 
 
 class QueueCore:
-    """The Ops of one queue. `max_messages` and `wait_ms` are the defaults of `receive`."""
+    """The Ops of one queue. `max_messages` and `wait_ms` are the defaults of `receive`.
+    `filter`: receive only the records this expression matches (README "Filters"; the others
+    stay available to other receivers). `stream=True`: the queue's node pushes locked
+    messages over a WebSocket, at most `prefetch` (default max_messages) received and not yet
+    settled (RabbitMQ's prefetch); where the upgrade is refused, receive long-polls."""
 
     def __init__(
-        self, client: ClientApi, name: str, *, max_messages: int = 10, wait_ms: int = 1_000
+        self,
+        client: ClientApi,
+        name: str,
+        *,
+        max_messages: int = 10,
+        wait_ms: int = 1_000,
+        filter: str | None = None,
+        stream: bool = False,
+        prefetch: int | None = None,
     ) -> None:
         self.client = client
         self.name = name
         self.max_messages = max_messages
         self.wait_ms = wait_ms
+        self.record_filter = filter
+        self.stream = StreamCursor(stream, prefetch or max_messages, client.nodes)
+        self._unsettled: set[str] = set()  # receipts pushed by the stream, their credit out
 
     def received(self, max_messages: int, wait_ms: int) -> Op[list[QueueMessage]]:
-        body = {"max_messages": max_messages, "wait_ms": wait_ms}
+        if self.stream.active():
+            streamed = yield from self._streamed(wait_ms)
+            if streamed is not None:
+                return streamed
+        body: dict[str, Any] = {"max_messages": max_messages, "wait_ms": wait_ms}
+        if self.record_filter is not None:
+            body["filter"] = self.record_filter
         answer = yield from json_call("POST", queue_path(self.name, "receive"), body)
         return [self._message(m) for m in answer.get("messages", [])]
+
+    def _streamed(self, wait_ms: int) -> Op[list[QueueMessage] | None]:
+        """The stream's next frame; None when the upgrade was refused. A lost stream answers
+        nothing now (its messages' locks expire and they come again) and is opened again at
+        the next receive."""
+        params = {"max_messages": str(self.max_messages)}
+        if self.record_filter is not None:
+            params["filter"] = self.record_filter
+        if self.stream.handle is None:
+            self._unsettled.clear()  # a new stream starts with the whole window
+        if not (yield from self.stream.opened(queue_path(self.name, "stream"), params)):
+            return None
+        try:
+            frame = yield from self.stream.frame(wait_ms / 1000)
+        except RaftlineError as error:
+            if error.retryable:
+                return []
+            raise
+        messages = [self._message(m) for m in (frame or {}).get("messages", ())]
+        self._unsettled.update(m.receipt for m in messages)
+        return messages
+
+    def stopped(self) -> Op[None]:
+        yield from self.stream.shut()
 
     def _message(self, m: dict[str, Any]) -> QueueMessage:
         return QueueMessage(
@@ -127,6 +173,10 @@ class QueueCore:
             return []
         body = {"receipts": [m.receipt for m in messages], "outcome": outcome}
         answer = yield from json_call("POST", queue_path(self.name, "ack"), body)
+        for message in messages:  # settled (or its lock lost): its stream credit goes back
+            if message.receipt in self._unsettled:
+                self._unsettled.discard(message.receipt)
+                self.stream.consumed(1)
         return _results(messages, answer)
 
     def extended(self, messages: list[QueueMessage], lock_ms: int | None) -> Op[list[bool]]:
@@ -204,6 +254,10 @@ class QueueApi(QueueCore):
         self, messages: list[QueueMessage], lock_ms: int | None = None
     ) -> Returns[list[bool]]:
         return self.client._run(self.extended(list(messages), lock_ms))
+
+    def close(self) -> Returns[None]:
+        """Close the queue's stream, if it has one (its unsettled messages keep their locks)."""
+        return self.client._run(self.stopped())
 
     def settle_one(self, message: QueueMessage, outcome: str) -> Returns[bool]:
         return self.client._run(_single(self.settled([message], outcome)))

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from raftline.node.coordinator.service import GROUPS_TOPIC
 from raftline.node.errors import BrokerError
+from raftline.node.filters import FilterError, Predicate, compile_filter
 from raftline.node.queues import partitions, receipts
 from raftline.node.queues.partitions import RawRecord
 from raftline.node.queues.state import (
@@ -111,6 +112,10 @@ class _Leading:
     def wake(self) -> None:
         self.changed.set()
         self.changed = asyncio.Event()
+
+
+def _matched(matches: Predicate, record: RawRecord) -> bool:
+    return matches(record[2], record[4], int(record[1]), int(record[0]))
 
 
 def now_ms() -> int:
@@ -285,8 +290,15 @@ class QueueService:
         count = await self.broker.topic_partition_count(queue.topic)
         first = int(args.get("turn", 0))  # which partition goes first (spreads the work)
         order = [(first + i) % count for i in range(count)]
+        # A filtered receive takes only the records its filter matches; the others are neither
+        # locked nor counted as delivered: they stay available to other receivers (as JMS
+        # selectors on a queue leave them).
+        try:
+            matches = compile_filter(args["filter"]).matches if args.get("filter") else None
+        except FilterError as exc:  # the receiving node checked it: a node of another version
+            raise BrokerError("invalid_request", str(exc)) from None
         while True:
-            messages, next_due = await self._take(shard, queue.name, order, limit)
+            messages, next_due = await self._take(shard, queue.name, order, limit, matches)
             remaining = deadline - time.monotonic()
             if messages or remaining <= 0:
                 return {"messages": messages, "topic": queue.topic}
@@ -295,7 +307,7 @@ class QueueService:
             await self._await_records(shard, queue.name, order, remaining)
 
     async def _take(
-        self, shard: str, name: str, order: list[int], limit: int
+        self, shard: str, name: str, order: list[int], limit: int, matches: Predicate | None = None
     ) -> tuple[list[dict[str, Any]], int | None]:
         """Lock and hand out up to `limit` due records, higher priorities first (then the
         partitions in `order`, then offsets); also when the next delayed record falls due."""
@@ -305,13 +317,15 @@ class QueueService:
         for turn, partition in enumerate(order):
             replica, leading = self._lead(shard)
             queue = self._queue(replica, name)
-            view = await self._fill(shard, queue, partition, limit, wall)
+            view = await self._fill(shard, queue, partition, limit, wall, matches)
             replica, leading = self._lead(shard)
             queue = self._queue(replica, name)
             busy = {o for (q, p, o) in leading.busy if q == name and p == partition}
             busy |= leading.locks.locked(name, partition)
             for offset in available(queue, partition, sorted(view.records), busy, WINDOW):
                 record = view.records[offset]
+                if matches is not None and not _matched(matches, record):
+                    continue
                 due = due_ms(int(record[1]), record[4])
                 if due > wall:
                     next_due = due if next_due is None else min(next_due, due)
@@ -378,10 +392,18 @@ class QueueService:
             )
         return out
 
-    async def _fill(self, shard: str, queue: Queue, partition: int, need: int, wall: int) -> _View:
+    async def _fill(
+        self,
+        shard: str,
+        queue: Queue,
+        partition: int,
+        need: int,
+        wall: int,
+        matches: Predicate | None = None,
+    ) -> _View:
         """The leader's view of a partition, read further from the data partition while it
-        holds fewer than `need` records deliverable now (`wall`: the time) and the window
-        allows."""
+        holds fewer than `need` records deliverable now (`wall`: the time; with `matches`,
+        that it matches) and the window allows."""
         _, leading = self._lead(shard)
         view = leading.views.get((queue.name, partition))
         if view is None or view.incarnation != queue.incarnation:
@@ -395,6 +417,7 @@ class QueueService:
             1
             for o in available(queue, partition, sorted(view.records), locked, WINDOW)
             if due_ms(int(view.records[o][1]), view.records[o][4]) <= wall
+            and (matches is None or _matched(matches, view.records[o]))
         )
         room = state.start + WINDOW - view.read_to
         if ready >= need or room <= 0:
