@@ -49,6 +49,19 @@ async def on_leader(brokers: list[Broker], call: Any) -> Any:
     raise AssertionError("no leader answered")
 
 
+async def retrying(call: Any) -> Any:
+    """`call()` until it is not refused retryably (an election, e.g. of the metadata group
+    whose leader was the stopped node)."""
+    for _ in range(400):
+        try:
+            return await call()
+        except BrokerError as exc:
+            if not exc.retryable:
+                raise
+            await asyncio.sleep(0.05)
+    raise AssertionError("still refused")
+
+
 def idempotent(pid: int, seq: int) -> bytes:
     return build_batch(
         [Record(value=b"i%d" % seq)], producer_id=pid, producer_epoch=0, base_sequence=seq
@@ -71,13 +84,13 @@ async def test_a_leader_that_caught_up_from_a_snapshot_dedups_and_knows_open_tra
         await follower.stop()
         live = [b for b in brokers if b is not follower]
 
-        pid, _ = await leader.new_producer()
+        pid, _ = await retrying(leader.new_producer)
         offsets = []
         for seq in range(5):
             offsets.append(
                 await on_leader(live, lambda b, s=seq: b.produce("t", 0, idempotent(pid, s), "all"))
             )
-        txn = await leader.txn_call("tx", "txn_init", {"timeout_ms": 600_000})
+        txn = await retrying(lambda: leader.txn_call("tx", "txn_init", {"timeout_ms": 600_000}))
         tpid, tepoch = txn["producer_id"], txn["producer_epoch"]
         open_batch = build_batch(
             [Record(value=b"open")],
@@ -123,9 +136,8 @@ async def test_a_leader_that_caught_up_from_a_snapshot_dedups_and_knows_open_tra
 
         lso = replica.producers.state.last_stable_offset(replica.high_watermark)
         assert lso == txn_first, "the open transaction holds the last stable offset"
-        ended = await restarted.txn_call(
-            "tx", "txn_end", {"producer_id": tpid, "producer_epoch": tepoch, "commit": True}
-        )
+        end = {"producer_id": tpid, "producer_epoch": tepoch, "commit": True}
+        ended = await retrying(lambda: restarted.txn_call("tx", "txn_end", end))
         assert ended["producer_epoch"] > tepoch
         await wait_for(
             lambda: (
