@@ -86,6 +86,36 @@ class EosWorkload:
             await asyncio.sleep(RETRY_PAUSE_S)
         return "unknown", None
 
+    async def _send_batch(
+        self,
+        http: aiohttp.ClientSession,
+        process: int,
+        f: str,
+        partition: int,
+        values: list[str],
+        numbers: tuple[int, int, int],  # producer id, epoch, sequence
+        deadline: float,
+        tid: str | None = None,
+        txn: str | None = None,
+    ) -> tuple[str, Any]:
+        """One produce request of `values` to `partition` with the producer's numbers (and,
+        in transaction `txn`, its transactional id), settled as _settled does."""
+        pid, epoch, sequence = numbers
+        fields = {"producer_id": pid, "producer_epoch": epoch, "sequence": sequence}
+        body: dict[str, Any] = {
+            "acks": "all",
+            **fields,
+            "messages": [{"partition": partition, "value": v} for v in values],
+        }
+        value: dict[str, Any] = {"key": self.work.key(partition), "values": values, **fields}
+        if tid is not None:
+            body.update(transactional=True, transactional_id=tid)
+            value["txn"] = txn
+        path = f"/v1/topics/{self.work.topic}/messages"
+        return await self._settled(
+            http, process, f, path, body, value, partition, deadline, ("offsets",)
+        )
+
     # ------------------------------------------------------------------ idempotent producers
 
     async def _new_producer(
@@ -115,27 +145,9 @@ class EosWorkload:
             partition = self.work.pick_partition()
             values = [f"i{process}-{n + k}" for k in range(self.rng.randint(1, 3))]
             n += len(values)
-            pid, epoch = producer
             sequence = sequences.get(partition, 0)
-            body = {
-                "acks": "all",
-                "producer_id": pid,
-                "producer_epoch": epoch,
-                "sequence": sequence,
-                "messages": [{"partition": partition, "value": v} for v in values],
-            }
-            fields = {"producer_id": pid, "producer_epoch": epoch, "sequence": sequence}
-            value = {"key": self.work.key(partition), "values": values, **fields}
-            status, answer = await self._settled(
-                http,
-                process,
-                "send",
-                f"/v1/topics/{self.work.topic}/messages",
-                body,
-                value,
-                partition,
-                deadline,
-                ("offsets",),
+            status, answer = await self._send_batch(
+                http, process, "send", partition, values, (*producer, sequence), deadline
             )
             if status == "ok":
                 sequences[partition] = sequence + len(values)
@@ -186,33 +198,9 @@ class EosWorkload:
                 partition = self.work.pick_partition()
                 values = [f"t{txn}-{k}-{j}" for j in range(self.rng.randint(1, 2))]
                 sequence = sequences.get(partition, 0)
-                body = {
-                    "acks": "all",
-                    "transactional": True,
-                    "transactional_id": tid,
-                    "producer_id": pid,
-                    "producer_epoch": epoch,
-                    "sequence": sequence,
-                    "messages": [{"partition": partition, "value": v} for v in values],
-                }
-                value = {
-                    "txn": txn,
-                    "key": self.work.key(partition),
-                    "values": values,
-                    "producer_id": pid,
-                    "producer_epoch": epoch,
-                    "sequence": sequence,
-                }
-                status, _ = await self._settled(
-                    http,
-                    process,
-                    "txn-send",
-                    f"/v1/topics/{self.work.topic}/messages",
-                    body,
-                    value,
-                    partition,
-                    deadline,
-                    ("offsets",),
+                numbers = (pid, epoch, sequence)
+                status, _ = await self._send_batch(
+                    http, process, "txn-send", partition, values, numbers, deadline, tid, txn
                 )
                 if status != "ok":
                     written = False
