@@ -206,8 +206,11 @@ class PartitionProducers:
         self._since_snapshot += 1
         if meta.producer_id < 0:
             return
-        if self.state.aborted:
-            self._record_aborts()
+        aborted = self.state.aborted
+        if aborted and aborted[-1].last_offset == entry.index and self.log is not None:
+            # an abort marker just ended a transaction: index it beside its segment
+            lso = self.state.last_stable_offset(self.state.next_offset)
+            self.log.record_aborted(AbortedTxn(*aborted[-1], lso))
         if self._rebuild_until is not None:
             self._rebuilt()
         waiter = self._pending.pop(meta.key, None) if self._pending else None
@@ -224,16 +227,6 @@ class PartitionProducers:
             )
         if waiter is not None and not waiter.done():
             waiter.set_result(entry.index)
-
-    def _record_aborts(self) -> None:
-        """Move the aborts the state machine just applied to the log's index (nothing keeps
-        them in memory: a read_committed fetch asks the log)."""
-        aborted, self.state.aborted = self.state.aborted, []
-        if self.log is None:
-            return
-        lso = self.state.last_stable_offset(self.state.next_offset)
-        for txn in aborted:
-            self.log.record_aborted(AbortedTxn(*txn, lso))
 
     def _rebuilt(self) -> None:
         if self._rebuild_until is not None and self.state.next_offset > self._rebuild_until:

@@ -18,11 +18,13 @@ the partition's LSO right after the abort: a reader collecting entries for a ran
 `end` may stop at the first entry whose LSO is >= `end`, since every transaction with data
 below `end` was complete by then.
 
-A reader of a copied segment (tiered storage, Spark) drops a data batch of producer P at
-offset o exactly when an entry (P, first, last) of this or a later segment has first <= o <=
-last; control batches (markers) are never records. A missing file means the same as an empty
-one for readers of a sealed copy; the broker writes one (maybe empty) for every segment it
-seals, and rebuilds missing ones on open (raftlog/log.py, node/producers.py).
+A reader drops a data batch of producer P at offset o exactly when an entry (P, first, last) of
+this or a later segment has first <= o <= last; control batches (markers) are never records.
+A copy of one segment read on its own (tiered storage's `.txnindex` object, tiered/FORMAT.md
+section 6, read by the Spark source) needs the entries of every abort with data in the segment,
+whose markers may lie in later segments: PartitionLog.aborted_txns(base, next offset) gives
+exactly those, in this entry layout. The broker writes an index file (maybe empty) for every
+segment it seals, and rebuilds missing ones on open (raftlog/log.py, node/producers.py).
 
 Invariants: entries are whole (a torn tail from a crash is cut on load); last offsets strictly
 increase; an entry is never duplicated (a replay appending an entry at or below the last one's
