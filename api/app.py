@@ -745,9 +745,11 @@ def create_app(broker: Broker, *, self_http: str | None = None) -> web.Applicati
     producers.add_routes(app)
 
     queues.add_routes(app)
-    from raftline.api import streams
+    from raftline.api import exchanges, requests, streams
 
     streams.add_routes(app)
+    exchanges.add_routes(app)
+    requests.add_routes(app)
     if broker.config.test_hooks:
         app.router.add_post("/v1/admin/clock", set_clock_offset)
         app.router.add_post("/v1/admin/network", set_network_faults)

@@ -9,6 +9,7 @@ from functools import cache
 from typing import Any
 
 from raftline.api.codec import BATCH_CONTENT_TYPE
+from raftline.api.openapi_exchanges import EXCHANGE_SCHEMAS, exchange_paths
 from raftline.api.openapi_groups import GROUP_SCHEMAS, group_paths
 from raftline.api.openapi_queues import QUEUE_SCHEMAS, queue_paths
 from raftline.api.openapi_streams import STREAM_SCHEMAS, stream_paths, with_filters
@@ -105,6 +106,28 @@ _SCHEMAS: dict[str, Any] = {
                 "description": "compact: a background cleaner keeps the latest record per key "
                 "in committed sealed segments (offsets kept; retention off unless delete is "
                 "also named); records without a key are refused (400 invalid_request)",
+            },
+            "remote.storage.enable": {
+                "type": ["string", "boolean"],
+                "enum": ["true", "false", True, False],
+                "default": "false",
+                "description": "upload every sealed segment to the node's object storage "
+                "(tiered/FORMAT.md); refused (400) when the node runs without --s3-endpoint "
+                "and --s3-bucket, and on compacted topics",
+            },
+            "local.retention.ms": {
+                "type": ["string", "integer"],
+                "minimum": -2,
+                "default": -2,
+                "description": "with remote storage: how long segments stay on local disk "
+                "once uploaded (-2: as retention.ms, -1: forever); at most retention.ms",
+            },
+            "local.retention.bytes": {
+                "type": ["string", "integer"],
+                "minimum": -2,
+                "default": -2,
+                "description": "with remote storage: local bytes kept per partition once "
+                "uploaded (-2: as retention.bytes, -1: unlimited); at most retention.bytes",
             },
             "delete.retention.ms": {
                 "type": ["string", "integer"],
@@ -658,8 +681,14 @@ def openapi_document() -> dict[str, Any]:
             }
         },
     }
-    every_path = {**paths, **group_paths(), **queue_paths(), **stream_paths(fetch_params)}
-    schemas = {**_SCHEMAS, **GROUP_SCHEMAS, **QUEUE_SCHEMAS, **STREAM_SCHEMAS}
+    every_path = {
+        **paths,
+        **group_paths(),
+        **queue_paths(),
+        **stream_paths(fetch_params),
+        **exchange_paths(),
+    }
+    schemas = {**_SCHEMAS, **GROUP_SCHEMAS, **QUEUE_SCHEMAS, **STREAM_SCHEMAS, **EXCHANGE_SCHEMAS}
     with_filters(every_path, schemas)
     return {
         "openapi": "3.1.0",

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raftline.api.errors import invalid
+from raftline.tiered import topic_config as tiered_config
 
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 ACKS = ("all", "leader", "none")
@@ -405,6 +406,10 @@ def _config_value(key: str, value: str) -> str:
         if value not in COMPRESSION_TYPES:
             raise invalid(f"config compression.type must be one of {sorted(COMPRESSION_TYPES)}")
         return value
+    if key in tiered_config.KEYS:
+        if (problem := tiered_config.check_value(key, value)) is not None:
+            raise invalid(problem)
+        return value
     raise invalid(f"unknown topic config {key!r}")
 
 
@@ -414,6 +419,8 @@ def topic_config(raw: Any) -> dict[str, str]:
     obj = _object(raw, "config")
     config: dict[str, str] = {}
     for key, value in obj.items():
+        if isinstance(value, bool) and key == tiered_config.REMOTE_STORAGE:
+            value = "true" if value else "false"  # JSON's true is what users will write
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise invalid(f"config {key!r} must be a string or a number")
         config[str(key)] = _config_value(str(key), str(value))

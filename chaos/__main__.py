@@ -44,11 +44,12 @@ def _parser() -> argparse.ArgumentParser:
     go.add_argument("--seed", type=int, default=0)
     go.add_argument(
         "--workload",
-        choices=("queue", "group", "share", "idempotent", "transactions"),
+        choices=("queue", "group", "share", "route", "idempotent", "transactions"),
         default="queue",
         help="queue: producers, partition consumers and metadata ops (default);"
         " group: producers and the members of one consumer group;"
         " share: producers and the receivers of one queue (share group) with dead letters;"
+        " route: publishers through a fanout exchange to several topics (transactions);"
         " idempotent: idempotent producers retrying every ambiguous failure;"
         " transactions: transactional producers and read_committed readers (--consumers)",
     )
@@ -58,6 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     go.add_argument("--max-deliveries", type=int, default=3, help="the queue's (--workload share)")
     go.add_argument("--members", type=int, default=4, help="group members (--workload group)")
+    go.add_argument(
+        "--destinations", type=int, default=3, help="topics of the exchange (--workload route)"
+    )
     go.add_argument(
         "--session-timeout-ms",
         type=int,
@@ -111,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                 receivers=args.receivers,
                 lock_ms=args.lock_ms,
                 max_deliveries=args.max_deliveries,
+                destinations=args.destinations,
                 bring_up=not args.no_up,
                 tear_down=not args.keep,
             )

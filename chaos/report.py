@@ -15,6 +15,7 @@ from raftline.chaos import (
     group_checker,
     linearizability,
     queue_checker,
+    route_checker,
     share_checker,
 )
 from raftline.chaos.history import Op
@@ -41,6 +42,17 @@ def analyse(ops: list[Op], allowed: tuple[str, ...] = ()) -> dict[str, Any]:
             key: checked,
             "metadata_linearizability": metadata,
             "availability": availability.availability(ops, fs=fs, recovery_fs=fs[:1]),
+        }
+    if route_checker.has_route_ops(ops):
+        route = route_checker.verdict(ops)
+        metadata = linearizability.check_topics(ops)
+        return {
+            "valid": route["valid"] and metadata["valid"],
+            "route": route,
+            "metadata_linearizability": metadata,
+            "availability": availability.availability(
+                ops, fs=("publish",), recovery_fs=("publish",)
+            ),
         }
     if share_checker.has_share_ops(ops):
         share = share_checker.verdict(ops)
@@ -107,6 +119,15 @@ def summary_text(result: dict[str, Any]) -> str:
             stats = ", ".join(f"{k} {v}" for k, v in checked["stats"].items())
             lines.append(f"{key}: {stats}")
             lines += _anomaly_lines(f"{key} anomalies", checked)
+    route = result.get("route")
+    if route is not None:
+        stats = route["stats"]
+        lines.append(
+            f"routing: {stats['acknowledged']} acknowledged of {stats['published']} publishes"
+            f" ({stats.get('failed', 0)} refused) to {stats.get('destinations', 0)} topics,"
+            f" {stats.get('values_read', 0)} values read"
+        )
+        lines += _anomaly_lines("routing anomalies", route)
     group = result.get("group")
     if group is not None:
         stats = group["stats"]

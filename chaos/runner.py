@@ -20,6 +20,7 @@ from raftline.chaos.eos_workload import EosWorkload
 from raftline.chaos.group_workload import GroupWorkload
 from raftline.chaos.history import Recorder
 from raftline.chaos.nemesis import Schedule, make_faults
+from raftline.chaos.route_workload import RouteWorkload
 from raftline.chaos.share_workload import ShareWorkload
 from raftline.chaos.workload import Workload, session
 
@@ -44,8 +45,10 @@ class RunConfig:
     ready_timeout_s: float = 120.0
     final_read_s: float = 180.0
     # "queue": producers, consumers, metadata; "group": a consumer group; "share": a queue's
-    # receivers (share group) with a dead-letter topic; "idempotent": idempotent producers
-    # retrying every ambiguous failure; "transactions": transactions and read_committed readers
+    # receivers (share group) with a dead-letter topic; "route": publishers through a fanout
+    # exchange to several topics (each publish one transaction); "idempotent": idempotent
+    # producers retrying every ambiguous failure; "transactions": transactions and
+    # read_committed readers
     workload: str = "queue"
     members: int = 4  # group members (workload "group")
     group: str = "chaos-group"
@@ -53,6 +56,7 @@ class RunConfig:
     receivers: int = 4  # queue receivers (workload "share")
     lock_ms: int = 1_000  # the queue's lock (workload "share")
     max_deliveries: int = 3  # the queue's (workload "share")
+    destinations: int = 3  # topics bound to the exchange (workload "route")
 
 
 def _heal(cluster: Cluster) -> None:
@@ -86,6 +90,8 @@ async def _workload(
         until = faults_until + config.recovery_s
         if config.workload in ("idempotent", "transactions"):
             return await _eos_clients(config, cluster, work, http, schedule, faults_until)
+        if config.workload == "route":
+            return await _route_clients(config, cluster, work, http, schedule, faults_until)
         clients = [work.produce(http, p, until) for p in range(config.producers)]
         if config.workload == "group":
             group = _group_clients(config, cluster, work, http, schedule, clients, faults_until)
@@ -186,6 +192,28 @@ async def _eos_clients(
     else:
         complete = await eos.final_committed_reads(http, process, deadline)
     return {"ready_after_heal": ready, "final_reads_complete": complete}
+
+
+async def _route_clients(
+    config: RunConfig,
+    cluster: Cluster,
+    work: Workload,
+    http: Any,
+    schedule: Schedule,
+    faults_until: float,
+) -> dict[str, Any]:
+    """The routing workload's publishers (in place of the producers), then its final read."""
+    until = faults_until + config.recovery_s
+    route = RouteWorkload(work, destinations=config.destinations)
+    if not await route.setup(http, time.monotonic() + 60):
+        raise ClusterError(f"could not set up exchange {route.exchange!r} within 60 s")
+    publishers = [route.publisher(http, p, until) for p in range(config.producers)]
+    helpers = [work.nodes.probe(http, until), work.watch_leaders(http, until)]
+    await asyncio.gather(_faults(cluster, schedule, faults_until), *publishers, *helpers)
+    ready = await asyncio.to_thread(cluster.wait_ready, config.ready_timeout_s)
+    final = await route.final_phase(http, config.producers, time.monotonic() + config.final_read_s)
+    done = final["destinations_read"]
+    return {"ready_after_heal": ready, "final_reads_complete": {"route": done}, "route": final}
 
 
 def run(config: RunConfig) -> dict[str, Any]:

@@ -18,7 +18,8 @@ import aiohttp
 from raftline.api.codec import read_whole_body
 from raftline.clients import websocket, wire
 from raftline.clients.consuming import ConsumerApi
-from raftline.clients.core import ClientApi, Hook, Op, Pause, Step
+from raftline.clients.core import Hook, Op, Pause, Step
+from raftline.clients.exchanging import RoutingClientApi
 from raftline.clients.grouping import GroupConsumerApi
 from raftline.clients.producing import ProducerApi
 from raftline.clients.queueing import QueueApi, QueueMessage
@@ -28,7 +29,7 @@ from raftline.clients.wire import Message
 _T = TypeVar("_T")
 
 
-class AsyncClient(ClientApi):
+class AsyncClient(RoutingClientApi):
     """asyncio client over one aiohttp ClientSession (keep-alive connections are reused).
     Its calls are those of Client, awaited."""
 

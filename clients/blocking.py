@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 
 from raftline.clients import websocket, wire
 from raftline.clients.consuming import ConsumerApi
-from raftline.clients.core import ClientApi, Hook, Op, Pause, Step
+from raftline.clients.core import Hook, Op, Pause, Step
+from raftline.clients.exchanging import RoutingClientApi
 from raftline.clients.grouping import GroupConsumerApi
 from raftline.clients.producing import Batch, ProducerApi
 from raftline.clients.queueing import QueueApi, QueueMessage
@@ -85,7 +86,7 @@ class _ConnectionPool:
             self._idle.clear()
 
 
-class Client(ClientApi):
+class Client(RoutingClientApi):
     """Blocking client. `url` may list several nodes separated by commas (bootstrap order)."""
 
     def __init__(self, *args: Any, **options: Any) -> None:

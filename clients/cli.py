@@ -27,6 +27,11 @@ SERVE_FLAGS: dict[str, str] = {
     "producer-expiry-ms": "idle idempotent producers are forgotten after this much committed "
     "message time (default 86400000 = 24 h)",
     "test-hooks": "1 serves the fault-injection endpoints under /v1/admin (tests only; default 0)",
+    "s3-endpoint": "URL of the S3-compatible object store for tiered storage (credentials from "
+    "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)",
+    "s3-bucket": "bucket for tiered segments (with --s3-endpoint)",
+    "s3-region": "region of the bucket (default us-east-1)",
+    "s3-prefix": "key prefix inside the bucket (default none)",
 }
 
 
@@ -551,6 +556,9 @@ def build_parser() -> argparse.ArgumentParser:
     from raftline.clients.cli_queues import add_queue_commands  # it builds on this module
 
     add_queue_commands(commands, client_command)
+    from raftline.clients.cli_exchanges import add_exchange_commands
+
+    add_exchange_commands(commands, client_command)
 
     group = commands.add_parser("group", help="list, describe or reset consumer groups")
     groups = group.add_subparsers(dest="group_command", metavar="ACTION", required=True)

@@ -6,7 +6,8 @@ answers, errors), `metadata` and `routing` (leaders, partitioner, bootstrap node
 as Ops: generators that yield requests and are sent answers), and the two shells that drive
 them, `blocking` (Client, Producer, Consumer, GroupConsumer) and `aio` (AsyncClient,
 AsyncProducer, AsyncConsumer, AsyncGroupConsumer); `grouping` holds the consumer-group member,
-`queueing` the queue receiver (Queue, AsyncQueue) and its QueueMessage (ack, release, reject).
+`queueing` the queue receiver (Queue, AsyncQueue) and its QueueMessage (ack, release, reject),
+`exchanging` exchanges, publish and request/reply (Reply, Responder).
 By default producers send Kafka record batches they build themselves (optionally compressed)
 and consumers read whole stored batches (`wire="batch"`); `wire="json"` speaks the plain JSON
 contract instead. Bulk paths skip per-message objects: `send_batch` sends many values
@@ -24,6 +25,7 @@ from raftline.clients.aio import (
 )
 from raftline.clients.blocking import Client, Consumer, GroupConsumer, Producer, Queue
 from raftline.clients.core import DEFAULT_URL, Call, ClientApi, ClientCore, Hook, Op, Step
+from raftline.clients.exchanging import Reply, Responder, RoutingClientApi
 from raftline.clients.grouping import GroupConsumerCore
 from raftline.clients.metadata import METADATA_TTL_S, Metadata, Partitioner
 from raftline.clients.producing import COMPRESSIONS, Accumulator, Pending, ProducerCore
@@ -85,7 +87,10 @@ __all__ = [
     "QueueCore",
     "QueueMessage",
     "RaftlineError",
+    "Reply",
+    "Responder",
     "RetryPolicy",
+    "RoutingClientApi",
     "Step",
     "encode_message",
     "encode_record",

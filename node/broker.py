@@ -25,6 +25,8 @@ from raftline.node.coordinator.service import (
     shard_of,
 )
 from raftline.node.errors import BrokerError, NotLeader, OutcomeUnknown
+from raftline.node.exchanges.model import COMMANDS as EXCHANGE_COMMANDS
+from raftline.node.exchanges.service import ExchangeService
 from raftline.node.metadata import (
     META_GROUP,
     MetadataError,
@@ -41,7 +43,9 @@ from raftline.node.queues.service import (
     QUEUES_TOPIC_CONFIG,
     QueueService,
 )
+from raftline.node.replies import expire_temporary_topics
 from raftline.node.runtime import Runtime
+from raftline.node.tiering import NodeTiering, s3_config_of
 from raftline.node.transactions.service import (
     SHARDS as TXN_SHARDS,
 )
@@ -59,6 +63,7 @@ from raftline.raftlog.log import LogConfig
 from raftline.raftlog.raft import NotLeaderError
 from raftline.raftlog.records import decode_batch
 from raftline.raftlog.storage import RaftStorage
+from raftline.tiered import topic_config as tiered_config
 
 __all__ = ["Broker", "BrokerError", "NotLeader", "OutcomeUnknown"]
 
@@ -105,6 +110,7 @@ class Broker:
         self.coordinator = Coordinator(self)  # consumer groups: shards of the __groups topic
         self.transactions = TxnService(self)  # transaction coordinator: shards of __transactions
         self.queues = QueueService(self)  # queues: shards of the __queues topic
+        self.exchanges = ExchangeService(self)  # exchanges: in the cluster metadata
         self._reconciling: asyncio.Task[None] | None = None
         self._reconcile_again = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -119,10 +125,28 @@ class Broker:
             "cleaner_bytes_cleaned": 0,  # of segments the cleaner read
             "cleaner_bytes_freed": 0,  # by which cleaning shrank them
             "cleaner_records_removed": 0,
+            "exchange_messages_routed": 0,  # published through an exchange, written somewhere
+            "exchange_messages_unroutable": 0,  # matched no binding and no alternate: dropped
+            "exchange_messages_alternate": 0,  # matched no binding: written to the alternate
+            "exchange_transactions": 0,  # multi-destination publishes committed atomically
+            "requests": 0,  # POST /v1/request calls answered with a reply
+            "request_timeouts": 0,  # POST /v1/request calls that got no reply in time
         }
         self._producer_ids: range = range(0)
         self._producer_ids_lock = asyncio.Lock()
         self._cleaners: dict[str, Cleaner] = {}  # compacted partitions' log cleaners
+        s3 = s3_config_of(config)  # tiered storage: uploads, remote reads (node/tiering.py)
+        self.tiering = (
+            NodeTiering(
+                s3,
+                self.runtime,
+                lambda: self.meta.state.cluster_id,
+                self.clock.now_ms,
+                topics=lambda: self.meta.state.topics,
+            )
+            if s3 is not None
+            else None
+        )
 
     # lifecycle
 
@@ -149,12 +173,14 @@ class Broker:
         if self._reconciling is not None:
             self._reconciling.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for replica in self.partitions.values():
+        for replica in list(self.partitions.values()):  # a cancelled reconcile may drop one
             replica.close()
             try:
                 await self.runtime.run_on_disk(replica.save_producers)
             except Exception as exc:  # the next start replays more of the log instead
                 log.warning("no producer snapshot for %s: %s", replica.group, exc)
+        if self.tiering is not None:
+            self.tiering.close()
         self.coordinator.close()
         self.transactions.close()
         self.queues.close()
@@ -168,6 +194,8 @@ class Broker:
             settings["retention_ms"] = int(topic_config["retention.ms"])
         if "retention.bytes" in topic_config:
             settings["retention_bytes"] = int(topic_config["retention.bytes"])
+        if self.tiering is not None and tiered_config.remote_enabled(topic_config):
+            settings.update(tiered_config.local_retention(topic_config))
         if "delete" not in topic_config.get("cleanup.policy", "delete"):
             settings["retention_ms"] = settings["retention_bytes"] = -1  # compact only
         return RaftStorage(path, LogConfig(**settings), clock=self.clock.now_ms)
@@ -198,6 +226,8 @@ class Broker:
                 if group in self.partitions:
                     self.partitions.pop(group).close()
                 self._cleaners.pop(group, None)
+                if self.tiering is not None:
+                    self.tiering.detach(group)
                 self.coordinator.drop_replica(group)
                 self.queues.drop_replica(group)
                 self.transactions.drop_replica(group)
@@ -265,6 +295,9 @@ class Broker:
         self.partitions[group] = replica
         if "compact" in topic.config.get("cleanup.policy", "delete"):
             self._cleaners[group] = Cleaner(storage.log, cleaner_config(topic.config))
+        if self.tiering is not None and tiered_config.remote_enabled(topic.config):
+            tiering = self.tiering.attach(group, topic, partition, storage, replica)
+            replay_from = max(storage.first_index(), min(replay_from, tiering.replay_from))
         applied = min(commit, replay_from - 1)
         self.runtime.add_group(group, storage, replicas, replica, applied=applied)
         if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
@@ -289,6 +322,8 @@ class Broker:
                     continue
                 storage = raft_group.storage
                 point = storage.retention_point()
+                if self.tiering is not None:  # local disk keeps what the bucket lacks
+                    point = self.tiering.trim_point(group, point)
                 if point >= storage.first_index():
                     replica = self.partitions.get(group)
                     producers = None if replica is None else replica.producers
@@ -365,6 +400,8 @@ class Broker:
         settled = now - self.meta.leader_since > self.config.leader_settle_s
         if self.meta.role == "leader" and settled:
             await self._balance_leaders(now)
+        if self.meta.role == "leader":
+            await expire_temporary_topics(self)
 
     def _all_groups(self) -> list[str]:
         return [
@@ -437,12 +474,19 @@ class Broker:
                     self.meta.state, int(args["partitions"]), int(args["replication_factor"])
                 )
                 command = {"op": "create_topic", "name": name, "config": config}
+                if args.get("expires_ms") is not None:  # a temporary (reply) topic
+                    command["expires_ms"] = int(args["expires_ms"])
                 return await self._propose_meta({**command, "replicas": replicas})
             if method == "allocate_producer_ids":
                 command = {"op": "allocate_producer_ids", "count": int(args["count"])}
                 return await self._propose_meta(command)
             if method == "delete_topic":
                 return await self._propose_meta({"op": "delete_topic", "name": args["name"]})
+            if method == "metadata_command" and args.get("op") in (
+                *EXCHANGE_COMMANDS,
+                "touch_topic",
+            ):  # commands whose every rule MetadataState.apply checks
+                return await self._propose_meta(dict(args))
         except MetadataError as exc:
             raise BrokerError(exc.code, exc.message) from None
         raise BrokerError("invalid_request", f"unknown controller method {method!r}")
@@ -573,6 +617,12 @@ class Broker:
             validate_topic_config(config)
         except MetadataError as exc:
             raise BrokerError(exc.code, exc.message) from None
+        if self.tiering is None and tiered_config.remote_enabled(config):
+            raise BrokerError(
+                "invalid_request",
+                "remote.storage.enable=true needs object storage: this node was started "
+                "without --s3-endpoint and --s3-bucket",
+            )
         args = {
             "name": name,
             "partitions": partitions,
@@ -1019,6 +1069,7 @@ class Broker:
             "raftline_producers_expired_total": sum(
                 r.producers.expired for r in self.partitions.values() if r.producers is not None
             ),
+            **(self.tiering.metrics() if self.tiering is not None else {}),
         }
         lines = []
         for name, value in values.items():

@@ -53,6 +53,11 @@ class NodeConfig:
     producer_expiry_ms: int = 24 * 3600 * 1000  # idle producer ids are forgotten after this
     producer_snapshot_every: int = 2000  # committed entries between producer state snapshots
     test_hooks: bool = False  # serve the fault-injection endpoints under /v1/admin (tests only)
+    # Tiered storage (tiered/): the bucket segments of remote.storage.enable topics go to.
+    s3_endpoint: str | None = None
+    s3_bucket: str | None = None
+    s3_region: str = "us-east-1"
+    s3_prefix: str = ""
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)

@@ -1,6 +1,7 @@
 """The cluster metadata state machine replicated by the "__meta" Raft group, and replica placement.
 
-Owns the node registry, topics, topic configs and replica sets, and the pure rules that change them.
+Owns the node registry, topics, topic configs and replica sets, and the pure rules that change them;
+the exchanges (rules in node/exchanges/model.py) and the expiry times of temporary topics.
 
 Every replica applies the same JSON commands in log order with `MetadataState.apply`; a command
 that breaks a rule changes nothing and yields the same MetadataError everywhere, so all replicas
@@ -14,6 +15,10 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
+
+from raftline.node.exchanges.model import COMMANDS as EXCHANGE_COMMANDS
+from raftline.node.exchanges.model import ExchangeError, Exchanges
+from raftline.tiered import topic_config as tiered_config
 
 META_GROUP = "__meta"
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -98,9 +103,13 @@ def validate_topic_config(config: Any) -> dict[str, str]:
         elif key == "compression.type":
             if text not in COMPRESSION_TYPES:
                 raise MetadataError("invalid_request", f"bad compression.type {text!r}")
+        elif key in tiered_config.KEYS:
+            pass  # checked together below: they depend on each other and on retention.*
         else:
             raise MetadataError("invalid_request", f"unknown topic config {key!r}")
         out[str(key)] = text
+    if (problem := tiered_config.check(out)) is not None:
+        raise MetadataError("invalid_request", problem)
     return out
 
 
@@ -119,10 +128,18 @@ class MetadataState:
     topics: dict[str, TopicInfo] = field(default_factory=dict)
     next_topic_id: int = 1
     next_producer_id: int = 0  # ids below were handed out (to a node's block): never again
+    exchanges: Exchanges = field(default_factory=Exchanges)
+    # temporary topics (request/reply) -> wall-clock ms after which the controller deletes them
+    expiring: dict[str, int] = field(default_factory=dict)
 
     def apply(self, command: dict[str, Any]) -> dict[str, Any]:
         """Apply one command; a broken rule raises MetadataError and changes nothing."""
         op = command.get("op")
+        if op in EXCHANGE_COMMANDS:
+            try:
+                return self.exchanges.apply(command, self.topics)
+            except ExchangeError as exc:
+                raise MetadataError(exc.code, exc.message) from None
         handler = getattr(self, f"_apply_{op}", None) if isinstance(op, str) else None
         if handler is None:
             raise MetadataError("invalid_request", f"unknown metadata command {op!r}")
@@ -171,8 +188,13 @@ class MetadataState:
                 or any(r not in self.nodes for r in replica_set)
             ):
                 raise MetadataError("invalid_request", f"bad replica set {replica_set!r}")
+        expires_ms = command.get("expires_ms")
+        if expires_ms is not None and type(expires_ms) is not int:
+            raise MetadataError("invalid_request", "expires_ms is an integer (ms since epoch)")
         topic = TopicInfo(name, self.next_topic_id, config, [list(r) for r in replicas])
         self.topics[name] = topic
+        if expires_ms is not None:
+            self.expiring[name] = expires_ms
         self.next_topic_id += 1
         return {"name": name, "topic_id": topic.topic_id}
 
@@ -181,7 +203,19 @@ class MetadataState:
         if name not in self.topics:
             raise MetadataError("unknown_topic", f"unknown topic {name!r}")
         del self.topics[name]
+        self.expiring.pop(name, None)
+        self.exchanges.topic_deleted(name)
         return {"name": name}
+
+    def _apply_touch_topic(self, command: dict[str, Any]) -> dict[str, Any]:
+        """A temporary topic in use: it expires at `expires_ms` now (never earlier than set)."""
+        name, expires_ms = command.get("name"), command.get("expires_ms")
+        if name not in self.expiring:
+            raise MetadataError("unknown_topic", f"no temporary topic {name!r}")
+        if type(expires_ms) is not int:
+            raise MetadataError("invalid_request", "expires_ms is an integer (ms since epoch)")
+        self.expiring[name] = max(self.expiring[name], expires_ms)
+        return {"name": name, "expires_ms": self.expiring[name]}
 
     def _apply_allocate_producer_ids(self, command: dict[str, Any]) -> dict[str, Any]:
         """A block of producer ids for one node to hand out. Ids only grow and every id is in

@@ -21,6 +21,7 @@ from raftline.node.errors import BrokerError, NotLeader, OutcomeUnknown
 from raftline.node.producers import PartitionProducers
 from raftline.node.runtime import Runtime
 from raftline.raftlog.batch import CorruptBatchError, check_crc, iter_headers, parse_header
+from raftline.raftlog.log import OffsetOutOfRangeError
 from raftline.raftlog.records import iter_batches
 from raftline.raftlog.types import Entry, EntryKind
 
@@ -62,6 +63,9 @@ class PartitionReplica:
         self._closed = False
         self.producers = producers
         self._verify = verify
+        # node.tiering.PartitionTiering when the topic has remote storage: reads below the
+        # local log start go to the bucket, TIERED entries go to its manifest state.
+        self.remote: Any = None
 
     # Raft callbacks
 
@@ -70,6 +74,8 @@ class PartitionReplica:
         for entry in entries:
             if producers is not None:
                 producers.apply(entry)  # before the waiters: a retry's offsets are then known
+            if entry.kind is EntryKind.CONTROL and self.remote is not None:
+                self.remote.apply_entry(entry)
             waiter = self._waiters.pop(entry.index, None)
             if waiter is not None:
                 term, fut = waiter
@@ -125,6 +131,8 @@ class PartitionReplica:
             if self.producers is not None:
                 self.producers.new_term(self._stepped_down())
         self._role, self._term = role, term
+        if self.remote is not None:
+            self.remote.on_role(role)
         if role != "leader":
             self._new_data.set()  # long-polls return and the API layer finds the new leader
             self._new_data = asyncio.Event()
@@ -170,7 +178,53 @@ class PartitionReplica:
 
     @property
     def log_start_offset(self) -> int:
-        return int(self.log.log_start_offset)
+        local = int(self.log.log_start_offset)
+        return local if self.remote is None else int(self.remote.start_offset(local))
+
+    @property
+    def role(self) -> str:
+        return self._role
+
+    @property
+    def timeout_s(self) -> float:
+        return self._timeout
+
+    async def until_settled(self) -> None:
+        """Return once this replica leads and an entry of its term committed (else raise)."""
+        self._require_leader()
+        await self._await_term_commit()
+
+    async def until_committed(self, index: int) -> None:
+        """Return once the entry at `index` committed (and was applied here); raise when this
+        replica stops leading or the request timeout passes first."""
+        try:
+            async with asyncio.timeout(self._timeout):
+                while self.high_watermark <= index:
+                    self._require_leader()
+                    await self._new_data.wait()
+        except TimeoutError:
+            raise BrokerError("timeout", f"entry {index} did not commit in time") from None
+
+    async def _read(self, offset: int, max_bytes: int, upto: int) -> tuple[bytes, list[Any]]:
+        """Whole batches from the one holding `offset` (the bucket's below the local log
+        start), and the aborted transactions the bucket lists for them."""
+        remote = self.remote
+        if remote is not None and offset < self.log.log_start_offset:
+            answer = await remote.read(offset, max(max_bytes, 1), upto)
+            if answer is not None:
+                return answer.data, answer.aborted
+        try:
+            data = await self.runtime.read_log(
+                self.group, self.log, offset, max(max_bytes, 1), upto
+            )
+        except OffsetOutOfRangeError:
+            # Local retention moved the log start past `offset` during the read: the bucket
+            # holds it now (local disk drops only what a durable manifest names).
+            answer = None if remote is None else await remote.read(offset, max(max_bytes, 1), upto)
+            if answer is None:
+                raise
+            return answer.data, answer.aborted
+        return data, []
 
     # requests
 
@@ -299,9 +353,9 @@ class PartitionReplica:
         if offset == high_watermark:
             return [], self.log_start_offset, high_watermark
         try:
-            data = await self.runtime.read_log(
-                self.group, self.log, offset, max(max_bytes, 1), high_watermark
-            )
+            data, _ = await self._read(offset, max_bytes, high_watermark)
+        except BrokerError:
+            raise
         except Exception:
             if self._closed:  # deleted or moved away while the read ran
                 raise BrokerError("leader_unavailable", "the partition was closed") from None
@@ -388,7 +442,7 @@ class PartitionReplica:
         high_watermark = self.high_watermark
         if offset >= lso:
             return [], self.log_start_offset, high_watermark, lso, offset
-        data = await self.runtime.read_log(self.group, self.log, offset, max(max_bytes, 1), lso)
+        data, remote_aborted = await self._read(offset, max_bytes, lso)
         view = memoryview(data)
         raw = [view[pos : pos + h.size] for pos, h in iter_headers(view)]
         end = offset
@@ -399,6 +453,8 @@ class PartitionReplica:
             end = max(end, base + meta.last_offset_delta + 1)
             batches.append((base, meta, batch))
         aborted = self.log.aborted_txns(offset, lso)
+        if remote_aborted:  # the local log no longer holds what retention removed
+            aborted = sorted({*aborted, *remote_aborted}, key=lambda a: a.first_offset)
         kept = list(read_committed(batches, aborted))
         return kept, self.log_start_offset, high_watermark, lso, end
 
@@ -408,9 +464,13 @@ class PartitionReplica:
         self._require_leader()
         await self._await_term_commit()
         high_watermark = self.high_watermark
-        base = self.log.offset_for_timestamp(timestamp)
+        base = None
+        if self.remote is not None:  # the bucket first: it holds the older records
+            base = self.remote.offset_for_timestamp(timestamp, self.log.log_start_offset)
+        if base is None:
+            base = self.log.offset_for_timestamp(timestamp)
         while base is not None and base < high_watermark:
-            data = await self.runtime.read_log(self.group, self.log, base, 1, high_watermark)
+            data, _ = await self._read(base, 1, high_watermark)
             batches = list(iter_batches(data))
             if not batches:
                 break

@@ -26,6 +26,7 @@ __all__ = [
     "COMMIT",
     "RAFT_CONFIG",
     "RAFT_NOOP",
+    "TIERED",
     "Codec",
     "ControlType",
     "CorruptBatchError",
@@ -53,13 +54,15 @@ class ControlType(IntEnum):
     COMMIT = 1
     RAFT_NOOP = 100  # the empty entry a new Raft leader appends for its term
     RAFT_CONFIG = 101  # a Raft membership configuration; the value is its JSON
-    PRODUCER_CLOCK = 102  # a partition leader's wall clock (the batch timestamp), for expiry
+    TIERED = 102  # a change of the partition's tiered-storage manifest; the value is its JSON
+    PRODUCER_CLOCK = 103  # a partition leader's wall clock (the batch timestamp), for expiry
 
 
 ABORT = ControlType.ABORT
 COMMIT = ControlType.COMMIT
 RAFT_NOOP = ControlType.RAFT_NOOP
 RAFT_CONFIG = ControlType.RAFT_CONFIG
+TIERED = ControlType.TIERED
 
 Header = tuple[str, bytes | None]
 

@@ -235,6 +235,26 @@ def running_cluster(root: Path, size: int = 3) -> Iterator[Cluster]:
                 os.killpg(node.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
 
 
+def call_until_done(
+    node: Node, method: str, path: str, body: Any = None, retry_s: float = 20.0
+) -> Any:
+    """One HTTP call to `node`, tried again while its answer is retryable (or the node cannot
+    be reached) for up to `retry_s`; it must end in a 2xx, whose body is returned."""
+    deadline = time.monotonic() + retry_s
+    while True:
+        try:
+            status, answer = http_json(f"{node.url}{path}", method, body, timeout=15.0)
+        except OSError as error:
+            status, answer = 0, {"error": {"retryable": True, "message": str(error)}}
+        retryable = status == 0 or (
+            status >= 500 and isinstance(answer, dict) and answer["error"].get("retryable")
+        )
+        if not retryable or time.monotonic() > deadline:
+            assert status in (200, 201, 204), (method, path, status, answer)
+            return answer
+        time.sleep(0.1)
+
+
 class ContinuousProducer:
     """Sends one uniquely numbered message per request (acks=all) from a thread, to any live
     node, never resending a message: every acknowledged message must then be stored once."""

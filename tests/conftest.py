@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from cluster_harness import Cluster, running_cluster
 from inproc_harness import configs, start_all
+from seaweedfs import SeaweedServer, running_seaweedfs
 
 from raftline.clients.client import Client
 from raftline.node.broker import Broker
@@ -70,3 +71,16 @@ def raftline_image() -> None:
         subprocess.run(probe, capture_output=True, timeout=30, check=False).returncode != 0
     ):
         pytest.skip("needs the Docker engine and raftline:local (scripts/build-image.sh)")
+
+
+@pytest.fixture(scope="module")
+def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
+    """A real S3 server (SeaweedFS `weed mini` on loopback) for the tests of a module."""
+    with running_seaweedfs(Path(tmp_path_factory.mktemp("weed"))) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def bucket(seaweed: SeaweedServer) -> str:
+    """A fresh bucket on the module's SeaweedFS."""
+    return seaweed.create_bucket()

@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -57,6 +58,20 @@ async def serving(
     finally:
         await client.close()
         await broker.stop()
+
+
+async def call(api: TestClient, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    """(status, JSON body or None) of one request through a test client."""
+    response = await api.request(method, path, json=body)
+    text = await response.text()
+    return response.status, (await response.json()) if text else None
+
+
+async def ok(api: TestClient, method: str, path: str, body: Any = None) -> Any:
+    """The body of a request that must succeed (2xx)."""
+    status, answer = await call(api, method, path, body)
+    assert status in (200, 201, 204), (method, path, status, answer)
+    return answer
 
 
 def configs(tmp_path: Path, size: int) -> list[NodeConfig]:

@@ -12,28 +12,9 @@ from typing import Any
 
 import pytest
 from cluster_harness import Node, running_cluster
-
-from bench.node_procs import http_json
+from cluster_harness import call_until_done as call
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
-
-RETRY_S = 20.0
-
-
-def call(node: Node, method: str, path: str, body: Any = None) -> Any:
-    deadline = time.monotonic() + RETRY_S
-    while True:
-        try:
-            status, answer = http_json(f"{node.url}{path}", method, body, timeout=15.0)
-        except OSError as error:
-            status, answer = 0, {"error": {"retryable": True, "message": str(error)}}
-        retryable = status == 0 or (
-            status >= 500 and isinstance(answer, dict) and answer["error"].get("retryable")
-        )
-        if not retryable or time.monotonic() > deadline:
-            assert status in (200, 201, 204), (method, path, status, answer)
-            return answer
-        time.sleep(0.1)
 
 
 def receive(node: Node, n: int, wait_ms: int = 0) -> list[dict[str, Any]]:
