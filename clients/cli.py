@@ -26,6 +26,8 @@ SERVE_FLAGS: dict[str, str] = {
     "fsync": "always | interval | never (default always)",
     "producer-expiry-ms": "idle idempotent producers are forgotten after this much committed "
     "message time (default 86400000 = 24 h)",
+    "queue-cache-bytes": "bytes of records a queue shard's leader keeps read ahead and "
+    "unsettled, over all its queues; reading pauses at this bound (default 67108864 = 64 MiB)",
     "test-hooks": "1 serves the fault-injection endpoints under /v1/admin (tests only; default 0)",
     "s3-endpoint": "URL of the S3-compatible object store for tiered storage (credentials from "
     "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)",
@@ -59,9 +61,9 @@ def node_config(args: argparse.Namespace, environ: dict[str, str]) -> Any:
             values[attribute] = parse_peers(text)
         elif flag == "data-dir":
             values[attribute] = Path(text)
-        elif flag == "producer-expiry-ms":
+        elif flag in ("producer-expiry-ms", "queue-cache-bytes"):
             if not text.strip().isdigit() or int(text) < 1:
-                raise ValueError(f"producer expiry must be a positive integer, got {text!r}")
+                raise ValueError(f"--{flag} must be a positive integer, got {text!r}")
             values[attribute] = int(text)
         elif flag == "test-hooks":
             if text.strip() not in ("0", "1"):
@@ -200,6 +202,23 @@ def cmd_cluster(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         for n in info.get("nodes", [])
     ]
     table(rows, ("NODE", "HTTP", "RAFT", "ALIVE"), out)
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace, client: Client, out: TextIO) -> int:
+    rows = []
+    for topic in client.restore(args.topic or None):
+        partitions = topic.get("partitions", [])
+        rows.append(
+            (
+                topic["name"],
+                len(partitions),
+                ",".join(str(p["next_offset"]) for p in partitions),
+                sum(p["size_bytes"] for p in partitions),
+                "restored" if topic.get("restored") else topic.get("reason", "skipped"),
+            )
+        )
+    table(rows, ("TOPIC", "PARTITIONS", "LOG_STARTS_AT", "BUCKET_BYTES", "STATUS"), out)
     return 0
 
 
@@ -509,6 +528,16 @@ def build_parser() -> argparse.ArgumentParser:
     delete.set_defaults(handler=cmd_topic_delete)
 
     client_command("cluster", "show the cluster's nodes").set_defaults(handler=cmd_cluster)
+    restore = client_command(
+        "restore",
+        "rebuild topics from the cluster's object storage after every node lost its disk: each "
+        "partition's log starts where its uploaded data ends (older records are read from the "
+        "bucket, new ones follow them)",
+    )
+    restore.add_argument(
+        "--topic", action="append", help="restore this topic (repeatable; default: every topic)"
+    )
+    restore.set_defaults(handler=cmd_restore)
 
     produce = client_command("produce", "send lines (stdin or a file) as messages")
     produce.add_argument("topic")

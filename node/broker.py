@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Awaitable, Collection
 from typing import Any, TypeVar
 
+from raftline.node import restore
 from raftline.node.clock import WallClock
 from raftline.node.config import NodeConfig
 from raftline.node.controller import MetaReplica, encode_command, leadership_moves
@@ -190,6 +191,8 @@ class Broker:
         settings: dict[str, Any] = {"fsync": self.config.fsync}
         if "segment.bytes" in topic_config:
             settings["segment_bytes"] = int(topic_config["segment.bytes"])
+        if "segment.ms" in topic_config:
+            settings["segment_ms"] = int(topic_config["segment.ms"])
         if "retention.ms" in topic_config:
             settings["retention_ms"] = int(topic_config["retention.ms"])
         if "retention.bytes" in topic_config:
@@ -271,6 +274,16 @@ class Broker:
             if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
                 self.runtime.campaign(group)
             return
+        restored = None
+        if topic.restored_at and self.tiering is not None:
+            try:
+                restored = await restore.prepare_replica(
+                    self.tiering.store, self.runtime, topic, partition, storage
+                )
+            except Exception:
+                log.exception("cannot restore %s from the bucket", group)
+                await self.runtime.run_on_disk(storage.close)
+                return
         producers = PartitionProducers(
             self._partition_dir(group),
             expiry_ms=self.config.producer_expiry_ms,
@@ -297,6 +310,8 @@ class Broker:
             self._cleaners[group] = Cleaner(storage.log, cleaner_config(topic.config))
         if self.tiering is not None and tiered_config.remote_enabled(topic.config):
             tiering = self.tiering.attach(group, topic, partition, storage, replica)
+            if restored is not None:
+                tiering.restore_from(restored, topic.restored_at[partition])
             replay_from = max(storage.first_index(), min(replay_from, tiering.replay_from))
         applied = min(commit, replay_from - 1)
         self.runtime.add_group(group, storage, replicas, replica, applied=applied)
@@ -474,6 +489,8 @@ class Broker:
                     self.meta.state, int(args["partitions"]), int(args["replication_factor"])
                 )
                 command = {"op": "create_topic", "name": name, "config": config}
+                if args.get("restore") is not None:  # from the bucket (node/restore.py)
+                    command["restore"] = args["restore"]
                 if args.get("expires_ms") is not None:  # a temporary (reply) topic
                     command["expires_ms"] = int(args["expires_ms"])
                 return await self._propose_meta({**command, "replicas": replicas})
@@ -610,7 +627,12 @@ class Broker:
     # the HTTP layer's interface
 
     async def create_topic(
-        self, name: str, partitions: int, replication_factor: int, config: dict[str, str]
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        config: dict[str, str],
+        restore: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         try:
             check_topic_name(self._user_topic(name))
@@ -628,6 +650,7 @@ class Broker:
             "partitions": partitions,
             "replication_factor": replication_factor,
             "config": config,
+            "restore": restore,
         }
         await self._controller("create_topic", args)
         topic = await self._topic(name, current=True)
@@ -636,6 +659,10 @@ class Broker:
         while time.monotonic() < deadline and any(self._live_leader(g) is None for g in groups):
             await asyncio.sleep(0.05)
         return await self.describe_topic(name)
+
+    async def restore_topics(self, names: list[str] | None = None) -> list[dict[str, Any]]:
+        """Topics from the bucket after the cluster lost its disks (node/restore.py)."""
+        return await restore.restore_topics(self, names)
 
     async def list_topics(self) -> list[dict[str, Any]]:
         await self._barrier()

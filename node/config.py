@@ -52,6 +52,8 @@ class NodeConfig:
     retention_check_s: float = 30.0  # how often partition logs are trimmed per their retention
     producer_expiry_ms: int = 24 * 3600 * 1000  # idle producer ids are forgotten after this
     producer_snapshot_every: int = 2000  # committed entries between producer state snapshots
+    # records a queue shard's leader holds read and not yet settled, over all its queues (bytes)
+    queue_cache_bytes: int = 64 << 20
     test_hooks: bool = False  # serve the fault-injection endpoints under /v1/admin (tests only)
     # Tiered storage (tiered/): the bucket segments of remote.storage.enable topics go to.
     s3_endpoint: str | None = None
@@ -71,6 +73,8 @@ class NodeConfig:
             raise ValueError(f"--peers must include this node ({self.node_id})")
         if self.fsync not in FSYNC_MODES:
             raise ValueError(f"fsync must be one of {FSYNC_MODES}, got {self.fsync!r}")
+        if self.queue_cache_bytes < 1:
+            raise ValueError(f"queue cache bytes must be >= 1, got {self.queue_cache_bytes}")
         if self.tick_ms <= 0 or self.election_ticks < 2:
             raise ValueError("tick_ms must be > 0 and election_ticks >= 2")
 

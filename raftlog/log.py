@@ -375,6 +375,23 @@ class PartitionLog:
         fsync_dir(self.directory)
         return segment
 
+    def roll_if_older(self, now_ms: int | None = None) -> bool:
+        """Seal the active segment once its first batch is segment.ms old, without waiting for
+        an append to do it (tiered storage uploads sealed segments only: this bounds how long
+        the last records of an idle partition wait). True if it rolled."""
+        now = self.clock() if now_ms is None else now_ms
+        with self._lock:
+            active = self._segments[-1]
+            if self._failure is not None or active.size == 0:
+                return False
+            if now - active.created_ms < self.config.segment_ms:
+                return False
+            try:
+                self._roll()
+            except OSError as exc:
+                raise self._write_failed(exc) from exc
+        return True
+
     # --- durability --------------------------------------------------------------------------
 
     def sync(self) -> int:

@@ -7,6 +7,8 @@ AsyncConsumer.poll_values (values straight from the fetched batches, no Message 
 from __future__ import annotations
 
 import asyncio
+import collections
+import sys
 
 from bench.drivers.base import Driver, OnAcked, OnDelivery
 from raftline.clients.client import AsyncClient, AsyncConsumer, AsyncProducer
@@ -59,6 +61,7 @@ class RaftlineDriver(Driver):
         self.client = AsyncClient(f"http://{self.endpoint.host}:{self.endpoint.ports['http']}")
         await self.client.cluster()
         self.producers: dict[tuple[str, str], AsyncProducer] = {}
+        self.queue_errors: collections.Counter[str | None] = collections.Counter()
 
     async def create_topic(self, topic: str, partitions: int) -> None:
         await self.client.create_topic(topic, partitions, self.endpoint.replicas)
@@ -136,10 +139,17 @@ class RaftlineDriver(Driver):
                     continue
                 held = await queue.ack(messages)
                 on_delivery([m.value for m, ok in zip(messages, held, strict=True) if ok])
+                # why a receipt did not hold, and redeliveries: printed to stderr at close
+                self.queue_errors.update(m.error for m in messages if m.error)
+                self.queue_errors.update(
+                    f"delivery_count_{m.delivery_count}" for m in messages if m.delivery_count > 1
+                )
 
         await asyncio.gather(*(loop() for _ in range(QUEUE_WINDOW)))
 
     async def close(self) -> None:
+        if getattr(self, "queue_errors", None):
+            print(f"queue receive/ack: {dict(self.queue_errors)}", file=sys.stderr)
         for producer in self.producers.values():
             await producer.close()
         await self.client.close()

@@ -25,15 +25,17 @@ DEATH_REASON = "x-raftline-death-reason"  # rejected | max_deliveries
 
 
 async def read(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
-    """Records of a local partition this node leads, from `offset` on (RawRecord lists);
-    control batches are passed over (next_offset goes past them). An offset below the log
-    start answers no records and the log start (retention removed them)."""
+    """Records of a local partition this node leads, from `offset` on (RawRecord lists), at
+    most about `max_bytes` (at least one batch); control batches are passed over (next_offset
+    goes past them). An offset below the log start answers no records and the log start
+    (retention removed them)."""
     topic, partition = str(args["topic"]), int(args["partition"])
     offset, limit = int(args["offset"]), int(args["max_messages"])
     try:
         replica = await broker._replica(topic, partition)
+        max_bytes = min(max(int(args.get("max_bytes", READ_BYTES)), 1), READ_BYTES)
         batches, log_start, high = await replica.fetch(
-            offset, READ_BYTES, int(args.get("wait_ms", 0))
+            offset, max_bytes, int(args.get("wait_ms", 0))
         )
     except NotLeader as exc:  # nothing done: Broker._on_leader_of looks for the leader again
         raise BrokerError("not_leader", exc.message) from None

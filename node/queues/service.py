@@ -12,7 +12,9 @@ proposers, checkpoints that bound the log) is the one consumer groups already us
 
 What the shard leader keeps in memory only (`_Leading`, dropped with its term): the locks
 (Acquired records with their deadlines), the records read from the data partitions and not yet
-settled, where it has read to, and the records being archived. After a failover every in-flight
+settled (within --queue-cache-bytes over all its queues), where it has read to, and the records
+being archived. While receives wait, one tail read per (queue, partition) long-polls the data
+partition and wakes them; they never read for themselves then. After a failover every in-flight
 record is available again, or archived when its delivery count is spent (at-least-once; delivery
 counts are made durable *before* records are handed out, so none is under-counted).
 
@@ -26,6 +28,7 @@ loss). Without a dead-letter topic the record is dropped (settled as such).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import secrets
@@ -69,6 +72,9 @@ CHECKPOINT_EVERY = 1_000
 ROUND_S = 0.05  # how often a leader expires locks and archives spent records
 MAX_RECEIVE = 1_000
 MAX_WAIT_MS = 30_000
+TAIL_WAIT_MS = 1_000  # one long-poll read of a tail (it reads again while receives wait)
+TAIL_RETRY_S = 0.1  # a tail's pause when the partition has no leader
+RECORD_OVERHEAD = 64  # bytes a cached record costs beyond its key, value and headers
 OUTCOMES = ("accept", "release", "reject")
 
 Key = tuple[str, int, int]  # (queue, partition, offset)
@@ -91,12 +97,43 @@ class QueueReplica(ShardReplica):
 
 
 @dataclass
+class _Cache:
+    """The bytes of the records a leader holds in its views (bounded by --queue-cache-bytes)."""
+
+    used: int = 0
+
+
+@dataclass
 class _View:
     """The leader's window over one partition of a queue."""
 
+    cache: _Cache
     records: dict[int, RawRecord] = field(default_factory=dict)  # read, not yet settled
     read_to: int = -1  # next offset to read from the data partition (-1: from the start)
     incarnation: str = ""
+    tail: asyncio.Future[Any] | None = None  # the long-poll read while receives wait
+
+    def put(self, record: RawRecord) -> None:
+        offset = int(record[0])
+        if offset not in self.records:
+            self.records[offset] = record
+            self.cache.used += record_bytes(record)
+
+    def drop(self, offset: int) -> None:
+        record = self.records.pop(offset, None)
+        if record is not None:
+            self.cache.used -= record_bytes(record)
+
+    def clear(self) -> None:
+        for offset in list(self.records):
+            self.drop(offset)
+
+
+def record_bytes(record: RawRecord) -> int:
+    """About what a cached record costs: its key, value and headers, plus a fixed overhead."""
+    _, _, key, value, headers = record
+    size = RECORD_OVERHEAD + len(key or b"") + len(value or b"")
+    return size + sum(len(str(h)) + len(v or b"") for h, v in headers)
 
 
 @dataclass
@@ -108,6 +145,8 @@ class _Leading:
     rejected: dict[Key, int] = field(default_factory=dict)  # rejects to archive (count)
     failing: set[Key] = field(default_factory=set)  # archives that failed (logged once)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    waiting: collections.Counter[str] = field(default_factory=collections.Counter)  # by queue
+    cache: _Cache = field(default_factory=_Cache)
 
     def wake(self) -> None:
         self.changed.set()
@@ -228,7 +267,7 @@ class QueueService:
         _, leading = self._lead(shard)
         leading.locks.drop_queue(queue.name)
         for key in [k for k in leading.views if k[0] == queue.name]:
-            del leading.views[key]
+            leading.views.pop(key).clear()
         return {}
 
     async def _call_describe(self, shard: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -355,9 +394,16 @@ class QueueService:
         replica, leading = self._lead(shard)
         queue = self._queue(replica, name)
         view = leading.views[(name, partition)]
-        keys = [(name, partition, o) for o in offsets]
-        if any(k in leading.busy for k in keys):  # another receive took some meanwhile
+        # `offsets` were chosen before the awaits of this receive's other partitions: another
+        # receive may have locked or settled some since. Only what is still free goes out
+        # (counted again, a record held elsewhere would be delivered twice and its holder's
+        # settle refused as stale).
+        held = leading.locks.locked(name, partition)
+        held |= {o for (q, p, o) in leading.busy if q == name and p == partition}
+        offsets = available(queue, partition, offsets, held, len(offsets))
+        if not offsets:
             return []
+        keys = [(name, partition, o) for o in offsets]
         leading.busy.update(keys)
         try:
             command = {
@@ -403,15 +449,21 @@ class QueueService:
     ) -> _View:
         """The leader's view of a partition, read further from the data partition while it
         holds fewer than `need` records deliverable now (`wall`: the time; with `matches`,
-        that it matches) and the window allows."""
+        that it matches) and the window allows. While a tail read keeps the view current
+        (receives are waiting), it is not read again here."""
         _, leading = self._lead(shard)
         view = leading.views.get((queue.name, partition))
         if view is None or view.incarnation != queue.incarnation:
-            view = leading.views[(queue.name, partition)] = _View(incarnation=queue.incarnation)
+            if view is not None:
+                view.clear()
+            view = _View(leading.cache, incarnation=queue.incarnation)
+            leading.views[(queue.name, partition)] = view
         state = queue.partitions.get(partition) or PartitionState()
         for offset in [o for o in view.records if state.is_settled(o)]:
-            del view.records[offset]
+            view.drop(offset)
         view.read_to = max(view.read_to, state.start)
+        if view.tail is not None:
+            return view
         locked = leading.locks.locked(queue.name, partition)
         ready = sum(
             1
@@ -419,18 +471,34 @@ class QueueService:
             if due_ms(int(view.records[o][1]), view.records[o][4]) <= wall
             and (matches is None or _matched(matches, view.records[o]))
         )
-        room = state.start + WINDOW - view.read_to
+        room = self._room(queue, partition, view)
         if ready >= need or room <= 0:
             return view
         try:
-            answer = await self._read(queue, partition, view.read_to, min(max(need, 100), room))
+            await self._read_into(shard, queue, partition, view, min(max(need, 100), room), 0)
         except BrokerError as exc:
             if not exc.retryable:
                 raise
             # This partition has no leader at the moment: the others are served meanwhile.
             log.debug("%s/%d unreadable for queue %s: %s", queue.topic, partition, queue.name, exc)
-            return view
+        return view
+
+    def _room(self, queue: Queue, partition: int, view: _View) -> int:
+        """How many offsets past `view.read_to` the window and the cache bound let it read."""
+        state = queue.partitions.get(partition) or PartitionState()
+        if view.cache.used >= self.broker.config.queue_cache_bytes:
+            return 0
+        return state.start + WINDOW - view.read_to
+
+    async def _read_into(
+        self, shard: str, queue: Queue, partition: int, view: _View, limit: int, wait_ms: int
+    ) -> bool:
+        """Read the data partition from `view.read_to` (waiting up to `wait_ms` for records
+        when there are none yet) into the view; whether the view moved on."""
         read_from = view.read_to
+        answer = await self._read(queue, partition, read_from, limit, wait_ms, view.cache)
+        if view.read_to != read_from:  # another read of this view got there first
+            return True
         if answer["log_start"] > read_from:  # retention removed records never settled
             await self._propose(
                 shard,
@@ -442,11 +510,12 @@ class QueueService:
                     "to": answer["log_start"],
                 },
             )
-            view.read_to = answer["log_start"]
-            return view
-        got = {int(r[0]): r for r in answer["records"]}
-        view.records.update(got)
+            view.read_to = max(view.read_to, answer["log_start"])
+            return True
+        for record in answer["records"]:
+            view.put(record)
         next_offset = int(answer["next_offset"])
+        got = {int(r[0]) for r in answer["records"]}
         gaps = [o for o in range(read_from, next_offset) if o not in got]
         view.read_to = max(view.read_to, next_offset)
         if gaps:  # control records and the like: nothing to deliver, settled as gaps
@@ -461,17 +530,19 @@ class QueueService:
                     "offsets": gaps,
                 },
             )
-        return view
+        return next_offset > read_from
 
     async def _read(
-        self, queue: Queue, partition: int, offset: int, limit: int, wait_ms: int = 0
+        self, queue: Queue, partition: int, offset: int, limit: int, wait_ms: int, cache: _Cache
     ) -> dict[str, Any]:
-        """Records of a data partition from `offset`, read on its leader (_call_read)."""
+        """Records of a data partition from `offset`, read on its leader (_call_read), as many
+        as the cache has room for (at least one batch)."""
         args = {
             "topic": queue.topic,
             "partition": partition,
             "offset": offset,
             "max_messages": limit,
+            "max_bytes": max(self.broker.config.queue_cache_bytes - cache.used, 1),
             "wait_ms": wait_ms,
         }
         answer: dict[str, Any] = await self.broker.partition_call(
@@ -482,29 +553,61 @@ class QueueService:
     async def _await_records(
         self, shard: str, name: str, order: list[int], remaining: float
     ) -> None:
-        """Until something may be deliverable: new data in a partition (a long-poll on its
-        leader), a release or an expiry here, or the time is up."""
+        """Until something may be deliverable: new records in a partition (brought by its
+        tail read), a release or an expiry here, or the time is up."""
         replica, leading = self._lead(shard)
         queue = self._queue(replica, name)
-        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(leading.changed.wait())]
+        changed = leading.changed
         for partition in order:
             view = leading.views.get((name, partition))
-            state = queue.partitions.get(partition) or PartitionState()
-            if view is None or view.read_to >= state.start + WINDOW:
-                continue
-            read = self._read(queue, partition, view.read_to, 1, int(remaining * 1000))
-            waits.append(asyncio.ensure_future(read))
+            if view is not None and view.tail is None and self._room(queue, partition, view) > 0:
+                view.tail = self._spawn(self._tail(shard, leading, name, partition, view))
+        leading.waiting[name] += 1
         try:
-            done, _ = await asyncio.wait(
-                waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
-            )
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await changed.wait()
         finally:
-            for task in waits:
-                task.cancel()
-            await asyncio.gather(*waits, return_exceptions=True)
-        failed = any(not t.cancelled() and t.exception() is not None for t in done)
-        # never spin: a partition without a leader answers at once, so wait a little then
-        await asyncio.sleep(min(0.1, remaining) if failed else 0.005)
+            leading.waiting[name] -= 1
+
+    async def _tail(
+        self, shard: str, leading: _Leading, name: str, partition: int, view: _View
+    ) -> None:
+        """One long-poll read at a time on a partition while receives of the queue wait:
+        records are in the view (and the waiting receives woken) as soon as they commit,
+        however many receives wait (they share this one read, and none reads again)."""
+        try:
+            while leading.waiting[name] > 0:
+                replica, current = self._lead(shard)
+                queue = replica.state.queues.get(name)
+                if (
+                    current is not leading
+                    or queue is None
+                    or leading.views.get((name, partition)) is not view
+                    or view.incarnation != queue.incarnation
+                ):
+                    return
+                room = self._room(queue, partition, view)
+                if room <= 0:
+                    return  # the window or the cache is full: settles make room first
+                started = time.monotonic()
+                try:
+                    moved = await self._read_into(
+                        shard, queue, partition, view, min(room, MAX_RECEIVE), TAIL_WAIT_MS
+                    )
+                except BrokerError as exc:
+                    if not exc.retryable:
+                        return
+                    await asyncio.sleep(TAIL_RETRY_S)  # no leader for the partition just now
+                    continue
+                if moved:
+                    leading.wake()
+                elif time.monotonic() - started < TAIL_WAIT_MS / 2_000:
+                    # An empty answer that did not wait (a new partition leader whose high
+                    # watermark is still behind what was read): never spin on it.
+                    await asyncio.sleep(TAIL_RETRY_S)
+        finally:
+            view.tail = None
 
     # ack, release, reject, extend
 
@@ -588,8 +691,11 @@ class QueueService:
                     answer = await self._propose(shard, command)
                     for (index, _, _), result in zip(items, answer["results"], strict=True):
                         errors[index] = SETTLE_ERRORS.get(result)
-                    for _, key, _ in items:  # settled, or another delivery's: never put back
-                        locks.pop(key, None)
+                    view = leading.views.get((queue.name, partition))
+                    for (_, key, _), result in zip(items, answer["results"], strict=True):
+                        locks.pop(key, None)  # settled, or another delivery's: never put back
+                        if view is not None and result == "ok":
+                            view.drop(key[2])  # frees the cache at once
             except BrokerError:
                 # Not acknowledged (or not known to be): the locks stay as they were, so the
                 # receiver may retry with the same receipts while they last.
@@ -665,7 +771,7 @@ class QueueService:
             leading.failing.discard(key)
             view = leading.views.get((name, partition))
             if view is not None:
-                view.records.pop(offset, None)
+                view.drop(offset)
         except BrokerError as exc:
             if key not in leading.failing:
                 leading.failing.add(key)
@@ -685,7 +791,7 @@ class QueueService:
         view = leading.views.get((queue.name, partition))
         record = view.records.get(offset) if view is not None else None
         if record is None:
-            answer = await self._read(queue, partition, offset, 1)
+            answer = await self._read(queue, partition, offset, 1, 0, _Cache())
             found = [r for r in answer["records"] if int(r[0]) == offset]
             if not found:
                 raise BrokerError("leader_unavailable", f"record {offset} could not be read")
@@ -754,10 +860,11 @@ class QueueService:
                 leading.wake()
             self._spawn(replica.maybe_checkpoint(self._timeout))
 
-    def _spawn(self, work: Any) -> None:
+    def _spawn(self, work: Any) -> asyncio.Future[Any]:
         task = asyncio.ensure_future(work)
         self._background.add(task)
         task.add_done_callback(self._settle_task)
+        return task
 
     def _settle_task(self, task: asyncio.Future[Any]) -> None:
         self._background.discard(task)

@@ -1,0 +1,96 @@
+"""Diagnostic, not a benchmark: where the time of one queue message goes. Three `raftline serve`
+nodes (bench.peers.RaftlinePeer, RF 3, fsync always), a queue over 4 partitions, LOOPS waiting
+receive-then-ack loops; one message of 1 KB every GAP seconds (PER messages per send). Per
+message: publish ack (the produce commit), sent to received (tail wake-up, delivery-count
+commit, forwards), received to acked (the settle commit and forwards), end to end.
+
+Run: PYTHONPATH=. .venv/bin/python -m bench.queue_latency [messages] [loops] [gap_s] [per_send]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+from bench.drivers.base import Endpoint
+from bench.drivers.raftline import RaftlineDriver
+from bench.peers import RaftlinePeer
+
+
+def percentiles(samples: list[float]) -> str:
+    ordered = sorted(samples)
+    pick = [ordered[min(int(len(ordered) * q), len(ordered) - 1)] * 1000 for q in (0.5, 0.9, 0.99)]
+    return "p50 {:.1f}  p90 {:.1f}  p99 {:.1f} ms".format(*pick)
+
+
+async def probe(endpoint: Endpoint, messages: int, loops: int, gap_s: float, per: int) -> None:
+    producer, consumer = RaftlineDriver(endpoint), RaftlineDriver(endpoint)
+    await producer.connect()
+    await consumer.connect()
+    await producer.create_queue("lat", 4)
+    queue = consumer.client.queue("lat-q", max_messages=1000, wait_ms=2000)
+    sent: dict[bytes, float] = {}
+    acked: dict[bytes, float] = {}
+    received: dict[bytes, float] = {}
+    settled: dict[bytes, float] = {}
+    stop = asyncio.Event()
+
+    async def loop() -> None:
+        while not stop.is_set():
+            got = await queue.receive()
+            now = time.monotonic()
+            received.update((bytes(m.value or b""), now) for m in got)
+            if got:
+                await queue.ack(got)
+                now = time.monotonic()
+                settled.update((bytes(m.value or b""), now) for m in got)
+
+    async def send(i: int) -> None:
+        values = [f"m{i}-{k}-".encode().ljust(1024, b"x") for k in range(per)]
+        start = time.monotonic()
+        sent.update((v, start) for v in values)
+        await producer.publish("lat", i % 4, values, "all")
+        done = time.monotonic()
+        acked.update((v, done) for v in values)
+
+    tasks = [asyncio.create_task(loop()) for _ in range(loops)]
+    await producer.publish("lat", 0, [b"warm-up"], "all")
+    await asyncio.sleep(1.0)
+    started, sends = time.monotonic(), []
+    for i in range(messages):
+        sends.append(asyncio.ensure_future(send(i)))
+        await asyncio.sleep(max(0.0, started + (i + 1) * gap_s - time.monotonic()))
+    await asyncio.gather(*sends)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not set(sent) <= set(settled):
+        await asyncio.sleep(0.1)
+    stop.set()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    done = [v for v in sent if v in settled]
+    print(f"{len(done)} of {len(sent)} messages acknowledged")
+    print("publish ack      ", percentiles([acked[v] - sent[v] for v in done]))
+    print("sent to received ", percentiles([received[v] - sent[v] for v in done]))
+    print("received to acked", percentiles([settled[v] - received[v] for v in done]))
+    print("end to end       ", percentiles([settled[v] - sent[v] for v in done]))
+    await producer.close()
+    await consumer.close()
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    peer = RaftlinePeer(3)
+    try:
+        asyncio.run(
+            probe(
+                peer.start(),
+                int(args[0]) if args else 150,
+                int(args[1]) if len(args) > 1 else 8,
+                float(args[2]) if len(args) > 2 else 0.04,
+                int(args[3]) if len(args) > 3 else 1,
+            )
+        )
+    finally:
+        peer.stop()
