@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import shutil
 import time
@@ -17,7 +18,7 @@ from typing import Any, TypeVar
 from raftline.node import restore
 from raftline.node.clock import WallClock
 from raftline.node.config import NodeConfig
-from raftline.node.controller import MetaReplica, encode_command, leadership_moves
+from raftline.node.controller import LeaderWatch, MetaReplica, encode_command
 from raftline.node.coordinator.service import (
     GROUPS_TOPIC,
     GROUPS_TOPIC_CONFIG,
@@ -74,6 +75,8 @@ log = logging.getLogger(__name__)
 
 INTERNAL_TOPICS = (GROUPS_TOPIC, QUEUES_TOPIC, TXN_TOPIC)
 MAINTAIN_S = 0.2  # period of registration, bootstrap and controller rounds
+STARTS_AT_ONCE = 32  # partition replicas a reconciliation opens side by side
+BALANCE_S = 1.0  # the controller's leader balancing runs at most this often
 BARRIER_S = 3.0  # how long a metadata read waits for the read barrier
 CREATE_WAIT_S = 5.0  # create_topic waits this long for its partitions to elect leaders
 PRODUCER_ID_BLOCK = 100  # producer ids a node asks the controller for at a time
@@ -100,6 +103,19 @@ def check_keyed(batch: bytes) -> None:
         )
 
 
+def _freeze_replicas(reclaim: bool) -> None:
+    """Keep the live replicas out of the cyclic collector's full scans: they live as long as
+    their partition, and at thousands of replicas those scans took ~45% of the loop, stalling it
+    past the peers' dead-after window. After replicas were dropped, one full collection first
+    reclaims them."""
+    if reclaim:
+        gc.unfreeze()
+        gc.collect()
+    else:
+        gc.collect(1)
+    gc.freeze()
+
+
 class Broker:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
@@ -115,7 +131,9 @@ class Broker:
         self._reconciling: asyncio.Task[None] | None = None
         self._reconcile_again = False
         self._tasks: list[asyncio.Task[None]] = []
-        self._leader_seen: dict[str, tuple[int | None, float]] = {}
+        self.leaders = LeaderWatch()  # leader changes seen here, for the controller's balancing
+        self.runtime.leader_listeners.append(self._leader_changed)
+        self._balanced_at = 0.0
         self.counters: dict[str, int] = {
             "produce_requests": 0,
             "produce_bytes": 0,
@@ -144,6 +162,9 @@ class Broker:
                 lambda: self.meta.state.cluster_id,
                 self.clock.now_ms,
                 topics=lambda: self.meta.state.topics,
+                cache_bytes=config.tiered_cache_bytes,
+                metadata=lambda: self.meta.state,
+                is_controller=lambda: self.meta.role == "leader",
             )
             if s3 is not None
             else None
@@ -159,6 +180,7 @@ class Broker:
         members = sorted(self.config.members())
         # Replay the whole metadata log into the in-memory state machine (it is small).
         self.runtime.add_group(META_GROUP, storage, members, self.meta, applied=-1)
+        self.runtime.first_groups.add(META_GROUP)  # the controller keeps up under load
         if members == [self.node_id]:
             self.runtime.campaign(META_GROUP)
         self._tasks.append(asyncio.ensure_future(self._maintain()))
@@ -167,6 +189,8 @@ class Broker:
         self._tasks.append(asyncio.ensure_future(self.coordinator.run()))
         self._tasks.append(asyncio.ensure_future(self.transactions.run()))
         self._tasks.append(asyncio.ensure_future(self.queues.run()))
+        if self.tiering is not None:
+            self.tiering.start()
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -225,7 +249,8 @@ class Broker:
                 *self.queues.replicas,
                 *self.transactions.replicas,
             ]
-            for group in [g for g in local if g not in wanted]:
+            leaving = [g for g in local if g not in wanted]
+            for group in leaving:
                 if group in self.partitions:
                     self.partitions.pop(group).close()
                 self._cleaners.pop(group, None)
@@ -236,14 +261,23 @@ class Broker:
                 self.transactions.drop_replica(group)
                 await self.runtime.remove_group(group)
                 await self.runtime.run_on_disk(shutil.rmtree, self._partition_dir(group), True)
-            for group, (topic, partition) in wanted.items():
-                shards = (
-                    self.coordinator.replicas,
-                    self.queues.replicas,
-                    self.transactions.replicas,
-                )
-                if group not in self.partitions and not any(group in s for s in shards):
-                    await self._start_partition(group, topic, partition)
+            shards = (
+                self.partitions,
+                self.coordinator.replicas,
+                self.queues.replicas,
+                self.transactions.replicas,
+            )
+            starting = [
+                (group, topic, partition)
+                for group, (topic, partition) in wanted.items()
+                if not any(group in s for s in shards)
+            ]
+            # Opening a log waits for a disk thread: open a batch at a time, side by side.
+            for i in range(0, len(starting), STARTS_AT_ONCE):
+                batch = starting[i : i + STARTS_AT_ONCE]
+                await asyncio.gather(*(self._start_partition(*item) for item in batch))
+            if leaving or starting:
+                _freeze_replicas(reclaim=bool(leaving))
 
     def _partition_dir(self, group: str) -> Any:
         return self.config.data_dir / "partitions" / group
@@ -314,7 +348,8 @@ class Broker:
                 tiering.restore_from(restored, topic.restored_at[partition])
             replay_from = max(storage.first_index(), min(replay_from, tiering.replay_from))
         applied = min(commit, replay_from - 1)
-        self.runtime.add_group(group, storage, replicas, replica, applied=applied)
+        wait_for = replicas[0] if fresh else None
+        self.runtime.add_group(group, storage, replicas, replica, applied, wait_for)
         if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
             self.runtime.campaign(group)
 
@@ -405,38 +440,26 @@ class Broker:
         ):
             await self._controller("register_node", wanted)
         now = time.monotonic()
-        groups = self._all_groups()
-        for group in set(self._leader_seen) - set(groups):
-            del self._leader_seen[group]
-        for group in groups:
-            leader = self.runtime.leader_of(group)
-            if self._leader_seen.get(group, (None, 0.0))[0] != leader:
-                self._leader_seen[group] = (leader, now)
         settled = now - self.meta.leader_since > self.config.leader_settle_s
-        if self.meta.role == "leader" and settled:
+        if self.meta.role == "leader" and settled and now - self._balanced_at >= BALANCE_S:
+            self._balanced_at = now
             await self._balance_leaders(now)
         if self.meta.role == "leader":
             await expire_temporary_topics(self)
 
-    def _all_groups(self) -> list[str]:
-        return [
-            topic.group(p)
-            for topic in self.meta.state.topics.values()
-            for p in range(len(topic.replicas))
-        ]
+    def _leader_changed(self, group: str) -> None:
+        self.leaders.saw(group, self.runtime.leader_of(group), time.monotonic())
 
     async def _balance_leaders(self, now: float) -> None:
-        since = {g: t for g, (_, t) in self._leader_seen.items()}
-        for group, current, preferred in leadership_moves(
+        for group, current, preferred in self.leaders.moves(
             self.meta.state,
             self._live_leader,
             self.runtime.transport.alive,
-            since,
             now,
             self.config.leader_settle_s,
         ):
             self.counters["leadership_moves"] += 1
-            self._leader_seen[group] = (current, now)
+            self.leaders.moved(group, now)
             if current == self.node_id:
                 self._transfer(group, preferred)
             else:

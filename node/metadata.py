@@ -276,6 +276,16 @@ class MetadataState:
             if node_id in replica_set
         }
 
+    def replicas_of_group(self, group: str) -> list[int] | None:
+        """The replica set of a partition's Raft group (see TopicInfo.group), or None."""
+        name, _, rest = group.partition("~")
+        topic_id, _, partition = rest.partition("~")
+        topic = self.topics.get(name)
+        if topic is None or str(topic.topic_id) != topic_id or not partition.isdigit():
+            return None
+        index = int(partition)
+        return topic.replicas[index] if index < len(topic.replicas) else None
+
 
 def place_replicas(state: MetadataState, partitions: int, factor: int) -> list[list[int]]:
     """Replica sets for a new topic, spreading replicas and preferred leaders evenly over the
