@@ -440,7 +440,8 @@ class Segment:
         self._pending = bytearray()
         self.files.forget(self.path)
         retired = []
-        for path in (self.path, self.index_path, self.timeindex_path):
+        self.txns.entries = []
+        for path in (self.path, self.index_path, self.timeindex_path, self.txns.path):
             target = path.with_name(path.name + DELETED_SUFFIX)
             try:
                 os.rename(path, target)
