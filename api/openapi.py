@@ -567,8 +567,10 @@ def openapi_document() -> dict[str, Any]:
                     'Body {"producer_id", "producer_epoch", "group", "offsets": [{"topic", '
                     '"partition", "offset"}]}: the group\'s committed offsets move to these '
                     "(never back) when the transaction commits, after its markers are written; "
-                    "never when it aborts. Fenced by the producer epoch (409 producer_fenced), "
-                    "not by the group's generations."
+                    "never when it aborts. Fenced by the producer epoch (409 producer_fenced); "
+                    'with the consumer\'s "member_id" and "generation" also by the group '
+                    "(KIP-447): refused with 409 stale_generation (or unknown_member) unless that "
+                    "member holds these partitions in the group's current generation."
                 ),
                 "operationId": "transactionOffsets",
                 "parameters": [

@@ -57,8 +57,12 @@ async def transaction_offsets(request: web.Request) -> web.Response:
     """`POST /v1/transactions/{tid}/offsets`: consumer offsets that the group gets if and when
     the transaction commits (consume-transform-produce); never with an abort."""
     tid = validation.transactional_id(request.match_info["transactional_id"])
-    pid, epoch, group, offsets = validation.txn_offsets_request(await read_body(request))
+    body = await read_body(request)
+    pid, epoch, group, offsets = validation.txn_offsets_request(body)
     args = {"producer_id": pid, "producer_epoch": epoch, "group": group, "offsets": offsets}
+    # KIP-447: with the member and generation given, refused (409 stale_generation) unless
+    # that member may commit these partitions now
+    args.update(validation.txn_member(body))
     await _state(request).broker.txn_call(tid, "txn_add_offsets", args)
     return web.Response(status=204)
 

@@ -303,12 +303,29 @@ def new_producer_request(body: Any) -> tuple[str | None, int]:
     return (None if tid is None else transactional_id(tid)), timeout
 
 
-TXN_OFFSETS_FIELDS = frozenset({"producer_id", "producer_epoch", "group", "offsets"})
+TXN_OFFSETS_FIELDS = frozenset(
+    {"producer_id", "producer_epoch", "group", "offsets", "member_id", "generation"}
+)
 GROUP_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
+def txn_member(body: Any) -> dict[str, Any]:
+    """The optional consumer-group member of `POST /v1/transactions/{id}/offsets` (KIP-447):
+    {"member_id", "generation"} given together, or {} when neither is."""
+    obj = _object(body, "request body")
+    member_id, generation = obj.get("member_id"), obj.get("generation")
+    if member_id is None and generation is None:
+        return {}
+    if not isinstance(member_id, str) or not member_id or len(member_id) > 255:
+        raise invalid("member_id must be a non-empty string (with generation)")
+    if type(generation) is not int or generation < 0:
+        raise invalid("generation must be a non-negative integer (with member_id)")
+    return {"member_id": member_id, "generation": generation}
+
+
 def txn_offsets_request(body: Any) -> tuple[int, int, str, list[list[Any]]]:
-    """`POST /v1/transactions/{id}/offsets`: (producer id, epoch, group, [[t, p, offset]])."""
+    """`POST /v1/transactions/{id}/offsets`: (producer id, epoch, group, [[t, p, offset]]);
+    txn_member reads the optional member fields."""
     obj = _object(body, "request body")
     _no_unknown(obj, TXN_OFFSETS_FIELDS, "request body")
     pid, epoch = end_txn_request({k: obj.get(k) for k in END_TXN_FIELDS})

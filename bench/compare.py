@@ -22,10 +22,19 @@ from bench.peers import PEERS, PeerError, ensure_installed
 from bench.runner import WorkloadRun
 from bench.workload import Workload
 
-SYSTEMS = ("raftline", "raftline-nofsync", "nats", "rabbitmq-quorum", "rabbitmq-stream", "redis")
+SYSTEMS = (
+    "raftline",
+    "raftline-idempotent",
+    "raftline-nofsync",
+    "nats",
+    "rabbitmq-quorum",
+    "rabbitmq-stream",
+    "redis",
+)
 # System -> the peer (bench.peers.PEERS) that serves it; systems sharing a peer share its servers.
 PEER_OF = {
     "raftline": "raftline",
+    "raftline-idempotent": "raftline",
     "raftline-nofsync": "raftline-nofsync",
     "nats": "nats",
     "rabbitmq-quorum": "rabbitmq",

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 PERCENTILES = ("p50", "p99", "p99.9", "max")
-PEER_ORDER = ("raftline", "raftline-nofsync", "nats", "rabbitmq-quorum", "rabbitmq-stream", "redis")
+PEER_ORDER = (
+    "raftline",
+    "raftline-idempotent",
+    "raftline-nofsync",
+    "nats",
+    "rabbitmq-quorum",
+    "rabbitmq-stream",
+    "redis",
+)
 
 # Durability classes: whether an acknowledged message was fsynced first (by the server that
 # acknowledged it, or by a quorum), as bench/peers.py starts each system.
@@ -21,12 +29,15 @@ FSYNCED = "fsync before ack"
 PAGE_CACHE = "no fsync before ack"
 DURABILITY_CLASS = {
     "raftline": FSYNCED,  # --fsync always
+    "raftline-idempotent": FSYNCED,  # the same nodes, the client's idempotent producer
     "raftline-nofsync": PAGE_CACHE,  # --fsync never
     "nats": PAGE_CACHE,  # nats-server 2.9: fsync on a 2-minute timer
     "rabbitmq-quorum": FSYNCED,  # Ra WAL fsync before the confirm
     "rabbitmq-stream": PAGE_CACHE,  # confirm after the write, never fsynced
     "redis": FSYNCED,  # appendfsync always (on the primary)
 }
+# Raftline with the client's default, idempotent producer (on raftline's nodes).
+IDEMPOTENT = "raftline-idempotent"
 NATIVE_DESCRIPTION = (
     "native load generator (bench/native, Rust, std sockets only): publish only, one "
     "connection per batch in flight, each sending its batch and waiting for all its "
@@ -145,7 +156,50 @@ def _table_lines(runs: list[dict[str, Any]]) -> list[str]:
 
 
 def _is_raftline(system: str) -> bool:
-    return system in RAFTLINE_OF_CLASS.values()
+    return system in RAFTLINE_OF_CLASS.values() or system == IDEMPOTENT
+
+
+def idempotence_costs(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """raftline-idempotent over raftline (plain produce, the same nodes) per workload and RF:
+    what idempotence, the client's default, costs in publish msg/s."""
+    by_key = {(r["system"], r["workload"], r["replicas"]): r for r in results["runs"]}
+    out = []
+    for (system, workload, replicas), run in sorted(by_key.items()):
+        plain = by_key.get(("raftline", workload, replicas))
+        if system != IDEMPOTENT or plain is None or run.get("kind") == "queue-ack":
+            continue
+        rate, base = run["publish_msgs_per_s"], plain["publish_msgs_per_s"]
+        out.append(
+            {
+                "workload": workload,
+                "replicas": replicas,
+                "plain_msgs_per_s": base,
+                "idempotent_msgs_per_s": rate,
+                "ratio": rate / base if base else None,
+            }
+        )
+    return out
+
+
+def idempotence_lines(results: dict[str, Any]) -> list[str]:
+    entries = idempotence_costs(results)
+    if not entries:
+        return []
+    lines = [
+        "",
+        "Idempotent produce (the client's default) against plain produce, same nodes "
+        "(target: at least 0.90):",
+        "",
+        "| workload | RF | plain msg/s | idempotent msg/s | idempotent/plain |",
+        "|---|---|---|---|---|",
+    ]
+    for e in entries:
+        ratio = "n/a" if e["ratio"] is None else f"{e['ratio']:.2f}"
+        lines.append(
+            f"| {e['workload']} | {e['replicas']} | {_num(e['plain_msgs_per_s'])} "
+            f"| {_num(e['idempotent_msgs_per_s'])} | {ratio} |"
+        )
+    return lines
 
 
 def _peer_runs(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -233,7 +287,13 @@ def ratio_lines(results: dict[str, Any]) -> list[str]:
         for e in entries:
             pub, e2e = _ratio_cells(e)
             lines.append(f"| {e['workload']} | {e['replicas']} | {e['peer']} | {pub} | {e2e} |")
-    return [*lines, "", *like_for_like_lines(results), *queue_ack_lines(entries)]
+    return [
+        *lines,
+        "",
+        *like_for_like_lines(results),
+        *queue_ack_lines(entries),
+        *idempotence_lines(results),
+    ]
 
 
 def queue_ack_lines(entries: list[dict[str, Any]]) -> list[str]:

@@ -44,12 +44,14 @@ def _parser() -> argparse.ArgumentParser:
     go.add_argument("--seed", type=int, default=0)
     go.add_argument(
         "--workload",
-        choices=("queue", "group", "share", "route"),
+        choices=("queue", "group", "share", "route", "idempotent", "transactions"),
         default="queue",
         help="queue: producers, partition consumers and metadata ops (default);"
         " group: producers and the members of one consumer group;"
         " share: producers and the receivers of one queue (share group) with dead letters;"
-        " route: publishers through a fanout exchange to several topics (transactions)",
+        " route: publishers through a fanout exchange to several topics (transactions);"
+        " idempotent: idempotent producers retrying every ambiguous failure;"
+        " transactions: transactional producers and read_committed readers (--consumers)",
     )
     go.add_argument("--receivers", type=int, default=4, help="queue receivers (--workload share)")
     go.add_argument(

@@ -11,6 +11,7 @@ from typing import Any
 
 from raftline.chaos import (
     availability,
+    eos_checker,
     group_checker,
     linearizability,
     queue_checker,
@@ -28,6 +29,20 @@ def analyse(ops: list[Op], allowed: tuple[str, ...] = ()) -> dict[str, Any]:
     too), and the queue checker then reads the group fetches as its polls. A history with
     queue (share group) receives and settles is judged by the share checker instead of the
     log checker: any share anomaly fails the verdict."""
+    if eos_checker.has_idempotent_ops(ops) or eos_checker.has_txn_ops(ops):
+        idempotent = eos_checker.has_idempotent_ops(ops)
+        key = "idempotent" if idempotent else "transactions"
+        checked = (
+            eos_checker.check_idempotent(ops) if idempotent else eos_checker.check_transactions(ops)
+        )
+        metadata = linearizability.check_topics(ops)
+        fs = ("send", "poll") if idempotent else ("txn-send", "txn-end", "txn-poll")
+        return {
+            "valid": checked["valid"] and metadata["valid"],
+            key: checked,
+            "metadata_linearizability": metadata,
+            "availability": availability.availability(ops, fs=fs, recovery_fs=fs[:1]),
+        }
     if route_checker.has_route_ops(ops):
         route = route_checker.verdict(ops)
         metadata = linearizability.check_topics(ops)
@@ -98,6 +113,12 @@ def summary_text(result: dict[str, Any]) -> str:
             f" (max_deliveries {share['max_deliveries']})"
         )
         lines += _anomaly_lines("share anomalies", share)
+    for key in ("idempotent", "transactions"):
+        checked = result.get(key)
+        if checked is not None:
+            stats = ", ".join(f"{k} {v}" for k, v in checked["stats"].items())
+            lines.append(f"{key}: {stats}")
+            lines += _anomaly_lines(f"{key} anomalies", checked)
     route = result.get("route")
     if route is not None:
         stats = route["stats"]

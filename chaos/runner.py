@@ -16,6 +16,7 @@ from typing import Any
 
 from raftline.chaos import report
 from raftline.chaos.cluster import Cluster, ClusterError, ComposeCluster, StaticCluster
+from raftline.chaos.eos_workload import EosWorkload
 from raftline.chaos.group_workload import GroupWorkload
 from raftline.chaos.history import Recorder
 from raftline.chaos.nemesis import Schedule, make_faults
@@ -53,7 +54,9 @@ class RunConfig:
     final_read_s: float = 180.0
     # "queue": producers, consumers, metadata; "group": a consumer group; "share": a queue's
     # receivers (share group) with a dead-letter topic; "route": publishers through a fanout
-    # exchange to several topics (each publish one transaction)
+    # exchange to several topics (each publish one transaction); "idempotent": idempotent
+    # producers retrying every ambiguous failure; "transactions": transactions and
+    # read_committed readers
     workload: str = "queue"
     members: int = 4  # group members (workload "group")
     group: str = "chaos-group"
@@ -97,6 +100,8 @@ async def _workload(
         faults_until = time.monotonic() + config.time_limit_s
         # The clients go on through a quiet recovery period after the last heal.
         until = faults_until + config.recovery_s
+        if config.workload in ("idempotent", "transactions"):
+            return await _eos_clients(config, cluster, work, http, schedule, faults_until)
         if config.workload == "route":
             return await _route_clients(config, cluster, work, http, schedule, faults_until)
         clients = [work.produce(http, p, until) for p in range(config.producers)]
@@ -176,6 +181,35 @@ async def _share_clients(
     )
     done = final["drained"] and final["dead_letters_read"]
     return {"ready_after_heal": ready, "final_reads_complete": {"share": done}, "share": final}
+
+
+async def _eos_clients(
+    config: RunConfig,
+    cluster: Cluster,
+    work: Workload,
+    http: Any,
+    schedule: Schedule,
+    faults_until: float,
+) -> dict[str, Any]:
+    """The exactly-once workloads (chaos/eos_workload.py), then their final reads."""
+    until = faults_until + config.recovery_s
+    eos = EosWorkload(work, readers=config.consumers)
+    helpers = [work.nodes.probe(http, until), work.watch_leaders(http, until)]
+    if config.workload == "idempotent":
+        clients = [eos.idempotent_producer(http, p, until) for p in range(config.producers)]
+    else:
+        clients = [eos.txn_producer(http, p, until) for p in range(config.producers)]
+        first = config.producers
+        clients += [eos.reader(http, first + r, until) for r in range(config.consumers)]
+    await asyncio.gather(_faults(cluster, schedule, faults_until), *clients, *helpers)
+    ready = await asyncio.to_thread(cluster.wait_ready, config.ready_timeout_s)
+    process = config.producers + config.consumers
+    deadline = time.monotonic() + config.final_read_s
+    if config.workload == "idempotent":
+        complete = await work.final_reads(http, process, deadline)
+    else:
+        complete = await eos.final_committed_reads(http, process, deadline)
+    return {"ready_after_heal": ready, "final_reads_complete": complete}
 
 
 async def _route_clients(

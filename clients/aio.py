@@ -173,9 +173,13 @@ class AsyncProducer(ProducerApi):
         """Start a transaction (one opens implicitly with the first message; for symmetry)."""
 
     async def send_offsets_to_transaction(
-        self, offsets: dict[tuple[str, int], int], group: str
+        self,
+        offsets: dict[tuple[str, int], int],
+        group: str,
+        member: tuple[str, int] | None = None,
     ) -> None:
-        await self.client._run(self._core.offsets_sent(group, offsets))
+        """See the blocking Producer's."""
+        await self.client._run(self._core.offsets_sent(group, offsets, member))
 
     async def commit(self) -> None:
         await self.flush()

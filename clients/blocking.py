@@ -203,9 +203,17 @@ class Producer(ProducerApi):
     def begin(self) -> None:
         """Start a transaction (one opens implicitly with the first message; for symmetry)."""
 
-    def send_offsets_to_transaction(self, offsets: dict[tuple[str, int], int], group: str) -> None:
-        """Consumer offsets that `group` commits if and only if the transaction commits."""
-        self.client._run(self._core.offsets_sent(group, offsets))
+    def send_offsets_to_transaction(
+        self,
+        offsets: dict[tuple[str, int], int],
+        group: str,
+        member: tuple[str, int] | None = None,
+    ) -> None:
+        """Consumer offsets that `group` commits if and only if the transaction commits.
+        `member`: the consumer's (member id, generation), which fences the offsets by the
+        group's generation as Kafka's KIP-447 does (409 stale_generation once the partitions
+        moved on)."""
+        self.client._run(self._core.offsets_sent(group, offsets, member))
 
     def commit(self) -> None:
         """Send everything queued, then commit the transaction (all or nothing)."""

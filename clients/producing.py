@@ -10,8 +10,11 @@ resent with the same numbers until acknowledged or its delivery timeout ends, so
 writes twice and the broker keeps them in order (a later batch that arrives first is refused as
 out of order and resent once its predecessor is in). A batch that fails for good ends its
 epoch on that partition: the next batch starts a new epoch at sequence 0 (KIP-360, locally:
-the broker keeps producer state per partition). A partition's batches leave in the order their
-messages were sent. No I/O here: `ProducerCore.sending` is an Op the shell drives.
+the broker keeps producer state per partition); an out-of-order answer to the oldest batch in
+flight (the broker lost the producer's sequence there) numbers every batch in flight again, in
+order, in a new epoch from 0. Idempotence is on by default (as in Kafka 3), unless acks is not
+"all". A partition's batches leave in the order their messages were sent. No I/O here:
+`ProducerCore.sending` is an Op the shell drives.
 """
 
 from __future__ import annotations
@@ -221,7 +224,7 @@ class ProducerCore:
         linger_ms: float,
         batch_bytes: int,
         batch_messages: int,
-        idempotent: bool = False,
+        idempotent: bool | None = False,  # None: the default of idempotence()
         delivery_timeout_ms: float = 120_000,
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60_000,
@@ -233,7 +236,7 @@ class ProducerCore:
         self.transactional_id = transactional_id
         self.transaction_timeout_ms = transaction_timeout_ms
         self.txn_error: BaseException | None = None  # a batch of the open transaction failed
-        idempotent = idempotent or transactional_id is not None
+        idempotent = idempotence(idempotent, acks, transactional_id)
         self._partitioner = Partitioner()
         self._accumulator = Accumulator(linger_ms, batch_bytes, batch_messages)
         self._waiting: dict[int, deque[Batch]] = {}
@@ -245,7 +248,7 @@ class ProducerCore:
         self._base_epoch = 0
         self._epochs: dict[int, int] = {}  # partition -> epoch of its next batch
         self._next_sequence: dict[int, int] = {}  # partition -> sequence of its next batch
-        self._flying: dict[int, list[ProducerFields]] = {}  # numbered batches in flight
+        self._flying: dict[int, list[Batch]] = {}  # numbered batches in flight, oldest first
         # Partitions where a batch of the current epoch was acknowledged. Until then one batch
         # flies: a broker that does not know the producer (new, or expired) takes any first
         # sequence, so a second batch overtaking the first would be accepted before it.
@@ -277,7 +280,24 @@ class ProducerCore:
         sequence = self._next_sequence.get(p, 0)
         batch.producer = ProducerFields(self.producer_id, epoch, sequence)
         self._next_sequence[p] = (sequence + batch.count) % SEQUENCE_MODULUS
-        self._flying.setdefault(p, []).append(batch.producer)
+        self._flying.setdefault(p, []).append(batch)
+
+    def _new_epoch_in_flight(self, partition: int) -> None:
+        """KIP-360: the broker answered out of order to the oldest batch in flight, so it lost
+        this producer's sequence on the partition (its state expired, or was rebuilt without
+        it). None of the batches in flight was written (a written one is answered as a
+        duplicate, and the ones after it wait for it): number them all again, in order, in a
+        new epoch from 0, and resend."""
+        assert self.producer_id is not None
+        epoch = self._epochs.get(partition, self._base_epoch) + 1
+        self._epochs[partition] = epoch
+        sequence = 0
+        for batch in self._flying[partition]:
+            batch.producer = ProducerFields(self.producer_id, epoch, sequence)
+            batch.request = None  # built again with the new numbers
+            sequence = (sequence + batch.count) % SEQUENCE_MODULUS
+        self._next_sequence[partition] = sequence
+        self._confirmed.discard(partition)
 
     @property
     def linger_s(self) -> float:
@@ -373,19 +393,22 @@ class ProducerCore:
             else:
                 del self._in_flight[batch.partition]
             if batch.producer is not None:
-                flying = self._flying[batch.partition]
-                flying.remove(batch.producer)
-                if not flying:
+                flying = [b for b in self._flying[batch.partition] if b is not batch]
+                if flying:
+                    self._flying[batch.partition] = flying
+                else:
                     del self._flying[batch.partition]
 
     def _delivered(self, batch: Batch) -> Op[Any]:
         """The batch sent until acknowledged. Without idempotence: once (with the client's
         retries). With it, the same numbers again on any retryable failure until the delivery
-        timeout, and after an out-of-order answer while an earlier batch of the partition is
-        still in flight (this one overtook it)."""
+        timeout, after an out-of-order answer while an earlier batch of the partition is
+        still in flight (this one overtook it), and with new numbers after an out-of-order
+        answer to the oldest one (see _new_epoch_in_flight) or once they were renumbered."""
         deadline = time.monotonic() + self.delivery_timeout_s
         attempt = 0
         while True:
+            numbers = batch.producer
             try:
                 return (
                     yield from self.client.to_leader(
@@ -393,12 +416,15 @@ class ProducerCore:
                     )
                 )
             except RaftlineError as error:
-                if batch.producer is None or time.monotonic() >= deadline:
+                if numbers is None or time.monotonic() >= deadline:
                     raise
-                overtook = (
-                    error.code == "out_of_order_sequence"
-                    and self._flying[batch.partition][0] != batch.producer
-                )
+                out_of_order = error.code == "out_of_order_sequence"
+                oldest = self._flying[batch.partition][0] is batch
+                renumbered = batch.producer != numbers  # sent with numbers since replaced
+                if out_of_order and oldest and not renumbered and self.transactional_id is None:
+                    self._new_epoch_in_flight(batch.partition)
+                    renumbered = True
+                overtook = renumbered or (out_of_order and not oldest)
                 if not (error.retryable or overtook):
                     raise
             attempt += 1
@@ -444,9 +470,15 @@ class ProducerCore:
         self._confirmed.clear()
         self.txn_error = None
 
-    def offsets_sent(self, group: str, offsets: dict[tuple[str, int], int]) -> Op[None]:
+    def offsets_sent(
+        self,
+        group: str,
+        offsets: dict[tuple[str, int], int],
+        member: tuple[str, int] | None = None,
+    ) -> Op[None]:
         """Consumer offsets (next offset to read per (topic, partition)) that `group` commits
-        with the open transaction (consume-transform-produce)."""
+        with the open transaction (consume-transform-produce); `member` (member id,
+        generation): refused unless that member holds those partitions now (KIP-447)."""
         path = self._txn_path("offsets")
         if self.producer_id is None:
             yield from self.identified()
@@ -458,6 +490,8 @@ class ProducerCore:
                 {"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(offsets.items())
             ],
         }
+        if member is not None:
+            body["member_id"], body["generation"] = member
         yield from json_call("POST", path, body)
 
     def next_deadline(self) -> float | None:
@@ -467,6 +501,19 @@ class ProducerCore:
     def idle(self) -> bool:
         """Nothing open, waiting or in flight."""
         return not (len(self._accumulator) or self._waiting or self._in_flight)
+
+
+def idempotence(asked: bool | None, acks: str, transactional_id: str | None) -> bool:
+    """Whether a producer numbers its batches: by default yes (Kafka 3's enable.idempotence),
+    unless acks is not "all" (an answer before commit cannot promise a write happened once);
+    always for a transactional producer."""
+    if transactional_id is not None:
+        if asked is False:
+            raise ValueError("a transactional producer is idempotent: drop idempotent=False")
+        return True
+    if asked and acks != "all":
+        raise ValueError(f'idempotence needs acks="all", got acks={acks!r}')
+    return acks == "all" if asked is None else asked
 
 
 class ProducerApi:
@@ -483,14 +530,15 @@ class ProducerApi:
         batch_bytes: int = 256 * 1024,
         batch_messages: int = 1000,
         compression: str = "none",
-        idempotent: bool = False,
+        idempotent: bool | None = None,
         delivery_timeout_ms: float = 120_000,
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60_000,
     ) -> None:
-        """`idempotent`: get a producer id and number every batch, so that resending a batch
-        after any retryable failure (until `delivery_timeout_ms`) never writes it twice; up
-        to 5 batches per partition are then in flight. `transactional_id`: a transactional
+        """`idempotent` (on by default with acks="all", as in Kafka 3; False turns it off):
+        get a producer id and number every batch, so that resending a batch after any
+        retryable failure (until `delivery_timeout_ms`) never writes it twice; up to 5
+        batches per partition are then in flight. `transactional_id`: a transactional
         (and idempotent) producer: every message sent belongs to the open transaction, which
         commit() or abort() ends (send_offsets_to_transaction adds consumer offsets); a new
         producer with the same id fences this one."""

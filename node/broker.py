@@ -323,6 +323,7 @@ class Broker:
             self._partition_dir(group),
             expiry_ms=self.config.producer_expiry_ms,
             snapshot_every=self.config.producer_snapshot_every,
+            log=storage.log,
         )
         # Producer state replays the committed entries after its snapshot (the runtime hands
         # them to on_commit as it does after any restart with applied < commit).
@@ -355,10 +356,17 @@ class Broker:
 
     # background: retention, registration, bootstrap, controller
 
+    def keep_producer_clocks(self) -> None:
+        """Led partitions with producer state get a clock entry when one is due."""
+        now = self.clock.now_ms()
+        for replica in self.partitions.values():
+            replica.keep_clock(now)
+
     async def _enforce_retention(self) -> None:
         while True:
             # The log is thread-safe: reading its retention point beside a round's write is fine.
             await asyncio.sleep(self.config.retention_check_s)
+            self.keep_producer_clocks()
             for group in list(self.partitions):
                 raft_group = self.runtime.groups.get(group)
                 if raft_group is None:
@@ -368,11 +376,20 @@ class Broker:
                 if self.tiering is not None:  # local disk keeps what the bucket lacks
                     point = self.tiering.trim_point(group, point)
                 if point >= storage.first_index():
-                    self.runtime.trim(group, point)
                     replica = self.partitions.get(group)
-                    if replica is not None and replica.producers is not None:
-                        # aborted transactions wholly below the log start are read by nobody
-                        replica.producers.state.forget_aborted_before(point + 1)
+                    producers = None if replica is None else replica.producers
+                    if producers is not None and producers.durable_offset <= point:
+                        # a restart must find producer state that needs no trimmed entry
+                        try:
+                            await producers.persist(self.runtime.run_on_disk)
+                        except OSError as exc:
+                            log.warning("no producer snapshot for %s: %s", group, exc)
+                            continue
+                    self.runtime.trim(group, point)
+                    if producers is not None:
+                        # aborts wholly below the log start are read by nobody (the log's
+                        # transaction index is what reads use; this list is for tiering)
+                        producers.state.forget_aborted_before(point + 1)
 
     async def _clean_logs(self) -> None:
         """Compact the local replicas of compacted topics, one partition at a time on the disk

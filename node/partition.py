@@ -100,6 +100,31 @@ class PartitionReplica:
         self._new_data.set()
         self._new_data = asyncio.Event()
 
+    def on_snapshot(self, index: int, payload: bytes | None) -> None:
+        """The log now starts after a Raft snapshot at `index` (this follower lagged behind
+        the leader's trim point); `payload`: what the leader's snapshot_state sent with it."""
+        if self.producers is not None:
+            self.producers.install(index, payload)
+        self.high_watermark = max(self.high_watermark, index + 1)
+
+    def keep_clock(self, now_ms: int) -> None:
+        """Leader: propose a clock entry if producer state needs one (its expiry clock is read
+        from the log: PartitionProducers.clock_entry)."""
+        if self._role != "leader" or not self._term_committed or self.producers is None:
+            return
+        batch = self.producers.clock_entry(now_ms)
+        if batch is None:
+            return
+        try:
+            appended = self.runtime.propose(self.group, batch, 1, kind=EntryKind.CONTROL)
+        except Exception:  # not the leader any more: the next one proposes it
+            return
+        appended.add_done_callback(_consume_error)
+
+    def snapshot_state(self, index: int) -> bytes:
+        """Leader: the state a follower needs beside a Raft snapshot at `index`."""
+        return b"" if self.producers is None else self.producers.snapshot_state(index)
+
     def on_role(self, role: str, leader: int | None, term: int) -> None:
         if term != self._term:
             self._term_committed = False
@@ -432,8 +457,8 @@ class PartitionReplica:
             base = parse_header(batch).base_offset
             end = max(end, base + meta.last_offset_delta + 1)
             batches.append((base, meta, batch))
-        aborted = producers.state.aborted_in(offset, lso)
-        if remote_aborted:  # local producer state forgot what retention removed from disk
+        aborted = self.log.aborted_txns(offset, lso)
+        if remote_aborted:  # the local log no longer holds what retention removed
             aborted = sorted({*aborted, *remote_aborted}, key=lambda a: a.first_offset)
         kept = list(read_committed(batches, aborted))
         return kept, self.log_start_offset, high_watermark, lso, end

@@ -1,8 +1,13 @@
 """Producer state of one partition replica, driven from its Raft log (issue #15, idempotence).
 
 Owns the replica's ProducerStateMachine (node/eos/producer_state.py) fed from committed entries,
-its snapshot file beside the segments, the clock producer expiry reads (the largest committed
-batch timestamp, the same on every replica), and the leader's waits on batches still in flight.
+its snapshot file beside the segments, the clock producer expiry reads (the largest timestamp
+of a committed control batch: clock entries the partition leader proposes and transaction
+markers the coordinator stamps; never a producer's timestamp, which any producer could set an
+hour ahead to expire the others), the leader's waits on batches still in flight,
+feeding each applied abort to the log's aborted-transaction index (raftlog/txnindex.py), and
+the producer state a leader ships with a Raft snapshot (a follower that skips the trimmed
+prefix would otherwise know no producer of it).
 
 Invariants:
 - Applied state changes only in apply(), from committed DATA entries in log order, keyed by
@@ -10,10 +15,18 @@ Invariants:
   the state machine's check()/clear_in_flight() and is wiped on every term change.
 - Expiry runs at points that depend on the log alone (each time the committed clock enters a
   new period of expiry_ms / 10), so every replica forgets the same producers at the same
-  offset, and a restart (snapshot + replayed tail) reaches the same state.
+  offset, and a restart (snapshot + replayed tail) reaches the same state. A producer's last
+  activity is the committed clock when its batch was applied.
 - A snapshot holds applied state only, valid at its next_offset; it is written atomically
   (temporary file, fsync, rename) and is used on restart only if the log still holds what
   follows it up to the commit index; otherwise the whole log is replayed.
+- Every abort below a snapshot's next_offset is durable in the transaction index before the
+  snapshot is (sync_txn_indexes first); those after it are recorded again by the replay (the
+  index ignores an entry it has). A sealed segment missing its index on open makes the replay
+  start at the log start, which records every abort again.
+- A follower that installs a Raft snapshot at S restores the leader's state at A >= S (sent
+  with the snapshot, see snapshot_state) and, for A's aborts after S, records them in its index
+  when their markers reach its log; entries up to A change nothing else.
 """
 
 from __future__ import annotations
@@ -27,7 +40,10 @@ from typing import Any
 
 from raftline.node.eos.markers import BatchMeta, meta_of_batch
 from raftline.node.eos.producer_state import BatchKey, Outcome, ProducerStateMachine, Verdict
+from raftline.node.errors import OutcomeUnknown
 from raftline.raftlog.batch import BatchHeader, CorruptBatchError
+from raftline.raftlog.records import ControlType, build_control_batch
+from raftline.raftlog.txnindex import AbortedTxn
 from raftline.raftlog.types import Entry, EntryKind
 
 log = logging.getLogger(__name__)
@@ -55,17 +71,25 @@ class PartitionProducers:
         *,
         expiry_ms: int = DEFAULT_EXPIRY_MS,
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
+        log: Any = None,  # raftlog.log.PartitionLog: the aborted-transaction indexes
     ) -> None:
         self.path = Path(directory) / SNAPSHOT_FILE
+        self.log = log
         self.expiry_ms = max(1, expiry_ms)
         self.snapshot_every = max(1, snapshot_every)
         self.state = ProducerStateMachine()
         self.clock_ms = -1  # largest timestamp of a committed data batch: expiry's clock
         self.expired = 0
+        self._clock_proposed = -1  # wall time of the last clock entry this leader proposed
         self._since_snapshot = 0
+        self.durable_offset = 0  # next_offset of the last snapshot written
         self._writing: asyncio.Future[None] | None = None
         # key of a batch in flight from this leader that a retry awaits -> its base offset
         self._pending: dict[BatchKey, asyncio.Future[int]] = {}
+        # The log's transaction indexes are being rebuilt by a replay up to this offset.
+        self._rebuild_until: int | None = None
+        # Marker offset -> abort, for aborts a shipped state holds and the log does not yet.
+        self._shipped_aborts: dict[int, AbortedTxn] = {}
 
     @property
     def _period(self) -> int:
@@ -77,6 +101,12 @@ class PartitionProducers:
         """Read the snapshot (blocking: call on the disk pool); returns the offset whose
         predecessor the replica has applied (replay starts at the return value)."""
         start = max(first_index, 0)
+        if self.log is not None and self.log.txn_index_gap is not None:
+            log.warning("%s: transaction index missing; replaying the log", self.path.parent)
+            self.state = ProducerStateMachine(start)
+            self._rebuild_until = commit
+            self._rebuilt()
+            return start
         try:
             data = json.loads(self.path.read_bytes())
             if data.get("format") != SNAPSHOT_FORMAT:
@@ -95,25 +125,35 @@ class PartitionProducers:
             log.warning("%s: snapshot past the commit index; replaying the log", self.path)
             self.state = ProducerStateMachine(start)
             return start
+        if state.next_offset < start:
+            # The log starts past the snapshot (a Raft snapshot installed or a trim before the
+            # next producer snapshot was durable): what lies between is unknown.
+            log.warning("%s: snapshot below the log start; replaying the log", self.path)
+            self.state = ProducerStateMachine(start)
+            return start
         self.state = state
         self.clock_ms = int(data.get("clock_ms", -1))
         self.expired = int(data.get("expired", 0))
-        # Below the log start (retention trimmed it): keep the state, replay what is left.
-        return max(state.next_offset, start)
+        self.durable_offset = state.next_offset
+        return state.next_offset
 
-    def snapshot_bytes(self) -> bytes:
+    def snapshot_bytes(self, **extra: Any) -> bytes:
         return json.dumps(
             {
                 "format": SNAPSHOT_FORMAT,
                 "clock_ms": self.clock_ms,
                 "expired": self.expired,
                 "state": self.state.snapshot(),
+                **extra,
             },
             separators=(",", ":"),
         ).encode()
 
     def write_snapshot(self, data: bytes) -> None:
-        """Blocking: replace the snapshot file atomically and durably."""
+        """Blocking: replace the snapshot file atomically and durably (after the transaction
+        indexes, which must hold every abort below it)."""
+        if self.log is not None:
+            self.log.sync_txn_indexes()
         tmp = self.path.with_suffix(".tmp")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as out:
@@ -127,31 +167,52 @@ class PartitionProducers:
         finally:
             os.close(fd)
 
+    async def persist(self, run_on_disk: Any) -> None:
+        """Write a snapshot of the applied state now and wait for it (before a trim of the
+        log below the state: a restart must not need the trimmed entries)."""
+        self._since_snapshot = 0
+        offset = self.state.next_offset
+        await run_on_disk(self.write_snapshot, self.snapshot_bytes())
+        self.durable_offset = max(self.durable_offset, offset)
+
     # ------------------------------------------------------------------ applied state
 
     def apply(self, entry: Entry) -> None:
         """Apply one committed entry (called in log order)."""
         if entry.kind not in _BATCHES or entry.index < self.state.next_offset:
-            return  # NOOP / config entries take offsets but carry no batch; replayed twice: skip
+            # NOOP / config entries take offsets but carry no batch; replayed twice: skip
+            if self._shipped_aborts:
+                self._record_shipped(entry.index)
+            return
         data = entry.data
         if len(data) >= _HEADER_END and data[_PRODUCER_ID] == _NO_PRODUCER:
-            # The common case, a batch of no idempotent producer: only the end of the log and
-            # the clock move (read straight from the header, as meta_of_batch would).
-            self._tick(int.from_bytes(data[_MAX_TIMESTAMP], "big", signed=True))
+            # The common case, a batch of no idempotent producer: only the end of the log and,
+            # for a clock entry, the clock move (read straight from the header).
+            if entry.kind == EntryKind.CONTROL:
+                self._tick(int.from_bytes(data[_MAX_TIMESTAMP], "big", signed=True))
             self.state.next_offset = entry.last_index + 1
             self._since_snapshot += 1
+            if self._rebuild_until is not None:
+                self._rebuilt()
             return
         try:
             meta = meta_of_batch(entry.data)
         except CorruptBatchError:
             log.error("%s: committed entry %d is not a batch", self.path.parent, entry.index)
             return
-        if not meta.is_control:
+        if meta.is_control:  # a marker: stamped by the coordinator's clock
             self._tick(meta.max_timestamp)
-        verdict = self.state.apply_batch(entry.index, meta)
+        verdict = self.state.apply_batch(entry.index, meta, self.clock_ms)
         self._since_snapshot += 1
         if meta.producer_id < 0:
             return
+        aborted = self.state.aborted
+        if aborted and aborted[-1].last_offset == entry.index and self.log is not None:
+            # an abort marker just ended a transaction: index it beside its segment
+            lso = self.state.last_stable_offset(self.state.next_offset)
+            self.log.record_aborted(AbortedTxn(*aborted[-1], lso))
+        if self._rebuild_until is not None:
+            self._rebuilt()
         waiter = self._pending.pop(meta.key, None) if self._pending else None
         if verdict.outcome is not Outcome.NEW:
             # The leader checked it before proposing, after applying all of the log before
@@ -167,9 +228,71 @@ class PartitionProducers:
         if waiter is not None and not waiter.done():
             waiter.set_result(entry.index)
 
+    def _rebuilt(self) -> None:
+        if self._rebuild_until is not None and self.state.next_offset > self._rebuild_until:
+            self._rebuild_until = None
+            self.log.txn_indexes_rebuilt()
+
+    def _record_shipped(self, index: int) -> None:
+        txn = self._shipped_aborts.pop(index, None)
+        if txn is not None and self.log is not None:
+            self.log.record_aborted(txn)
+
+    # ------------------------------------------------------------------ Raft snapshots
+
+    def snapshot_state(self, index: int) -> bytes:
+        """Leader: what a follower installing a Raft snapshot at `index` needs: the applied
+        state (at next_offset > index) and the aborts between (their markers reach the
+        follower's log after the snapshot, producer state will not apply them again)."""
+        end = self.state.next_offset
+        aborts = [] if self.log is None else self.log.aborted_txns(index + 1, end)
+        shipped = [list(a) for a in aborts if a.last_offset > index]
+        return self.snapshot_bytes(aborted_after=shipped)
+
+    def install(self, index: int, payload: bytes | None) -> None:
+        """Follower: the log now starts after a Raft snapshot at `index`; take the state the
+        leader sent with it (or, without one, start unknowing: Kafka's unknown producer)."""
+        self.new_term(OutcomeUnknown("a snapshot replaced the log"))
+        self._shipped_aborts = {}
+        self._rebuild_until = None
+        state = None
+        if payload:
+            try:
+                data = json.loads(payload)
+                if data.get("format") != SNAPSHOT_FORMAT:
+                    raise ValueError(f"unknown format {data.get('format')!r}")
+                state = ProducerStateMachine.restore(data["state"])
+                shipped = [AbortedTxn(*a) for a in data.get("aborted_after", ())]
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("%s: bad producer state with a snapshot: %s", self.path.parent, exc)
+                state = None
+        if state is None or state.next_offset <= index:
+            log.warning("%s: snapshot at %d without producer state", self.path.parent, index)
+            self.state = ProducerStateMachine(index + 1)
+            return
+        self.state = state
+        self.clock_ms = int(data.get("clock_ms", -1))
+        self.expired = int(data.get("expired", 0))
+        self._shipped_aborts = {a.last_offset: a for a in shipped if a.last_offset > index}
+        self._since_snapshot = self.snapshot_every  # write it soon: the old one is useless
+
+    def clock_entry(self, now_ms: int) -> bytes | None:
+        """Leader: a clock entry to propose now (a control batch stamped `now_ms`), or None:
+        only while producers are known, once per period of the committed clock."""
+        if not self.state.producers or now_ms // self._period <= self.clock_ms // self._period:
+            return None
+        if now_ms // self._period <= self._clock_proposed // self._period:
+            return None  # one in flight for this period already
+        self._clock_proposed = now_ms
+        return build_control_batch(ControlType.PRODUCER_CLOCK, b"", timestamp=now_ms)
+
     def _tick(self, timestamp: int) -> None:
-        """Move the committed clock to a data batch's max timestamp; expire producers each
+        """Move the committed clock to a control batch's timestamp; expire producers each
         time it enters a new period (a point that depends on the log alone)."""
+        if self.clock_ms < 0 <= timestamp:
+            # The log's first clock: the producers applied before it were active until now.
+            for producer in self.state.producers.values():
+                producer.last_timestamp = max(producer.last_timestamp, timestamp)
         if timestamp > self.clock_ms:
             before = self.clock_ms // self._period
             self.clock_ms = timestamp
@@ -184,9 +307,15 @@ class PartitionProducers:
     def start_snapshot(self, run_on_disk: Any) -> None:
         """Write a snapshot of the applied state on the disk pool (one at a time)."""
         self._since_snapshot = 0
-        data = self.snapshot_bytes()
+        data, offset = self.snapshot_bytes(), self.state.next_offset
         self._writing = asyncio.ensure_future(run_on_disk(self.write_snapshot, data))
         self._writing.add_done_callback(_log_failure)
+
+        def written(done: asyncio.Future[None]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                self.durable_offset = max(self.durable_offset, offset)
+
+        self._writing.add_done_callback(written)
 
     # ------------------------------------------------------------------ leader's view
 

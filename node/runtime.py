@@ -167,6 +167,7 @@ class Group:
     campaign: bool = False
     transfer_to: int | None = None
     trim_to: int | None = None
+    snapshot_state: tuple[int, bytes] | None = None  # (index, state) of a received snapshot
     quiet: bool = False
     waits_for: int | None = None  # a fresh follower's expected first leader (see add_group)
     idle_ticks: int = 0
@@ -717,6 +718,9 @@ class Runtime:
         busy = bool(group.proposals) or bool(group.reads)
         for msg in group.inbox:
             busy |= msg.type not in _HEARTBEATS
+            if msg.type == MessageType.SNAPSHOT and msg.snapshot is not None:
+                # The state the leader sent beside it, for the replica if the core installs it.
+                group.snapshot_state = (msg.snapshot.index, msg.context)
             self._guard(group, core.step, msg)
         group.inbox.clear()
         for _ in range(ticks):
@@ -904,6 +908,8 @@ class Runtime:
             if item.ready is not None:
                 for msg in item.ready.messages:
                     msg.group = item.group.name
+                    if msg.type == MessageType.SNAPSHOT and msg.snapshot is not None:
+                        msg.context = self._snapshot_state(item.group, msg.snapshot.index)
                     outbox[msg.dst].append(msg)
         for peer, messages in outbox.items():
             if peer == self.node_id:
@@ -926,6 +932,8 @@ class Runtime:
         if item.trim is not None:
             self._guard(group, core.compact, item.trim.index)
         if rd is not None:
+            if rd.snapshot is not None:
+                self._installed(group, rd.snapshot.index)
             if rd.committed and not item.applied_early:
                 self._apply(group, rd.committed)
             for state in rd.read_states:
@@ -961,6 +969,33 @@ class Runtime:
             and core.commit_index >= core.last_index
         ):
             self._quiesce(group)
+
+    @staticmethod
+    def _snapshot_state(group: Group, index: int) -> bytes:
+        """Leader: the replica's state to ship beside a Raft snapshot at `index` (its
+        `snapshot_state`, if it has one: partitions send producer state)."""
+        make = getattr(group.replica, "snapshot_state", None)
+        if make is None:
+            return b""
+        try:
+            return bytes(make(index))
+        except Exception:
+            log.exception("state for the snapshot of %s at %d", group.name, index)
+            return b""
+
+    @staticmethod
+    def _installed(group: Group, index: int) -> None:
+        """The storage installed a snapshot at `index`: hand the replica the state shipped
+        with it (if the message that carried it was for this index)."""
+        shipped, group.snapshot_state = group.snapshot_state, None
+        install = getattr(group.replica, "on_snapshot", None)
+        if install is None:
+            return
+        payload = shipped[1] if shipped is not None and shipped[0] == index else None
+        try:
+            install(index, payload or None)
+        except Exception:
+            log.exception("installing the snapshot of %s at %d", group.name, index)
 
     def _role_changed(self, group: Group) -> None:
         core = group.core

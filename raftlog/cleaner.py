@@ -15,12 +15,14 @@ Semantics (Kafka's LogCleaner, cleanup.policy=compact):
   the latest record of a key whose value is null (a tombstone) is removed too once its batch's
   max timestamp is older than delete.retention.ms.
 - Records without a key are kept (producing them to a compacted topic is refused, but a topic
-  switched from delete to compact may hold some). Control batches are kept whole, and so are
-  transactional data batches, which also supersede nothing: transactions are not wired into
-  the node yet (node/eos), so whether a transactional record was aborted is unknown here;
-  keeping them can only keep more. Once transactions exist, aborted data is removed and markers
-  follow Kafka's rules. Emptied batches keep their producer fields and sequence range, so the
-  producer state replayed from a cleaned log is the one replayed from the original.
+  switched from delete to compact may hold some). Control batches (transaction markers) are
+  kept whole. A transactional data batch that the log's aborted-transaction index
+  (raftlog/txnindex.py) shows aborted loses all its records, as in Kafka; any other
+  transactional batch is kept whole and supersedes nothing (it may belong to a transaction
+  still open, or committed: keeping it can only keep more). Emptied batches keep their
+  producer fields and sequence range, so the producer state replayed from a cleaned log is the
+  one replayed from the original. Offsets never change, so every segment's transaction index
+  stays valid across the swap (PartitionLog.replace_segment carries it over).
 - The key map is built from the dirty segments only (those past the checkpoint, which is
   always a segment boundary): the clean ones hold at most one record per key, older than any
   dirty one. It is a dict of every dirty key (Kafka bounds it and cleans in several passes:
@@ -61,6 +63,7 @@ from raftline.raftlog.batch import (
 from raftline.raftlog.log import PartitionLog, write_atomically
 from raftline.raftlog.records import Record, build_batch_buffer, decode_batch
 from raftline.raftlog.segment import Segment, segment_name
+from raftline.raftlog.txnindex import AbortedTxn
 
 CHECKPOINT_FILE = "cleaner-offset.checkpoint"
 FailPoint = Callable[[str], None]
@@ -230,10 +233,15 @@ class Cleaner:
         """Write the cleaned copy of `segment` to `<base>.cleaned` as it is read (nothing if
         no record goes), fsync it and have the log swap it in."""
         cleaned = segment.directory / segment_name(segment.base_offset, ".cleaned")
+        aborted = self.log.aborted_txns(segment.base_offset, segment.next_offset)
         out = _Writer(cleaned)
         removed = 0
         try:
             for header, data in _iter_batches(segment):
+                if _is_aborted(header, aborted):
+                    removed += header.records_count
+                    out.add(rewrite_batch(header, []))
+                    continue
                 if _whole(header):
                     out.add(data)
                     continue
@@ -270,6 +278,17 @@ class Cleaner:
             stats.bytes_written += out.size
         else:
             stats.bytes_written += segment.size
+
+
+def _is_aborted(header: BatchHeader, aborted: list[AbortedTxn]) -> bool:
+    """Whether a transactional data batch with records belongs to an `aborted` transaction."""
+    if not header.is_transactional or header.is_control or not header.records_count:
+        return False
+    offset = header.base_offset
+    return any(
+        a.producer_id == header.producer_id and a.first_offset <= offset <= a.last_offset
+        for a in aborted
+    )
 
 
 class _Writer:

@@ -2,7 +2,8 @@
 
 Owns offset assignment, reads by offset and time, suffix truncation, prefix drops, rolling,
 retention, the swap of segments the cleaner compacted (raftlog/cleaner.py), the fsync policy
-with group commit, and crash recovery on open (interrupted swaps included).
+with group commit, crash recovery on open (interrupted swaps included), and keeping each
+segment's aborted-transaction index (raftlog/txnindex.py) consistent with its segment.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from raftline.raftlog.segment import (
     fsync_dir,
     unlink_later,
 )
+from raftline.raftlog.txnindex import AbortedTxn, collect
 
 logger = logging.getLogger(__name__)
 
@@ -200,6 +202,9 @@ class PartitionLog:
         self._failure: OSError | None = None  # a failed fsync: the log is unusable
         self._unsynced_bytes = 0
         self._last_sync_ms = clock()
+        # Base offset of the first sealed segment found without its transaction index on open
+        # (None: all there): producer state replays the log from its start to rebuild them.
+        self.txn_index_gap: int | None = None
         self.recovery = self._open()
         level = logging.DEBUG if self.recovery.clean else logging.WARNING
         logger.log(level, "opened %s: %s", self.directory, self.recovery)
@@ -361,6 +366,7 @@ class PartitionLog:
         """Seal the active segment (indexes written, data fsynced) and start a new one."""
         old = self._segments[-1]
         old.write_indexes()
+        old.txns.ensure_file()  # a sealed segment always has one: a missing one is lost
         old.sync()
         segment = Segment.create(
             self.directory,
@@ -557,6 +563,7 @@ class PartitionLog:
                 segment.remove_index_files()  # it is the active segment again
                 fsync_dir(self.directory)  # truncated batches must not come back after a crash
             segment.truncate(position)
+            segment.txns.truncate_from(segment.next_offset)
             self._truncations += 1
             self._durable = min(self._durable, segment.next_offset)
             self._synced.notify_all()
@@ -659,6 +666,7 @@ class PartitionLog:
             if fail is not None:
                 fail("renamed")
             fresh.write_indexes()  # not fsynced: a damaged or missing index is rebuilt on open
+            fresh.txns = segment.txns  # offsets are unchanged: so are the aborted transactions
             self._segments[self._segments.index(segment)] = fresh
             return True
 
@@ -682,6 +690,47 @@ class PartitionLog:
             changed = True
         if changed:
             fsync_dir(self.directory)
+
+    # --- aborted transactions ------------------------------------------------------------------
+
+    def record_aborted(self, txn: AbortedTxn) -> bool:
+        """Add an aborted transaction to the index of the segment holding its marker (which
+        must be in the log); False if that index already has it (a replay). Written at once
+        and fsynced by `sync_txn_indexes`: the owner of producer state calls that before it
+        snapshots, and replays (re-recording) what follows its snapshot after a crash."""
+        with self._lock:
+            if not self._log_start <= txn.last_offset < self.next_offset:
+                raise OffsetOutOfRangeError(
+                    f"abort marker at {txn.last_offset} outside the log "
+                    f"[{self._log_start}, {self.next_offset})"
+                )
+            segment = self._segments[self._segment_index(txn.last_offset)]
+            return segment.txns.append(txn)
+
+    def aborted_txns(self, start: int, end: int) -> list[AbortedTxn]:
+        """Aborted transactions with data in [start, end), by first offset: what a
+        read_committed fetch of that range drops (raftlog/txnindex.py)."""
+        with self._lock:
+            first = self._segment_index(max(start, self._log_start))
+            return collect([s.txns for s in self._segments[first:]], start, end)
+
+    def sync_txn_indexes(self) -> None:
+        """Fsync every transaction index appended to since the last call (and the directory
+        for files created or replaced)."""
+        with self._lock:
+            dirty = [s.txns for s in self._segments if s.txns.dirty]
+            for index in dirty:
+                index.sync()
+        if dirty:
+            fsync_dir(self.directory)
+
+    def txn_indexes_rebuilt(self) -> None:
+        """Producer state replayed the log past the gap found on open: every sealed segment
+        now has its index (an empty file where no marker was found)."""
+        with self._lock:
+            for segment in self._segments[:-1]:
+                segment.txns.ensure_file()
+            self.txn_index_gap = None
 
     def apply_retention(self, now_ms: int | None = None) -> int:
         """Delete what retention allows; returns the new log start offset."""
@@ -768,6 +817,8 @@ class PartitionLog:
                 report.truncated_bytes, report.truncated_reason = cut, reason
                 if cut:
                     logger.warning("cut %d bytes from %s: %s", cut, segment.path, reason)
+            if not segment.txns.load() and i < len(bases) - 1 and self.txn_index_gap is None:
+                self.txn_index_gap = base
             if self._segments and self._segments[-1].next_offset != base:
                 raise CorruptLogError(
                     f"{segment.path.name} starts at {base}, but the previous segment ends at "

@@ -55,6 +55,7 @@ class ControlType(IntEnum):
     RAFT_NOOP = 100  # the empty entry a new Raft leader appends for its term
     RAFT_CONFIG = 101  # a Raft membership configuration; the value is its JSON
     TIERED = 102  # a change of the partition's tiered-storage manifest; the value is its JSON
+    PRODUCER_CLOCK = 103  # a partition leader's wall clock (the batch timestamp), for expiry
 
 
 ABORT = ControlType.ABORT

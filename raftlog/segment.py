@@ -34,6 +34,8 @@ from raftline.raftlog.index import (
     offset_index,
     time_index,
 )
+from raftline.raftlog.txnindex import SUFFIX as TXN_INDEX_SUFFIX
+from raftline.raftlog.txnindex import TxnIndex
 
 Bytes = bytes | bytearray | memoryview
 
@@ -238,6 +240,8 @@ class Segment:
         self.max_timestamp = NO_TIMESTAMP
         self.offsets = offset_index()
         self.times = time_index()
+        # Aborted transactions whose markers lie here (raftlog/txnindex.py); loaded by the log.
+        self.txns = TxnIndex(directory / segment_name(base_offset, TXN_INDEX_SUFFIX))
         self._bytes_since_index = 0
         # Appended batches not yet written to the file; they start at file position _flushed.
         self._pending = bytearray()
@@ -428,6 +432,7 @@ class Segment:
         self.files.forget(self.path)
         for path in (self.path, self.index_path, self.timeindex_path):
             path.unlink(missing_ok=True)
+        self.txns.delete()
 
     def retire(self) -> list[Path]:
         """Rename the files to `<name>.deleted` and return them for `unlink_later`: a rename
@@ -435,7 +440,8 @@ class Segment:
         self._pending = bytearray()
         self.files.forget(self.path)
         retired = []
-        for path in (self.path, self.index_path, self.timeindex_path):
+        self.txns.entries = []
+        for path in (self.path, self.index_path, self.timeindex_path, self.txns.path):
             target = path.with_name(path.name + DELETED_SUFFIX)
             try:
                 os.rename(path, target)

@@ -94,3 +94,12 @@ async def test_dirty_pages_are_written_back_before_each_workload_starts(
     for _ in range(2):
         await _run_workload(TopicLog(events), workload, "t", 100.0, options)
     assert events == ["sync", "create_topic"] * 2
+
+
+def test_the_idempotent_variant_shares_raftlines_nodes_and_numbers_its_batches() -> None:
+    args = parser().parse_args(["compare", "--quick"])
+    assert "raftline-idempotent" in args.systems
+    assert PEER_OF["raftline-idempotent"] == PEER_OF["raftline"]
+    endpoint = Endpoint("127.0.0.1", {"http": 1}, 3, {"fsync": "always"})
+    assert driver_class("raftline-idempotent")(endpoint).idempotent
+    assert not driver_class("raftline")(endpoint).idempotent

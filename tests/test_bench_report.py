@@ -120,7 +120,7 @@ def test_a_peer_that_acks_before_any_fsync_is_compared_with_raftline_nofsync() -
 
 def test_each_peer_is_in_the_class_its_acknowledgement_implies() -> None:
     fsynced = {s for s, c in DURABILITY_CLASS.items() if c == "fsync before ack"}
-    assert fsynced == {"raftline", "rabbitmq-quorum", "redis"}
+    assert fsynced == {"raftline", "raftline-idempotent", "rabbitmq-quorum", "redis"}
     assert {"nats", "rabbitmq-stream", "raftline-nofsync"} == set(DURABILITY_CLASS) - fsynced
 
 
@@ -158,3 +158,14 @@ def test_results_json_holds_both_ratio_tables(tmp_path: Path) -> None:
     saved = json.loads(write(results, tmp_path)["json"].read_text())
     assert [e["publish_ratio"] for e in saved["ratios"]] == [1.5]
     assert [e["publish_ratio"] for e in saved["like_for_like_ratios"]] == [3.0]
+
+
+def test_idempotent_produce_is_reported_against_plain_and_left_out_of_peer_ratios() -> None:
+    results = _results(
+        _run("raftline", 30_000, 5.0),
+        _run("raftline-idempotent", 28_500, 5.0),
+        _run("nats", 10_000, 10.0),
+    )
+    assert [e["peer"] for e in ratios(results)] == ["nats"]
+    text = markdown(results)
+    assert "| 1-topic-1-partition-100b | 1 | 30000 | 28500 | 0.95 |" in text

@@ -1,7 +1,9 @@
 """The client's shells against failing endpoints: order kept under retries, other nodes tried.
 
 A fake broker behind `_once` fails produce requests at random with a retryable error and
-answers out of order; small HTTP servers play a node that answers 503 and one that is paused.
+answers out of order (idempotent producers, the default, get the broker's sequence checks:
+duplicates answered with the original offset, gaps refused); small HTTP servers play a node
+that answers 503 and one that is paused.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pytest
 
 from raftline.clients.client import AsyncClient, Client, RaftlineError, RetryPolicy
 from raftline.clients.wire import Answer, Request
+from raftline.raftlog.batch import parse_header
 from raftline.raftlog.records import decode_batch
 
 pytestmark = pytest.mark.timeout(60)
@@ -35,6 +38,8 @@ class FakeBroker:
         self.rng = random.Random(seed)
         self.fail = fail
         self.failures = 0
+        # partition -> (epoch, next sequence, first sequence -> base offset) of producer 1
+        self.sequences: dict[int, tuple[int, int, dict[int, int]]] = {}
 
     def answer(self, method: str, path: str, request: Request, node: str) -> Answer:
         if path == "/v1/cluster":
@@ -42,6 +47,8 @@ class FakeBroker:
         if method == "GET" and path == f"/v1/topics/{TOPIC}":
             parts = [{"partition": p, "leader": 1} for p in range(PARTITIONS)]
             return _json({"name": TOPIC, "partitions": parts})
+        if method == "POST" and path == "/v1/producers":
+            return _json({"producer_id": 1, "producer_epoch": 0})
         assert method == "POST" and request.params is not None and request.payload is not None
         if self.rng.random() < self.fail:
             self.failures += 1
@@ -49,6 +56,20 @@ class FakeBroker:
         partition = int(request.params["partition"])
         values = [r.value or b"" for r in decode_batch(bytes(request.payload)).records]
         log = self.logs[partition]
+        header = parse_header(bytes(request.payload))
+        if header.producer_id >= 0:
+            epoch, expected, written = self.sequences.get(partition, (-1, 0, {}))
+            if header.producer_epoch != epoch:
+                epoch, expected, written = header.producer_epoch, 0, {}
+            if header.base_sequence in written:
+                base = written[header.base_sequence]
+                return _json({"partition": partition, "base_offset": base, "count": len(values)})
+            if header.base_sequence != expected:
+                raise RaftlineError(
+                    "out_of_order_sequence", "gap", retryable=False, status=409, node=node
+                )
+            written[expected] = len(log)
+            self.sequences[partition] = (epoch, expected + len(values), written)
         log += values
         return _json(
             {"partition": partition, "base_offset": len(log) - len(values), "count": len(values)}
@@ -82,14 +103,16 @@ def _sent(n: int) -> dict[int, list[bytes]]:
     return expected
 
 
+@pytest.mark.parametrize("idempotent", [True, False])
 @pytest.mark.parametrize("seed", range(5))
 async def test_async_producer_keeps_each_partitions_order_under_retried_failures(
-    seed: int,
+    seed: int, idempotent: bool
 ) -> None:
     broker = FakeBroker(fail=0.3, seed=seed)
     client = FakeAsyncClient("http://leader:1", retry=RetryPolicy(retries=50, backoff_ms=1))
     client.broker = broker
-    async with client, client.producer(TOPIC, linger_ms=1, batch_messages=4) as producer:
+    producer_of = client.producer(TOPIC, linger_ms=1, batch_messages=4, idempotent=idempotent)
+    async with client, producer_of as producer:
         futures = []
         for i in range(300):
             futures.append(await producer.send(b"m%d" % i, partition=i % PARTITIONS))
@@ -106,11 +129,15 @@ async def test_async_producer_keeps_each_partitions_order_under_retried_failures
     assert broker.logs == expected
 
 
-def test_sync_producer_keeps_each_partitions_order_under_retried_failures() -> None:
+@pytest.mark.parametrize("idempotent", [True, False])
+def test_sync_producer_keeps_each_partitions_order_under_retried_failures(
+    idempotent: bool,
+) -> None:
     broker = FakeBroker(fail=0.3, seed=1)
     client = FakeClient("http://leader:1", retry=RetryPolicy(retries=50, backoff_ms=1))
     client.broker = broker
-    with client, client.producer(TOPIC, linger_ms=1, batch_messages=4) as producer:
+    producer_of = client.producer(TOPIC, linger_ms=1, batch_messages=4, idempotent=idempotent)
+    with client, producer_of as producer:
         futures = [producer.send(b"m%d" % i, partition=i % PARTITIONS) for i in range(120)]
     assert all(f.result() for f in futures)
     assert broker.failures > 0

@@ -21,7 +21,7 @@ from inproc_harness import serving
 from raftline.clients import aio
 from raftline.clients.client import AsyncClient, RaftlineError, RetryPolicy
 from raftline.clients.core import Call, ClientCore, Pause, Step
-from raftline.clients.producing import ProducerCore
+from raftline.clients.producing import ProducerApi, ProducerCore
 from raftline.clients.wire import Answer, ProducerFields
 from raftline.raftlog.batch import parse_header
 
@@ -148,6 +148,62 @@ def test_a_batch_that_fails_for_good_starts_a_new_epoch_on_its_partition() -> No
     _batches(producer, 1)
     [after] = producer.ready(everything=True)
     assert after.producer == ProducerFields(7, 4, 0)
+
+
+def test_an_out_of_order_answer_to_the_oldest_batch_renumbers_all_in_flight_in_a_new_epoch() -> (
+    None
+):
+    """KIP-360: the broker lost the producer's sequence (expired, or rebuilt without it)."""
+    producer = _producer()
+    futures = _batches(producer, 2)
+    producer._confirmed.add(0)
+    first, second = producer.ready(everything=True)
+    one, two = Step(producer.sending(first)), Step(producer.sending(second))
+    assert _fields(one.call) == ProducerFields(7, 3, 0)
+    one.throw(RaftlineError("out_of_order_sequence", "gap", retryable=False, status=409))
+    assert isinstance(one.call, Pause) and one.call.seconds < 0.1
+    assert (first.producer, second.producer) == (ProducerFields(7, 4, 0), ProducerFields(7, 4, 2))
+    # the second one's request, sent with its old numbers, is refused: it goes again renumbered
+    two.throw(RaftlineError("producer_fenced", "old epoch", retryable=False, status=409))
+    assert isinstance(two.call, Pause)
+    one.send(None)  # type: ignore[arg-type]
+    _past_metadata(one)
+    assert _fields(one.call) == ProducerFields(7, 4, 0)
+    one.send(_json({"partition": 0, "base_offset": 0, "count": 2}))
+    two.send(None)  # type: ignore[arg-type]
+    _past_metadata(two)
+    assert _fields(two.call) == ProducerFields(7, 4, 2)
+    two.send(_json({"partition": 0, "base_offset": 2, "count": 2}))
+    assert [f.result() for f in futures] == [(0, 0), (0, 1), (0, 2), (0, 3)]
+    _batches(producer, 1)
+    [after] = producer.ready(everything=True)
+    assert after.producer == ProducerFields(7, 4, 4)
+
+
+def test_a_transactional_batch_out_of_order_is_not_renumbered() -> None:
+    producer = _producer(transactional_id="tx")
+    futures = _batches(producer, 1)
+    [batch] = producer.ready(everything=True)
+    step = Step(producer.sending(batch))
+    step.throw(RaftlineError("out_of_order_sequence", "gap", retryable=False, status=409))
+    assert step.call is None
+    with pytest.raises(RaftlineError):
+        futures[0].result()
+    assert producer.txn_error is not None
+
+
+@pytest.mark.parametrize(
+    ("options", "idempotent"),
+    [({}, True), ({"acks": "leader"}, False), ({"idempotent": False}, False)],
+)
+def test_idempotence_is_on_by_default_with_acks_all(options: dict, idempotent: bool) -> None:
+    core = ClientCore("http://a:1")
+    assert ProducerApi(core, TOPIC, **options)._core.idempotent is idempotent
+
+
+def test_idempotence_asked_with_acks_leader_is_refused() -> None:
+    with pytest.raises(ValueError, match="acks"):
+        ProducerApi(ClientCore("http://a:1"), TOPIC, acks="leader", idempotent=True)
 
 
 def test_the_json_wire_carries_the_numbers_in_the_body() -> None:

@@ -208,20 +208,34 @@ async def test_idle_producers_expire_into_unknown(tmp_path: Path) -> None:
         await _topic(api, partitions=1)
         pid, epoch = await _producer(api)
         other, _ = await _producer(api)
-        now = broker.clock.now_ms()
-        old = _body(pid, epoch, 0, "old")
-        old["messages"][0]["timestamp"] = now - 3_600_000
-        assert (await _produce(api, old))[0] == 200
-        # another producer's batch moves the committed clock an hour on: pid is forgotten
-        assert (await _produce(api, _body(other, 0, 0, "now")))[0] == 200
+        assert (await _produce(api, _body(pid, epoch, 0, "old")))[0] == 200
+        # a producer's own timestamps never move the expiry clock: an hour ahead expires nobody
+        ahead = _body(other, 0, 0, "ahead")
+        ahead["messages"][0]["timestamp"] = broker.clock.now_ms() + 3_600_000
+        assert (await _produce(api, ahead))[0] == 200
+        status, body = await _produce(api, _body(pid, epoch, 0, "old"))
+        assert status == 200 and body.get("duplicate") is True, body
+        # the partition leader's clock entries do: an hour later both (idle) are forgotten
+        broker.keep_producer_clocks()  # the log's first clock, now
+        broker.clock.set_offset_ms(3_600_000)
+        broker.keep_producer_clocks()
+        await _wait_expired(broker)
         # so its retry is no longer recognised, and it may go on at any sequence (Kafka's
         # unknown producer): the window of an expired producer is gone
         status, body = await _produce(api, _body(pid, epoch, 4, "after"))
         assert status == 200 and "duplicate" not in body, body
         assert (await _produce(api, _body(pid, epoch, 5, "next")))[0] == 200
         metrics = await (await api.get("/metrics")).text()
-        assert 'raftline_producers_expired_total{node="1"} 1' in metrics
-        assert 'raftline_idempotent_producers{node="1"} 2' in metrics
+        assert 'raftline_producers_expired_total{node="1"} 2' in metrics
+        assert 'raftline_idempotent_producers{node="1"} 1' in metrics
+
+
+async def _wait_expired(broker: Any) -> None:
+    for _ in range(100):
+        if any(r.producers.expired for r in broker.partitions.values()):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("no producer expired")
 
 
 async def _retry_writes_once(data: Path, restart: bool) -> bool:

@@ -349,3 +349,48 @@ async def test_latest_is_the_last_stable_offset_and_a_deleted_topic_needs_no_mar
         assert (await api.delete("/v1/topics/gone")).status == 204
         await _ok(await _end(api, "tx-10", pid, epoch, commit=True))
         assert _values(await _read(api, 0, "read_committed")) == ["p", "open"]
+
+
+async def test_transactional_offsets_naming_a_member_are_fenced_by_its_generation(
+    tmp_path: Path,
+) -> None:
+    """KIP-447: offsets sent with the consumer's member id and generation join the transaction
+    only while that member holds the partitions in the group's current generation."""
+    async with serving(tmp_path / "d") as (api, _):
+        await _topic(api, partitions=2)
+        pid, epoch = await _init(api, "tx-9")
+        first = await _ok(await api.post("/v1/groups/cg/members", json={"topics": ["t"]}))
+
+        async def add(member: str, generation: int, partition: int) -> Any:
+            body = {
+                "producer_id": pid,
+                "producer_epoch": epoch,
+                "group": "cg",
+                "offsets": [{"topic": "t", "partition": partition, "offset": 1}],
+                "member_id": member,
+                "generation": generation,
+            }
+            return await api.post("/v1/transactions/tx-9/offsets", json=body)
+
+        member, generation = first["member_id"], first["generation"]
+        assert (await add(member, generation, 0)).status == 204
+        second = await _ok(await api.post("/v1/groups/cg/members", json={"topics": ["t"]}))
+        assert second["generation"] > generation
+        stale = await add(member, generation, 0)
+        assert stale.status == 409 and (await stale.json())["error"]["code"] == "stale_generation"
+        other = second["member_id"]
+        held = [a["partition"] for a in second["assignment"]]
+        assert (await add(other, second["generation"], held[0])).status == 204
+        moved = await add(member, second["generation"], held[0])  # not its partition any more
+        assert moved.status == 409
+        bad = await api.post(
+            "/v1/transactions/tx-9/offsets",
+            json={
+                "producer_id": pid,
+                "producer_epoch": epoch,
+                "group": "cg",
+                "member_id": "x",
+                "offsets": [{"topic": "t", "partition": 0, "offset": 1}],
+            },
+        )
+        assert bad.status == 400  # a member id without its generation

@@ -1,154 +1,119 @@
-"""A transactions workload with a checker, on a real in-process node (a small Jepsen-style run).
+"""The exactly-once chaos workloads and their checkers on a real in-process node.
 
-Four transactional producers write unique values to three partitions, each transaction to one
-to three of them, committing or aborting at random (seeded), while a read_committed reader
-polls every partition. The checker finds: aborted reads (a value of an aborted transaction
-seen), uncommitted reads (a value seen whose transaction's commit had not been asked for),
-duplicates, lost committed writes, torn transactions (part of a committed one missing at the
-end) and per-producer order broken within a partition. A planted bug (read_committed passing
-aborted batches) must make it fail.
+The chaos harness's clients (chaos/eos_workload.py) run for a few seconds against one node,
+with answers lost at random after the node acted on them (so producers retry ambiguous
+failures with the same producer fields), then chaos/eos_checker.py judges the history. A
+correct node passes; planted bugs in the node (a retry written again, aborted batches passed
+to read_committed readers, a last stable offset that ignores open transactions) make the
+checker fail with the anomaly they cause.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient
 from inproc_harness import serving
+
+from raftline.chaos import eos_checker
+from raftline.chaos import workload as workload_module
+from raftline.chaos.eos_workload import EosWorkload
+from raftline.chaos.history import Recorder
+from raftline.chaos.workload import Outcome, Workload, session
 
 pytestmark = pytest.mark.timeout(120)
 PARTITIONS = 3
+RUN_S = 4.0
 
 
-async def _post(api: TestClient, path: str, body: Any) -> Any:
-    for _ in range(50):
-        response = await api.post(path, json=body)
-        answer = await response.json()
-        if response.status < 300:
-            return answer
-        if not answer["error"]["retryable"]:
-            raise AssertionError(f"{path}: {response.status} {answer}")
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{path}: no answer")
+def lose_answers(monkeypatch: pytest.MonkeyPatch, rng: random.Random, share: float) -> None:
+    """Answers of produce and end requests are lost after the node acted on them."""
+    real = workload_module.call
+
+    async def lossy(session: Any, method: str, url: str, *args: Any, **kwargs: Any) -> Outcome:
+        outcome = await real(session, method, url, *args, **kwargs)
+        if method == "POST" and outcome.type == "ok" and rng.random() < share:
+            return Outcome("info", None, None, "answer_lost")
+        return outcome
+
+    monkeypatch.setattr(workload_module, "call", lossy)
 
 
-async def _run(api: TestClient, seed: int) -> list[str]:
-    """The workload and its checker: the anomalies found."""
-    rng = random.Random(seed)
-    await _post(api, "/v1/topics", {"name": "w", "partitions": PARTITIONS})
-    fate: dict[str, str] = {}  # value -> "committed" | "aborted" | "open"
-    txn_of: dict[str, tuple[int, int]] = {}
-    members: dict[tuple[int, int], list[str]] = {}
-    committing: set[tuple[int, int]] = set()  # commit asked for (maybe not yet answered)
-    seen: list[str] = []
-    done = asyncio.Event()
-
-    async def producer(index: int) -> None:
-        tid = f"w-{index}"
-        answer = await _post(api, "/v1/producers", {"transactional_id": tid})
-        pid, epoch = answer["producer_id"], answer["producer_epoch"]
-        for n in range(12):
-            sequences = dict.fromkeys(range(PARTITIONS), 0)
-            values = []
-            for i in range(rng.randint(1, 4)):
-                partition = rng.randrange(PARTITIONS)
-                value = f"p{index}-t{n}-{i}"
-                fate[value], txn_of[value] = "open", (index, n)
-                values.append(value)
-                body = {
-                    "transactional": True,
-                    "transactional_id": tid,
-                    "producer_id": pid,
-                    "producer_epoch": epoch,
-                    "sequence": sequences[partition],
-                    "messages": [{"value": value, "partition": partition}],
-                }
-                await _post(api, "/v1/topics/w/messages", body)
-                sequences[partition] += 1
-            members[(index, n)] = values
-            commit = rng.random() < 0.6
-            if commit:
-                committing.add((index, n))
-            action = "commit" if commit else "abort"
-            answer = await _post(
-                api,
-                f"/v1/transactions/{tid}/{action}",
-                {"producer_id": pid, "producer_epoch": epoch},
-            )
-            epoch = answer["producer_epoch"]
-            for value in values:
-                fate[value] = "committed" if commit else "aborted"
-
-    async def reader() -> None:
-        positions = dict.fromkeys(range(PARTITIONS), 0)
-        while True:
-            finished = done.is_set()
-            for partition in range(PARTITIONS):
-                response = await api.get(
-                    f"/v1/topics/w/partitions/{partition}/messages"
-                    f"?offset={positions[partition]}&isolation=read_committed"
-                )
-                if response.status != 200:
-                    continue
-                body = await response.json()
-                for message in body["messages"]:
-                    value = message["value"]
-                    seen.append(value)
-                    txn = txn_of.get(value)
-                    if txn is None or txn not in committing:
-                        anomalies.append(f"uncommitted read of {value}")
-                positions[partition] = body["next_offset"]
-            if finished:
-                return
-            await asyncio.sleep(0.02)
-
-    anomalies: list[str] = []
-    reading = asyncio.ensure_future(reader())
-    await asyncio.gather(*(producer(i) for i in range(4)))
-    await asyncio.sleep(0.1)
-    done.set()
-    await reading
-    counts: dict[str, int] = {}
-    for value in seen:
-        counts[value] = counts.get(value, 0) + 1
-    for value, count in counts.items():
-        if fate.get(value) == "aborted":
-            anomalies.append(f"aborted read of {value}")
-        if count > 1:
-            anomalies.append(f"{value} read {count} times")
-    for txn, values in members.items():
-        if fate[values[0]] != "committed":
-            continue
-        missing = [v for v in values if v not in counts]
-        if missing:
-            anomalies.append(f"committed transaction {txn} lost or torn: {missing} missing")
-    # within a partition, a producer's transactions appear in the order they were committed
-    for partition in range(PARTITIONS):
-        response = await api.get(
-            f"/v1/topics/w/partitions/{partition}/messages?offset=0&isolation=read_committed"
-        )
-        values = [m["value"] for m in (await response.json())["messages"]]
-        for index in range(4):
-            mine = [txn_of[v] for v in values if txn_of[v][0] == index]
-            if mine != sorted(mine):
-                anomalies.append(f"producer {index} out of order on partition {partition}")
-    if sum(fate[v[0]] == "committed" for v in members.values()) == 0:
-        anomalies.append("vacuous: nothing committed")
-    return anomalies
+async def run_workload(tmp_path: Path, kind: str, seed: int) -> dict[str, Any]:
+    """Run `kind` ("idempotent" or "transactions") for RUN_S seconds; the checker's verdict."""
+    async with serving(tmp_path / "node") as (api, _):
+        url = str(api.make_url("")).rstrip("/")
+        recorder = Recorder(tmp_path / "history.jsonl")
+        work = Workload(recorder, [url], "w", PARTITIONS, random.Random(seed), 1)
+        eos = EosWorkload(work)
+        async with session() as http:
+            assert await work.create_topic(http, time.monotonic() + 10)
+            until = time.monotonic() + RUN_S
+            if kind == "idempotent":
+                clients = [eos.idempotent_producer(http, p, until) for p in range(4)]
+            else:
+                clients = [eos.txn_producer(http, p, until) for p in range(4)]
+                clients += [eos.reader(http, 4 + r, until) for r in range(2)]
+            await asyncio.gather(*clients)
+            deadline = time.monotonic() + 30
+            if kind == "idempotent":
+                complete = await work.final_reads(http, 9, deadline)
+            else:
+                complete = await eos.final_committed_reads(http, 9, deadline)
+        recorder.close()
+        assert all(complete.values()), complete
+        ops = recorder.ops
+        if kind == "idempotent":
+            return eos_checker.check_idempotent(ops)
+        return eos_checker.check_transactions(ops)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-async def test_the_transactions_workload_finds_no_anomaly(tmp_path: Path, seed: int) -> None:
-    async with serving(tmp_path / "d") as (api, _):
-        assert await _run(api, seed) == []
+async def test_idempotent_producers_retrying_lost_answers_store_each_value_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    lose_answers(monkeypatch, random.Random(seed), 0.2)
+    verdict = await run_workload(tmp_path, "idempotent", seed)
+    assert verdict["valid"], verdict["anomalies"]
+    stats = verdict["stats"]
+    assert stats["acked_after_retry"] > 0 and stats["duplicate_answers"] > 0, stats
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+async def test_the_transactions_workload_finds_no_anomaly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    lose_answers(monkeypatch, random.Random(seed), 0.1)
+    verdict = await run_workload(tmp_path, "transactions", seed)
+    assert verdict["valid"], verdict["anomalies"]
+    stats = verdict["stats"]
+    assert stats["committed"] > 0 and stats["aborted"] > 0, stats
+    assert stats["multi_partition_committed"] > 0, stats
+
+
+async def test_planted_bug_a_retry_written_again_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from raftline.node.eos.producer_state import NEW, Outcome, ProducerStateMachine
+
+    real = ProducerStateMachine.check
+
+    def forgetful(self: Any, meta: Any, *, verified: bool = False) -> Any:
+        verdict = real(self, meta, verified=verified)
+        return NEW if verdict.outcome in (Outcome.DUPLICATE, Outcome.IN_FLIGHT) else verdict
+
+    monkeypatch.setattr(ProducerStateMachine, "check", forgetful)
+    lose_answers(monkeypatch, random.Random(1), 0.2)
+    verdict = await run_workload(tmp_path, "idempotent", 1)
+    assert "duplicate" in verdict["anomaly_types"], verdict["anomaly_counts"]
 
 
 @pytest.mark.parametrize("bug", ["aborted batches kept", "LSO ignores open transactions"])
-async def test_planted_bugs_are_caught(
+async def test_planted_transaction_bugs_are_caught(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bug: str
 ) -> None:
     from raftline.node import partition as partition_module
@@ -160,14 +125,13 @@ async def test_planted_bugs_are_caught(
             return (payload for _, meta, payload in batches if not meta.is_control)
 
         monkeypatch.setattr(partition_module, "read_committed", everything)
-        expected = "aborted read"
+        expected = "aborted-read"
     else:
 
         def high_watermark(self: Any, high_watermark: int) -> int:
             return min(high_watermark, self.next_offset)
 
         monkeypatch.setattr(ProducerStateMachine, "last_stable_offset", high_watermark)
-        expected = "uncommitted read"
-    async with serving(tmp_path / "d") as (api, _):
-        anomalies = await _run(api, 1)
-    assert any(expected in a for a in anomalies), anomalies
+        expected = "uncommitted-read"
+    verdict = await run_workload(tmp_path, "transactions", 1)
+    assert expected in verdict["anomaly_types"], verdict["anomaly_counts"]

@@ -14,6 +14,8 @@ DRIVERS: dict[str, str] = {
     "raftline": "bench.drivers.raftline:RaftlineDriver",
     # The same client; only the node's --fsync flag differs (bench.peers.RaftlineNoFsyncPeer).
     "raftline-nofsync": "bench.drivers.raftline:RaftlineDriver",
+    # The same nodes as raftline; the client's default, idempotent producer.
+    "raftline-idempotent": "bench.drivers.raftline:IdempotentRaftlineDriver",
     "nats": "bench.drivers.nats_js:NatsDriver",
     "rabbitmq-quorum": "bench.drivers.rabbitmq:QuorumQueueDriver",
     "rabbitmq-stream": "bench.drivers.rabbitmq_stream:StreamDriver",

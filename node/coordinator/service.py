@@ -26,6 +26,7 @@ from raftline.node.coordinator.state import (
     CoordinatorState,
     Group,
     GroupError,
+    check_commit,
     check_group,
     check_member_id,
 )
@@ -343,6 +344,12 @@ class Coordinator:
             "offsets": offsets,
         }
         await self._propose(shard, command)
+
+    async def _call_check_commit(self, shard: str, args: dict[str, Any]) -> None:
+        """KIP-447: would `member_id` in `generation` be allowed to commit `offsets` now (the
+        transaction coordinator asks before it takes a transaction's offsets)?"""
+        replica, _ = await self._current(shard)
+        check_commit(self._group(replica, args), args)
 
     async def _call_leave(self, shard: str, args: dict[str, Any]) -> None:
         replica, leading = self._lead(shard)

@@ -230,26 +230,7 @@ class CoordinatorState:
 
     def _apply_commit(self, command: dict[str, Any]) -> dict[str, Any]:
         group = self._group(command)
-        member_id = str(command.get("member_id"))
-        generation = command.get("generation")
-        if type(generation) is not int:
-            raise GroupError("invalid_request", "generation must be an integer")
-        offsets = _offsets(command.get("offsets"))
-        if member_id not in group.members:
-            raise GroupError("unknown_member", f"{member_id!r} is not a member of {group.name!r}")
-        if generation != group.generation:
-            raise GroupError(
-                "stale_generation",
-                f"generation {generation} is not the current generation of {group.name!r} "
-                f"({group.generation})",
-            )
-        held = set(group.assignment.get(member_id, ()))
-        for tp, _ in offsets:
-            if tp not in held:
-                raise GroupError(
-                    "stale_generation",
-                    f"{member_id!r} is not assigned {tp[0]}/{tp[1]} in generation {generation}",
-                )
+        offsets = check_commit(group, command)
         # I5 checked for every offset above; only now does anything change.
         for tp, offset in offsets:
             if offset > group.offsets.get(tp, -1):  # I4
@@ -335,6 +316,33 @@ class CoordinatorState:
         group.owned_since = since
         group.rebalanced_ms = at_ms
         _check(group)
+
+
+def check_commit(group: Group, command: dict[str, Any]) -> list[tuple[TopicPartition, int]]:
+    """The offsets of a commit by `member_id` in `generation` (I5: the current generation, and
+    partitions the member holds now), or GroupError. Also fences a transaction's offsets that
+    name their member and generation (KIP-447)."""
+    member_id = str(command.get("member_id"))
+    generation = command.get("generation")
+    if type(generation) is not int:
+        raise GroupError("invalid_request", "generation must be an integer")
+    offsets = _offsets(command.get("offsets"))
+    if member_id not in group.members:
+        raise GroupError("unknown_member", f"{member_id!r} is not a member of {group.name!r}")
+    if generation != group.generation:
+        raise GroupError(
+            "stale_generation",
+            f"generation {generation} is not the current generation of {group.name!r} "
+            f"({group.generation})",
+        )
+    held = set(group.assignment.get(member_id, ()))
+    for tp, _ in offsets:
+        if tp not in held:
+            raise GroupError(
+                "stale_generation",
+                f"{member_id!r} is not assigned {tp[0]}/{tp[1]} in generation {generation}",
+            )
+    return offsets
 
 
 def _check(group: Group) -> None:

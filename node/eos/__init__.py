@@ -13,7 +13,8 @@ node/transactions/ for the coordinator shards):
   duplicate with the offsets given, asks the coordinator (add_partitions) on needs_verification
   and checks again with verified=True, and calls clear_in_flight() on every term change. The
   LSO is last_stable_offset(high watermark); a read_committed fetch reads below it and filters
-  with isolation.read_committed(batches, aborted_in(start, lso)).
+  with isolation.read_committed(batches, the log's aborted_txns(start, lso)): the node copies
+  each abort apply_batch records into the segment's transaction index (raftlog/txnindex.py).
 - Coordinator shard (shard_for(transactional id)): commands are logged dicts stamped with
   now_ms; a result carrying markers is written by build_marker to each partition (coordinator
   epoch = the shard's Raft term), offsets go to their groups, then markers_written is logged;

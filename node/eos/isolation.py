@@ -23,7 +23,8 @@ def read_committed(
     batches: Iterable[tuple[int, BatchMeta, T]], aborted: Sequence[AbortedTxn]
 ) -> Iterator[T]:
     """The payloads of the (base offset, meta, payload) batches, in log order, that a
-    read_committed reader sees. `aborted` is producer state's aborted_in(range start, LSO)."""
+    read_committed reader sees. `aborted`: the aborts with data in [range start, LSO), from the
+    log's transaction index (raftlog/txnindex.py) or producer state's aborted_in."""
     pending = [(a.first_offset, a.producer_id) for a in aborted]
     heapq.heapify(pending)
     aborting: set[int] = set()

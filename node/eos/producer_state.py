@@ -119,9 +119,11 @@ class ProducerStateMachine:
 
     # ------------------------------------------------------------------ applied state
 
-    def apply_batch(self, base_offset: int, meta: BatchMeta) -> Verdict:
+    def apply_batch(self, base_offset: int, meta: BatchMeta, now_ms: int | None = None) -> Verdict:
         """Apply one committed batch at `base_offset` (every batch of the log, idempotent or
-        not, control or data, in order). Anything but new leaves producer state as it was."""
+        not, control or data, in order). Anything but new leaves producer state as it was.
+        `now_ms`: the time the producer was last active at, for expiry (the batch's own max
+        timestamp when None; the node passes a clock taken from the log, never the producer's)."""
         if base_offset < self.next_offset:
             raise ValueError(f"batch at {base_offset} applied after {self.next_offset}")
         last_offset = base_offset + meta.last_offset_delta
@@ -132,7 +134,7 @@ class ProducerStateMachine:
         entry = self.producers.get(meta.producer_id)
         verdict = self._decide(entry, meta, verified=True)
         if verdict.accepted:
-            self._advance(meta, base_offset, last_offset)
+            self._advance(meta, base_offset, last_offset, now_ms)
         return verdict
 
     def last_stable_offset(self, high_watermark: int) -> int:
@@ -168,12 +170,15 @@ class ProducerStateMachine:
             del self.producers[pid]
         return gone
 
-    def _advance(self, meta: BatchMeta, base_offset: int, last_offset: int) -> None:
+    def _advance(
+        self, meta: BatchMeta, base_offset: int, last_offset: int, now_ms: int | None
+    ) -> None:
         pid = meta.producer_id
         entry = self.producers.get(pid)
         if entry is None:
             entry = self.producers[pid] = ProducerEntry(meta.producer_epoch)
-        aborted = _advance_entry(entry, meta, base_offset, last_offset, self.WINDOW)
+        stamp = meta.max_timestamp if now_ms is None else now_ms
+        aborted = _advance_entry(entry, meta, base_offset, last_offset, self.WINDOW, stamp)
         if aborted is not None:
             self.aborted.append(AbortedTxn(pid, aborted, base_offset))
         if entry.txn_first_offset is None:
@@ -324,7 +329,12 @@ def _in_sequence(entry: ProducerEntry | None, meta: BatchMeta) -> bool:
 
 
 def _advance_entry(
-    entry: ProducerEntry, meta: BatchMeta, base_offset: int, last_offset: int, window: int
+    entry: ProducerEntry,
+    meta: BatchMeta,
+    base_offset: int,
+    last_offset: int,
+    window: int,
+    stamp: int | None = None,
 ) -> int | None:
     """Apply an accepted batch to one producer's entry; returns the first offset of the
     transaction an abort marker ends (None otherwise)."""
@@ -332,8 +342,9 @@ def _advance_entry(
     if meta.producer_epoch > entry.epoch:
         entry.epoch = meta.producer_epoch
         entry.batches.clear()
-    if meta.max_timestamp > entry.last_timestamp:
-        entry.last_timestamp = meta.max_timestamp
+    stamp = meta.max_timestamp if stamp is None else stamp
+    if stamp > entry.last_timestamp:
+        entry.last_timestamp = stamp
     if meta.is_control:
         assert meta.marker is not None
         if entry.txn_first_offset is not None and not meta.marker.commit:

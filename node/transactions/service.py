@@ -196,6 +196,9 @@ class TxnService:
             }
             return self._answer(await self._propose(shard, command))
         if method == "txn_add_offsets":
+            if args.get("member_id") is not None:  # KIP-447: fenced by the group's generation
+                check = {k: args[k] for k in ("group", "member_id", "generation", "offsets")}
+                await self.broker.group_call(str(args["group"]), "group_check_commit", check)
             command = {
                 "op": "add_offsets",
                 "transactional_id": tid,
