@@ -34,6 +34,8 @@ SERVE_FLAGS: dict[str, str] = {
     "s3-bucket": "bucket for tiered segments (with --s3-endpoint)",
     "s3-region": "region of the bucket (default us-east-1)",
     "s3-prefix": "key prefix inside the bucket (default none)",
+    "tiered-cache-bytes": "bytes of remote segment chunks a node keeps in memory for fetches "
+    "below the local log start (with --s3-endpoint; at least 4194304, default 67108864 = 64 MiB)",
 }
 
 
@@ -61,7 +63,7 @@ def node_config(args: argparse.Namespace, environ: dict[str, str]) -> Any:
             values[attribute] = parse_peers(text)
         elif flag == "data-dir":
             values[attribute] = Path(text)
-        elif flag in ("producer-expiry-ms", "queue-cache-bytes"):
+        elif flag in ("producer-expiry-ms", "queue-cache-bytes", "tiered-cache-bytes"):
             if not text.strip().isdigit() or int(text) < 1:
                 raise ValueError(f"--{flag} must be a positive integer, got {text!r}")
             values[attribute] = int(text)
@@ -202,6 +204,23 @@ def cmd_cluster(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         for n in info.get("nodes", [])
     ]
     table(rows, ("NODE", "HTTP", "RAFT", "ALIVE"), out)
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace, client: Client, out: TextIO) -> int:
+    rows = []
+    for topic in client.restore(args.topic or None):
+        partitions = topic.get("partitions", [])
+        rows.append(
+            (
+                topic["name"],
+                len(partitions),
+                ",".join(str(p["next_offset"]) for p in partitions),
+                sum(p["size_bytes"] for p in partitions),
+                "restored" if topic.get("restored") else topic.get("reason", "skipped"),
+            )
+        )
+    table(rows, ("TOPIC", "PARTITIONS", "LOG_STARTS_AT", "BUCKET_BYTES", "STATUS"), out)
     return 0
 
 
@@ -511,6 +530,16 @@ def build_parser() -> argparse.ArgumentParser:
     delete.set_defaults(handler=cmd_topic_delete)
 
     client_command("cluster", "show the cluster's nodes").set_defaults(handler=cmd_cluster)
+    restore = client_command(
+        "restore",
+        "rebuild topics from the cluster's object storage after every node lost its disk: each "
+        "partition's log starts where its uploaded data ends (older records are read from the "
+        "bucket, new ones follow them)",
+    )
+    restore.add_argument(
+        "--topic", action="append", help="restore this topic (repeatable; default: every topic)"
+    )
+    restore.set_defaults(handler=cmd_restore)
 
     produce = client_command("produce", "send lines (stdin or a file) as messages")
     produce.add_argument("topic")

@@ -313,6 +313,12 @@ class ClientApi(ClientCore):
     def cluster(self) -> Returns[dict[str, Any]]:
         return self._run(json_call("GET", "/v1/cluster"))
 
+    def restore(self, topics: list[str] | None = None) -> Returns[list[dict[str, Any]]]:
+        """Rebuild topics from the cluster's object storage (every topic of the bucket when
+        `topics` is None); topics that exist are left alone. See API.md "Object storage"."""
+        body = {} if topics is None else {"topics": topics}
+        return self._run(_then(json_call("POST", "/v1/restore", body), itemgetter("topics")))
+
     def produce(
         self, topic: str, messages: list[dict[str, Any]], acks: str = "all", url: str | None = None
     ) -> Returns[list[Acked]]:

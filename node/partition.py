@@ -145,6 +145,10 @@ class PartitionReplica:
         )
 
     def _require_leader(self) -> None:
+        if self._closed:
+            # close() leaves the commit event set for good: a waiter that only re-checked the
+            # role would spin on it without ever yielding to the event loop.
+            raise BrokerError("leader_unavailable", f"{self.topic}/{self.partition} was closed")
         if self._role != "leader":
             raise self._not_leader(
                 self.group,
@@ -197,6 +201,7 @@ class PartitionReplica:
             # holds it now (local disk drops only what a durable manifest names).
             answer = None if remote is None else await remote.read(offset, max(max_bytes, 1), upto)
             if answer is None:
+                self._check_offset(offset)  # the client's error (416), not the server's
                 raise
             return answer.data, answer.aborted
         return data, []
