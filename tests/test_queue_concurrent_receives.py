@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import time
 from pathlib import Path
 from typing import Any
@@ -42,15 +43,20 @@ async def test_a_receive_never_hands_out_records_another_receive_locked_meanwhil
         real_deliver = QueueService._deliver
         first_chose = asyncio.Event()
         go_on = asyncio.Event()
+        in_first = contextvars.ContextVar("in_first", default=False)
 
         async def deliver(self: QueueService, *args: Any) -> list[dict[str, Any]]:
-            if not first_chose.is_set():  # the first receive has chosen: hold it there
+            if in_first.get():  # the first receive has chosen: hold it there
                 first_chose.set()
                 await go_on.wait()
             return await real_deliver(self, *args)
 
+        async def first_receive() -> tuple[list[dict[str, Any]], int | None]:
+            in_first.set(True)
+            return await service._take(shard, "q", [0, 1], 10)
+
         monkeypatch.setattr(QueueService, "_deliver", deliver)
-        first = asyncio.ensure_future(service._take(shard, "q", [0, 1], 10))
+        first = asyncio.ensure_future(first_receive())
         await first_chose.wait()
         second, _ = await service._take(shard, "q", [1, 0], 10)
         go_on.set()

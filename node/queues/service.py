@@ -374,15 +374,23 @@ class QueueService:
         by_partition: dict[int, list[int]] = {}
         for _, _, offset, partition in chosen:
             by_partition.setdefault(partition, []).append(offset)
+        # The partitions' delivery counts are proposed together: one Raft round (one fsync on
+        # a majority), not one per partition in turn.
+        delivered = await asyncio.gather(
+            *(self._deliver(shard, name, p, by_partition[p]) for p in order if p in by_partition),
+            return_exceptions=True,
+        )
         out: list[dict[str, Any]] = []
-        for partition in order:
-            if partition in by_partition:
-                try:
-                    out += await self._deliver(shard, name, partition, by_partition[partition])
-                except BrokerError:
-                    if not out:
-                        raise
-                    break  # hand out what is locked already; the rest stays available
+        failure: BaseException | None = None
+        for result in delivered:
+            if isinstance(result, BaseException):
+                if not isinstance(result, BrokerError):
+                    raise result
+                failure = failure or result
+            else:
+                out += result
+        if failure is not None and not out:
+            raise failure  # else hand out what is locked; the rest stays available
         rank = {(p, o): i for i, (_, _, o, p) in enumerate(chosen)}
         out.sort(key=lambda m: rank[(m["partition"], m["record"][0])])
         return out, next_due
@@ -677,30 +685,21 @@ class QueueService:
             by_partition: dict[int, list[tuple[int, Key, int]]] = {}
             for index, key, attempt in claimed:
                 by_partition.setdefault(key[1], []).append((index, key, attempt))
-            try:
-                for partition, items in by_partition.items():
-                    command = {
-                        "op": "settle",
-                        "queue": queue.name,
-                        "incarnation": queue.incarnation,
-                        "partition": partition,
-                        "outcome": "ack",
-                        "offsets": [key[2] for _, key, _ in items],
-                        "attempts": [attempt for _, _, attempt in items],
-                    }
-                    answer = await self._propose(shard, command)
-                    for (index, _, _), result in zip(items, answer["results"], strict=True):
-                        errors[index] = SETTLE_ERRORS.get(result)
-                    view = leading.views.get((queue.name, partition))
-                    for (_, key, _), result in zip(items, answer["results"], strict=True):
-                        locks.pop(key, None)  # settled, or another delivery's: never put back
-                        if view is not None and result == "ok":
-                            view.drop(key[2])  # frees the cache at once
-            except BrokerError:
+            # All partitions' settles are proposed together: one Raft round, not one each.
+            settled = await asyncio.gather(
+                *(
+                    self._accept(shard, leading, queue, p, items, errors, locks)
+                    for p, items in by_partition.items()
+                ),
+                return_exceptions=True,
+            )
+            failure = next((r for r in settled if isinstance(r, BaseException)), None)
+            if isinstance(failure, BrokerError):
                 # Not acknowledged (or not known to be): the locks stay as they were, so the
                 # receiver may retry with the same receipts while they last.
                 self._restore(shard, leading, locks)
-                raise
+            if failure is not None:
+                raise failure
         elif outcome == "release":
             for _, key, attempt in claimed:
                 decision = after_failure(queue, attempt)
@@ -710,6 +709,35 @@ class QueueService:
         else:
             for _, key, attempt in claimed:
                 await self._archive(shard, key, after_reject(queue), "rejected", attempt, True)
+
+    async def _accept(
+        self,
+        shard: str,
+        leading: _Leading,
+        queue: Queue,
+        partition: int,
+        items: list[tuple[int, Key, int]],
+        errors: list[str | None],
+        locks: dict[Key, Any],
+    ) -> None:
+        """Commit the acknowledgement of `items` (of one partition): each one's error, and its
+        lock gone from `locks` (settled, or another delivery's: never put back)."""
+        command = {
+            "op": "settle",
+            "queue": queue.name,
+            "incarnation": queue.incarnation,
+            "partition": partition,
+            "outcome": "ack",
+            "offsets": [key[2] for _, key, _ in items],
+            "attempts": [attempt for _, _, attempt in items],
+        }
+        answer = await self._propose(shard, command)
+        view = leading.views.get((queue.name, partition))
+        for (index, key, _), result in zip(items, answer["results"], strict=True):
+            errors[index] = SETTLE_ERRORS.get(result)
+            locks.pop(key, None)
+            if view is not None and result == "ok":
+                view.drop(key[2])  # frees the cache at once
 
     def _restore(self, shard: str, leading: _Leading, locks: dict[Key, Any]) -> None:
         with contextlib.suppress(BrokerError):
