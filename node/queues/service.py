@@ -620,10 +620,16 @@ class QueueService:
     # ack, release, reject, extend
 
     def _claim(
-        self, replica: QueueReplica, leading: _Leading, queue: Queue, texts: list[Any]
+        self,
+        replica: QueueReplica,
+        leading: _Leading,
+        queue: Queue,
+        texts: list[Any],
+        accepting: bool = False,
     ) -> tuple[list[str | None], list[tuple[int, Key, int]]]:
         """Check each receipt; per receipt an error code or None, and the live locks found
-        (index, key, attempt)."""
+        (index, key, attempt). `accepting`: a receipt whose own delivery was acknowledged
+        already is no error (an accept retried after its answer was lost) and claims nothing."""
         errors: list[str | None] = []
         claimed: list[tuple[int, Key, int]] = []
         seen: set[Key] = set()
@@ -641,6 +647,11 @@ class QueueService:
             error = leading.locks.check(key, receipt.attempt, now)
             if error is None and key in seen:
                 error = "duplicate_receipt"
+            if error == "lock_expired" and accepting:
+                state = queue.partitions.get(receipt.partition)
+                if state is not None and state.acknowledged_by(receipt.offset) == receipt.attempt:
+                    errors.append(None)
+                    continue
             errors.append(error)
             if error is None:
                 seen.add(key)
@@ -654,7 +665,7 @@ class QueueService:
         texts = args.get("receipts")
         if outcome not in OUTCOMES or not isinstance(texts, list):
             raise BrokerError("invalid_request", f"outcome must be one of {OUTCOMES}")
-        errors, claimed = self._claim(replica, leading, queue, texts)
+        errors, claimed = self._claim(replica, leading, queue, texts, outcome == "accept")
         locks = {key: leading.locks.release(key) for _, key, _ in claimed}
         # Unlocked but not yet settled: busy, so that no round takes a spent one for archiving
         # while its acknowledgement commits (it would be acknowledged and dead-lettered both).
