@@ -14,7 +14,8 @@ this client cannot connect to is skipped as for partition leaders.
 
 Retries: the shells retry retryable errors. A receive retried after its answer was lost leaves
 the first answer's records locked until their lock expires (then they come again: at-least-once);
-an ack retried after it applied answers `lock_expired` or `already_settled` for those receipts.
+an accept retried after it applied answers ok (the shard remembers which delivery acknowledged
+each recent record); a release or reject retried after it applied answers `lock_expired`.
 """
 
 from __future__ import annotations
