@@ -18,6 +18,7 @@ import pytest
 from inproc_harness import serving
 
 from raftline.node.broker import Broker
+from raftline.node.queues.readahead import ReadAhead
 from raftline.node.queues.service import QueueService
 from raftline.raftlog.records import Record, build_batch
 
@@ -112,13 +113,13 @@ async def test_waiting_receives_share_one_tail_read_per_partition(
             "q", "queue_ack", {"receipts": [m["receipt"] for m in first["messages"]]}
         )
         reads: list[int] = []
-        real_read = QueueService._read
+        real_read = ReadAhead.read
 
-        async def read(self: QueueService, queue: Any, partition: int, *args: Any) -> Any:
+        async def read(self: ReadAhead, queue: Any, partition: int, *args: Any) -> Any:
             reads.append(partition)
             return await real_read(self, queue, partition, *args)
 
-        monkeypatch.setattr(QueueService, "_read", read)
+        monkeypatch.setattr(ReadAhead, "read", read)
         args = {"max_messages": 10, "wait_ms": 5_000}
         waiting = [
             asyncio.ensure_future(broker.queue_call("q", "queue_receive", args)) for _ in range(8)
