@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 .PHONY: serve test lint bench install
 
 # The C extension is compiled by the install: editing it must rebuild.
-$(BIN)/raftline: pyproject.toml setup.py raftlog/_speedups.c
+$(BIN)/raftline: pyproject.toml setup.py raftlog/_speedups.c raftlog/_columns.c raftlog/_record_reader.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
 	$(BIN)/pip install -q -e '.[test]'

@@ -740,9 +740,10 @@ def create_app(broker: Broker, *, self_http: str | None = None) -> web.Applicati
     from raftline.api import groups  # imported late: it builds on this module
 
     groups.add_routes(app)
-    from raftline.api import producers, queues
+    from raftline.api import producers, queues, restore
 
     producers.add_routes(app)
+    restore.add_routes(app)
 
     queues.add_routes(app)
     from raftline.api import exchanges, requests, streams

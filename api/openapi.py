@@ -12,6 +12,7 @@ from raftline.api.codec import BATCH_CONTENT_TYPE
 from raftline.api.openapi_exchanges import EXCHANGE_SCHEMAS, exchange_paths
 from raftline.api.openapi_groups import GROUP_SCHEMAS, group_paths
 from raftline.api.openapi_queues import QUEUE_SCHEMAS, queue_paths
+from raftline.api.openapi_restore import restore_paths
 from raftline.api.openapi_streams import STREAM_SCHEMAS, stream_paths, with_filters
 
 JSON = "application/json"
@@ -154,6 +155,11 @@ _SCHEMAS: dict[str, Any] = {
                 "default": 1048576,
             },
             "segment.bytes": {"type": ["string", "integer"]},
+            "segment.ms": {
+                "type": ["string", "integer"],
+                "description": "a segment is sealed at this age (ms, at least 1); with remote "
+                "storage even when no write comes, which bounds what a restore can lose",
+            },
             "compression.type": {
                 "type": "string",
                 "enum": ["producer", "none", "gzip", "snappy", "lz4", "zstd"],
@@ -685,6 +691,7 @@ def openapi_document() -> dict[str, Any]:
         **queue_paths(),
         **stream_paths(fetch_params),
         **exchange_paths(),
+        **restore_paths(),
     }
     schemas = {**_SCHEMAS, **GROUP_SCHEMAS, **QUEUE_SCHEMAS, **STREAM_SCHEMAS, **EXCHANGE_SCHEMAS}
     with_filters(every_path, schemas)

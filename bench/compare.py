@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import time
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench import native
 from bench.consumers import collect_garbage_rarely
 from bench.drivers import driver_class
 from bench.drivers.base import Endpoint
@@ -45,6 +47,8 @@ class CompareOptions:
     quick: bool = True
     install: bool = True
     log: Any = print
+    # "python": the drivers in bench/drivers; "native": the generator in bench/native.
+    clients: list[str] = field(default_factory=lambda: ["python", "native"])
 
     @property
     def drain_seconds(self) -> float:
@@ -53,8 +57,21 @@ class CompareOptions:
 
 def compare(options: CompareOptions) -> dict[str, Any]:
     """Run the whole matrix; returns {"runs": [...], "skipped": [...], "peers": {...}}."""
-    results: dict[str, Any] = {"runs": [], "skipped": [], "peers": {}, "durability": {}}
+    results: dict[str, Any] = {
+        "runs": [],
+        "native_runs": [],
+        "skipped": [],
+        "peers": {},
+        "durability": {},
+    }
     run_id = uuid.uuid4().hex[:6]
+    if "native" in options.clients:
+        try:
+            native.ensure_built()
+        except (native.NativeError, OSError, subprocess.SubprocessError) as error:
+            options.log(f"native load generator skipped: {error}")
+            results["skipped"].append({"system": "native", "replicas": 0, "reason": str(error)})
+            options.clients = [c for c in options.clients if c != "native"]
     for replicas in options.replicas:
         for peer_name in dict.fromkeys(PEER_OF[s] for s in options.systems):
             systems = [s for s in options.systems if PEER_OF[s] == peer_name]
@@ -88,6 +105,17 @@ def _run_peer(
         results["peers"][peer.system] = peer.version
         for system in systems:
             key = f"{system} r{replicas}"
+            if "native" in options.clients:
+                try:
+                    native_runs = _run(_run_native(system, endpoint, options, f"{key} native"))
+                except Exception as error:  # the Python-client runs still go ahead
+                    options.log(f"[{key} native] failed: {type(error).__name__}: {error}")
+                    native_runs = []
+                results["native_runs"].extend(native_runs)
+                if native_runs:
+                    results["durability"].setdefault(key, native_runs[0]["durability"])
+            if "python" not in options.clients:
+                continue
             try:
                 runs = _run(_run_system(system, endpoint, run_id, options, key))
             except Exception as error:  # one broken driver must not end the whole comparison
@@ -157,6 +185,37 @@ async def _run_system(
             await asyncio.wait_for(driver.close(), 10)
         except Exception as error:  # a failing close must not lose the results
             options.log(f"[{key}] close failed: {error}")
+    return runs
+
+
+async def _run_native(
+    system: str, endpoint: Endpoint, options: CompareOptions, key: str
+) -> list[dict[str, Any]]:
+    """Every log workload through the native generator (topics made by the Python driver)."""
+    driver = driver_class(system)(endpoint)
+    await asyncio.wait_for(driver.connect(), SETUP_TIMEOUT_S)
+    runs: list[dict[str, Any]] = []
+    max_rates: dict[str, float] = {}
+    try:
+        for workload in options.workloads:
+            if options.quick:
+                workload = workload.for_quick_run()
+            rate = _target_rate(workload, max_rates)
+            if workload.kind != "log" or workload.topics != 1 or rate is None:
+                continue
+            await asyncio.to_thread(os.sync)
+            try:
+                result = await native.run_workload(system, driver, workload, rate)
+            except Exception as error:  # one failing workload is reported, the rest still run
+                options.log(f"[{key}] {workload.name} failed: {error}")
+                continue
+            result.update(system=system, replicas=endpoint.replicas, durability=driver.durability)
+            runs.append(result)
+            if workload.max_rate and not result["errors"]:
+                max_rates[workload.name] = result["publish_msgs_per_s"]
+            options.log(f"[{key}] {_one_line(result)}")
+    finally:
+        await asyncio.wait_for(driver.close(), 10)
     return runs
 
 

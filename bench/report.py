@@ -27,6 +27,11 @@ DURABILITY_CLASS = {
     "rabbitmq-stream": PAGE_CACHE,  # confirm after the write, never fsynced
     "redis": FSYNCED,  # appendfsync always (on the primary)
 }
+NATIVE_DESCRIPTION = (
+    "native load generator (bench/native, Rust, std sockets only): publish only, one "
+    "connection per batch in flight, each sending its batch and waiting for all its "
+    "acknowledgements; Raftline gets one Kafka v2 record batch per HTTP request"
+)
 # The Raftline system each peer is compared with at like-for-like durability.
 RAFTLINE_OF_CLASS = {FSYNCED: "raftline", PAGE_CACHE: "raftline-nofsync"}
 
@@ -87,33 +92,56 @@ def markdown(results: dict[str, Any]) -> str:
     if results["peers"]:
         versions = ", ".join(f"{k}: {v}" for k, v in sorted(results["peers"].items()))
         lines += ["", f"Versions: {versions}."]
-    lines += [
-        "",
-        "| workload | system | RF | target msg/s | publish msg/s | publish MB/s | consume msg/s "
-        "| publish-ack ms p50 / p99 / p99.9 / max "
-        "| end-to-end ms p50 / p99 / p99.9 / max | notes |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for run in _ordered(results["runs"]):
-        notes = []
-        if run["errors"]:
-            notes.append(f"{run['errors']} errors: {run['first_error'][:80]}")
-        if run["received"] < run["acked"]:
-            notes.append(f"{run['acked'] - run['received']} acked not consumed by the drain end")
-        target = f"{run['target_rate']:,}" if run["target_rate"] else "max"
-        lines.append(
-            f"| {run['workload']} | {run['system']} | {run['replicas']} | {target} | {_rate(run)} "
-            f"| {run['publish_mb_per_s']:.1f} | {run['consume_msgs_per_s']:,.0f} "
-            f"| {_ms(run['publish_latency_ms'])} | {_ms(run['e2e_latency_ms'])} "
-            f"| {'; '.join(notes).replace('|', '/')} |"
-        )
-    lines += ["", *ratio_lines(results)]
+    native = results.get("native_runs") or []
+    if results["runs"] or not native:
+        lines += [
+            "",
+            "### Python-client drivers (bench/drivers: a Python producer process, a Python "
+            "consumer process)",
+            "",
+            *_table_lines(results["runs"]),
+            "",
+            *ratio_lines(results),
+        ]
+    if native:
+        lines += [
+            "",
+            f"### Native clients: the {NATIVE_DESCRIPTION}",
+            "",
+            *_table_lines(native),
+            "",
+            *ratio_lines({**results, "runs": native}),
+        ]
     if results["skipped"]:
         lines += ["", "Skipped:", ""]
         lines += [
             f"- {s['system']} (RF {s['replicas']}): {s['reason']}" for s in results["skipped"]
         ]
     return "\n".join(lines) + "\n"
+
+
+def _table_lines(runs: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| workload | system | RF | target msg/s | publish msg/s | publish MB/s | consume msg/s "
+        "| publish-ack ms p50 / p99 / p99.9 / max "
+        "| end-to-end ms p50 / p99 / p99.9 / max | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in _ordered(runs):
+        notes = []
+        if run["errors"]:
+            notes.append(f"{run['errors']} errors: {run['first_error'][:80]}")
+        if run["received"] < run["acked"]:
+            notes.append(f"{run['acked'] - run['received']} acked not consumed by the drain end")
+        target = f"{run['target_rate']:,}" if run["target_rate"] else "max"
+        consume = "-" if run.get("client") == "native" else f"{run['consume_msgs_per_s']:,.0f}"
+        lines.append(
+            f"| {run['workload']} | {run['system']} | {run['replicas']} | {target} | {_rate(run)} "
+            f"| {run['publish_mb_per_s']:.1f} | {consume} "
+            f"| {_ms(run['publish_latency_ms'])} | {_ms(run['e2e_latency_ms'])} "
+            f"| {'; '.join(notes).replace('|', '/')} |"
+        )
+    return lines
 
 
 def _is_raftline(system: str) -> bool:
@@ -338,6 +366,10 @@ def write(results: dict[str, Any], out: Path) -> dict[str, Path]:
         **results,
         "ratios": ratios(results),
         "like_for_like_ratios": like_for_like_ratios(results),
+        "native_ratios": ratios({**results, "runs": results.get("native_runs") or []}),
+        "native_like_for_like_ratios": like_for_like_ratios(
+            {**results, "runs": results.get("native_runs") or []}
+        ),
     }
     paths = {"json": out / "results.json", "markdown": out / "results.md"}
     paths["json"].write_text(json.dumps(results, indent=2) + "\n")

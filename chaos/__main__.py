@@ -27,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     go.add_argument(
         "--nemesis",
         default="partition,kill,pause",
-        help="comma list of partition,kill,pause,loss,slow,delay,clock (empty: none)",
+        help="comma list of partition,kill,pause,loss,slow,delay,clock,s3 (empty: none)",
     )
     go.add_argument("--out", type=Path, default=Path("chaos-results"))
     go.add_argument("--compose-file", type=Path, default=Path("docker-compose.yml"))
@@ -66,6 +66,13 @@ def _parser() -> argparse.ArgumentParser:
         default=6000,
         help="the group members' session timeout (--workload group)",
     )
+    go.add_argument(
+        "--tiered",
+        action="store_true",
+        help="the topic in object storage (remote.storage.enable, tiny local retention) with"
+        " --rereaders clients reading partitions from offset 0 over and over (queue workload)",
+    )
+    go.add_argument("--rereaders", type=int, default=2, help="(--tiered) readers from offset 0")
     go.add_argument("--no-up", action="store_true", help="use an already running cluster")
     go.add_argument("--keep", action="store_true", help="leave the cluster running afterwards")
     check = commands.add_parser("check", help="check a recorded history.jsonl again")
@@ -113,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
                 receivers=args.receivers,
                 lock_ms=args.lock_ms,
                 max_deliveries=args.max_deliveries,
+                tiered=args.tiered,
+                rereaders=args.rereaders,
                 destinations=args.destinations,
                 bring_up=not args.no_up,
                 tear_down=not args.keep,

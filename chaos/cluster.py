@@ -1,7 +1,8 @@
 """The cluster under test as the harness drives it: the docker compose cluster of this repository.
 
 Owns finding the compose tool, bringing nodes up and down, and the process and network controls
-(SIGKILL/restart, pause, nftables rules inside each container's network namespace).
+(SIGKILL/restart, pause, nftables rules inside each container's network namespace) of the nodes
+and of the cluster's object storage (the `seaweedfs` service).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import Protocol
 # Every command the harness runs is bounded; a hung docker call must not hang the run.
 COMMAND_TIMEOUT_S = 120
 NFT_TABLE = "raftline_chaos"
+STORAGE_SERVICE = "seaweedfs"  # docker-compose.yml's S3 server
+STORAGE_URL = "http://127.0.0.1:18333"
 
 
 class ClusterError(RuntimeError):
@@ -135,6 +138,8 @@ class ComposeCluster:
     base_port: int = 18080
     env: dict[str, str] = field(default_factory=lambda: {"RAFTLINE_TEST_HOOKS": "1"})
     nodes: list[Node] = field(init=False)
+    # The object storage container (node id 0), once `refresh` found it running.
+    storage: Node | None = field(init=False, default=None)
     _compose: list[str] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
@@ -160,12 +165,19 @@ class ComposeCluster:
         self._compose_run("down", "-v", "--timeout", "10", timeout=300)
 
     def refresh(self) -> None:
-        """Looks up each node's container id and its address on the compose network."""
+        """Looks up each node's container id and its address on the compose network, and the
+        object storage's container when the compose file has one."""
         for node in self.nodes:
             node.container = self._compose_run("ps", "-q", node.service).strip()
             if not node.container:
                 raise ClusterError(f"no container for {node.service}")
             self.refresh_address(node)
+        services = self._compose_run("config", "--services").split()
+        if STORAGE_SERVICE in services:
+            container = self._compose_run("ps", "-q", STORAGE_SERVICE).strip()
+            if container:
+                self.storage = Node(0, STORAGE_SERVICE, STORAGE_URL, container)
+                self.refresh_address(self.storage)
 
     def refresh_address(self, node: Node) -> None:
         """Re-reads one container's address (a restart may change it; its id stays)."""
@@ -238,14 +250,24 @@ class ComposeCluster:
         self._in_netns(node, ["tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
 
     def heal_all(self) -> None:
-        """Thaws paused nodes and lifts every network rule (killed nodes stay down)."""
+        """Thaws paused nodes and lifts every network rule (killed nodes stay down); the object
+        storage comes back whole (started again if it was stopped)."""
         for node in self.nodes:
-            status = run(
-                ["docker", "inspect", "-f", "{{.State.Status}}", node.container], check=False
-            )
-            if status.strip() == "paused":
-                self.resume(node)
-            self.heal(node)
+            self._thaw_and_heal(node)
+        if self.storage is not None:
+            if not self.is_running(self.storage) and not self._paused(self.storage):
+                self.start(self.storage)
+                self.refresh_address(self.storage)
+            self._thaw_and_heal(self.storage)
+
+    def _paused(self, node: Node) -> bool:
+        status = run(["docker", "inspect", "-f", "{{.State.Status}}", node.container], check=False)
+        return status.strip() == "paused"
+
+    def _thaw_and_heal(self, node: Node) -> None:
+        if self._paused(node):
+            self.resume(node)
+        self.heal(node)
 
 
 def http_ok(url: str, timeout: float = 2.0) -> bool:

@@ -1,4 +1,5 @@
-"""Fault injection in Jepsen's vocabulary: partitions, kills, pauses, loss, delay and clock skew.
+"""Fault injection in Jepsen's vocabulary: partitions, kills, pauses, loss, delay, clock skew, and
+outages of the cluster's object storage.
 
 Owns each fault's start/heal against a cluster, and the schedule that alternates faults and quiet.
 """
@@ -233,6 +234,48 @@ class MessageDelay:
         return {"fault": self.name}
 
 
+STORAGE_OUTAGES = ("kill", "pause", "cut")
+
+
+@dataclass
+class StorageOutage:
+    """The S3 server is gone: its container killed (started again at the heal), frozen (requests
+    hang until the client's timeout), or cut off from every node (packets from them dropped)."""
+
+    cluster: ComposeCluster
+    modes: Sequence[str] = STORAGE_OUTAGES
+    name: str = "s3"
+    mode: str = ""
+
+    def _storage(self) -> Node:
+        if self.cluster.storage is None:
+            raise ClusterError("the compose cluster has no running object storage service")
+        return self.cluster.storage
+
+    def start(self, rng: random.Random) -> dict[str, Any]:
+        storage = self._storage()
+        self.mode = rng.choice(list(self.modes))
+        if self.mode == "kill":
+            self.cluster.kill(storage)
+        elif self.mode == "pause":
+            self.cluster.pause(storage)
+        else:
+            self.cluster.drop_from(storage, self.cluster.nodes)
+        return {"fault": self.name, "mode": self.mode}
+
+    def stop(self) -> dict[str, Any]:
+        storage = self._storage()
+        if self.mode == "kill":
+            self.cluster.start(storage)
+            self.cluster.refresh_address(storage)
+        elif self.mode == "pause":
+            self.cluster.resume(storage)
+        else:
+            self.cluster.heal(storage)
+        healed, self.mode = self.mode, ""
+        return {"fault": self.name, "mode": healed}
+
+
 def make_faults(cluster: Cluster, names: Sequence[str], topic: str) -> list[Fault]:
     if not names:
         return []
@@ -247,6 +290,7 @@ def make_faults(cluster: Cluster, names: Sequence[str], topic: str) -> list[Faul
         "slow": lambda: SlowNetwork(cluster),
         "clock": lambda: ClockSkew(cluster),
         "delay": lambda: MessageDelay(cluster),
+        "s3": lambda: StorageOutage(cluster),
     }
     unknown = [n for n in names if n not in makers]
     if unknown:

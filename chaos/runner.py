@@ -23,6 +23,14 @@ from raftline.chaos.route_workload import RouteWorkload
 from raftline.chaos.share_workload import ShareWorkload
 from raftline.chaos.workload import Workload, session
 
+# --tiered: small segments uploaded as they seal, local disk keeping almost nothing, so that reads
+# from early offsets (the rereaders', the final reads) come from the bucket.
+TIERED_TOPIC_CONFIG = {
+    "remote.storage.enable": "true",
+    "segment.bytes": "16384",
+    "local.retention.bytes": "1",
+}
+
 
 @dataclass
 class RunConfig:
@@ -53,6 +61,8 @@ class RunConfig:
     receivers: int = 4  # queue receivers (workload "share")
     lock_ms: int = 1_000  # the queue's lock (workload "share")
     max_deliveries: int = 3  # the queue's (workload "share")
+    tiered: bool = False  # the topic in object storage, read back from offset 0 by rereaders
+    rereaders: int = 2  # (tiered) clients reading a partition from offset 0 over and over
     destinations: int = 3  # topics bound to the exchange (workload "route")
 
 
@@ -79,6 +89,8 @@ async def _workload(
     rng = random.Random(config.seed)
     urls = [n.http_url for n in cluster.nodes]
     work = Workload(recorder, urls, config.topic, config.partitions, rng, min(3, len(urls)))
+    if config.tiered:
+        work.topic_config = dict(TIERED_TOPIC_CONFIG)
     async with session() as http:
         if not await work.create_topic(http, time.monotonic() + 60):
             raise ClusterError(f"could not create topic {config.topic!r} within 60 s")
@@ -99,6 +111,12 @@ async def _workload(
             for c in range(config.consumers)
         ]
         clients.append(work.metadata(http, config.producers + config.consumers, until))
+        if config.tiered:
+            first = config.producers + config.consumers + 2  # after metadata and final reads
+            clients += [
+                work.reread(http, first + r, r % config.partitions, until)
+                for r in range(config.rereaders)
+            ]
         clients += [work.nodes.probe(http, until), work.watch_leaders(http, until)]
         await asyncio.gather(_faults(cluster, schedule, faults_until), *clients)
         ready = await asyncio.to_thread(cluster.wait_ready, config.ready_timeout_s)

@@ -163,6 +163,7 @@ class Workload:
     partitions: int
     rng: random.Random
     replication_factor: int = 3
+    topic_config: dict[str, str] = field(default_factory=dict)  # the workload topic's settings
     max_acked: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -213,11 +214,13 @@ class Workload:
 
     async def create_topic(self, session: aiohttp.ClientSession, deadline: float) -> bool:
         """Creates the workload topic, retrying until it exists or the deadline passes."""
-        body = {
+        body: dict[str, Any] = {
             "name": self.topic,
             "partitions": self.partitions,
             "replication_factor": self.replication_factor,
         }
+        if self.topic_config:
+            body["config"] = self.topic_config
         while time.monotonic() < deadline:
             outcome = await self.request(session, self.nodes.pick(), "POST", "/v1/topics", body)
             if outcome.type == "ok" or outcome.error == "topic_exists":
@@ -299,6 +302,22 @@ class Workload:
                 offset = done.value["next_offset"]
             else:
                 await asyncio.sleep(0.2)
+
+    async def reread(
+        self, session: aiohttp.ClientSession, process: int, partition: int, until: float
+    ) -> None:
+        """Reads one partition from offset 0 to its end, again and again: on a topic whose old
+        segments left local disk these reads come from object storage."""
+        offset = 0
+        while time.monotonic() < until:
+            done = await self.poll(session, process, partition, offset, wait_ms=0, max_messages=500)
+            if done.type != "ok":
+                await asyncio.sleep(0.2)
+                continue
+            offset = done.value["next_offset"]
+            if not done.value["messages"] and offset >= (done.value.get("high_watermark") or 0):
+                offset = 0  # at the end: start over from the beginning (a seek, not a skip)
+                await asyncio.sleep(1.0)
 
     async def final_reads(
         self, session: aiohttp.ClientSession, process: int, deadline: float

@@ -205,6 +205,23 @@ def cmd_cluster(args: argparse.Namespace, client: Client, out: TextIO) -> int:
     return 0
 
 
+def cmd_restore(args: argparse.Namespace, client: Client, out: TextIO) -> int:
+    rows = []
+    for topic in client.restore(args.topic or None):
+        partitions = topic.get("partitions", [])
+        rows.append(
+            (
+                topic["name"],
+                len(partitions),
+                ",".join(str(p["next_offset"]) for p in partitions),
+                sum(p["size_bytes"] for p in partitions),
+                "restored" if topic.get("restored") else topic.get("reason", "skipped"),
+            )
+        )
+    table(rows, ("TOPIC", "PARTITIONS", "LOG_STARTS_AT", "BUCKET_BYTES", "STATUS"), out)
+    return 0
+
+
 def _lines(source: TextIO) -> Iterator[str]:
     for line in source:
         yield line.rstrip("\r\n")
@@ -511,6 +528,16 @@ def build_parser() -> argparse.ArgumentParser:
     delete.set_defaults(handler=cmd_topic_delete)
 
     client_command("cluster", "show the cluster's nodes").set_defaults(handler=cmd_cluster)
+    restore = client_command(
+        "restore",
+        "rebuild topics from the cluster's object storage after every node lost its disk: each "
+        "partition's log starts where its uploaded data ends (older records are read from the "
+        "bucket, new ones follow them)",
+    )
+    restore.add_argument(
+        "--topic", action="append", help="restore this topic (repeatable; default: every topic)"
+    )
+    restore.set_defaults(handler=cmd_restore)
 
     produce = client_command("produce", "send lines (stdin or a file) as messages")
     produce.add_argument("topic")

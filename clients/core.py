@@ -313,6 +313,12 @@ class ClientApi(ClientCore):
     def cluster(self) -> Returns[dict[str, Any]]:
         return self._run(json_call("GET", "/v1/cluster"))
 
+    def restore(self, topics: list[str] | None = None) -> Returns[list[dict[str, Any]]]:
+        """Rebuild topics from the cluster's object storage (every topic of the bucket when
+        `topics` is None); topics that exist are left alone. See API.md "Object storage"."""
+        body = {} if topics is None else {"topics": topics}
+        return self._run(_then(json_call("POST", "/v1/restore", body), itemgetter("topics")))
+
     def produce(
         self, topic: str, messages: list[dict[str, Any]], acks: str = "all", url: str | None = None
     ) -> Returns[list[Acked]]:
@@ -394,6 +400,25 @@ class ClientApi(ClientCore):
         return self._run(
             self.fetched(topic, partition, offset, max_messages, max_bytes, wait_ms, url, True)
         )
+
+    def fetch_batches(
+        self,
+        topic: str,
+        partition: int,
+        offset: int | str,
+        *,
+        max_bytes: int = 1 << 20,
+        isolation: str = "read_uncommitted",
+    ) -> Returns[Answer]:
+        """One fetch of whole stored batches from the partition's leader, answered as it came
+        (for readers that decode batches themselves): `raw` holds the batches back to back and
+        `headers` the raftline-next-offset position; a JSON body if a node forwarded it."""
+        request = fetch_request("batch", offset, 100_000, max_bytes, 0, isolation)  # API max
+
+        def fetch(url: str | None) -> Op[Answer]:
+            return (yield Call("GET", messages_path(topic, partition), request, url))
+
+        return self._run(self.to_leader(topic, partition, fetch))
 
     # ---- consumer groups (admin) --------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import shutil
 import time
@@ -14,9 +15,10 @@ import uuid
 from collections.abc import Awaitable, Collection
 from typing import Any, TypeVar
 
+from raftline.node import restore
 from raftline.node.clock import WallClock
 from raftline.node.config import NodeConfig
-from raftline.node.controller import MetaReplica, encode_command, leadership_moves
+from raftline.node.controller import LeaderWatch, MetaReplica, encode_command
 from raftline.node.coordinator.service import (
     GROUPS_TOPIC,
     GROUPS_TOPIC_CONFIG,
@@ -73,6 +75,8 @@ log = logging.getLogger(__name__)
 
 INTERNAL_TOPICS = (GROUPS_TOPIC, QUEUES_TOPIC, TXN_TOPIC)
 MAINTAIN_S = 0.2  # period of registration, bootstrap and controller rounds
+STARTS_AT_ONCE = 32  # partition replicas a reconciliation opens side by side
+BALANCE_S = 1.0  # the controller's leader balancing runs at most this often
 BARRIER_S = 3.0  # how long a metadata read waits for the read barrier
 CREATE_WAIT_S = 5.0  # create_topic waits this long for its partitions to elect leaders
 PRODUCER_ID_BLOCK = 100  # producer ids a node asks the controller for at a time
@@ -99,6 +103,19 @@ def check_keyed(batch: bytes) -> None:
         )
 
 
+def _freeze_replicas(reclaim: bool) -> None:
+    """Keep the live replicas out of the cyclic collector's full scans: they live as long as
+    their partition, and at thousands of replicas those scans took ~45% of the loop, stalling it
+    past the peers' dead-after window. After replicas were dropped, one full collection first
+    reclaims them."""
+    if reclaim:
+        gc.unfreeze()
+        gc.collect()
+    else:
+        gc.collect(1)
+    gc.freeze()
+
+
 class Broker:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
@@ -114,7 +131,9 @@ class Broker:
         self._reconciling: asyncio.Task[None] | None = None
         self._reconcile_again = False
         self._tasks: list[asyncio.Task[None]] = []
-        self._leader_seen: dict[str, tuple[int | None, float]] = {}
+        self.leaders = LeaderWatch()  # leader changes seen here, for the controller's balancing
+        self.runtime.leader_listeners.append(self._leader_changed)
+        self._balanced_at = 0.0
         self.counters: dict[str, int] = {
             "produce_requests": 0,
             "produce_bytes": 0,
@@ -158,6 +177,7 @@ class Broker:
         members = sorted(self.config.members())
         # Replay the whole metadata log into the in-memory state machine (it is small).
         self.runtime.add_group(META_GROUP, storage, members, self.meta, applied=-1)
+        self.runtime.first_groups.add(META_GROUP)  # the controller keeps up under load
         if members == [self.node_id]:
             self.runtime.campaign(META_GROUP)
         self._tasks.append(asyncio.ensure_future(self._maintain()))
@@ -190,6 +210,8 @@ class Broker:
         settings: dict[str, Any] = {"fsync": self.config.fsync}
         if "segment.bytes" in topic_config:
             settings["segment_bytes"] = int(topic_config["segment.bytes"])
+        if "segment.ms" in topic_config:
+            settings["segment_ms"] = int(topic_config["segment.ms"])
         if "retention.ms" in topic_config:
             settings["retention_ms"] = int(topic_config["retention.ms"])
         if "retention.bytes" in topic_config:
@@ -222,7 +244,8 @@ class Broker:
                 *self.queues.replicas,
                 *self.transactions.replicas,
             ]
-            for group in [g for g in local if g not in wanted]:
+            leaving = [g for g in local if g not in wanted]
+            for group in leaving:
                 if group in self.partitions:
                     self.partitions.pop(group).close()
                 self._cleaners.pop(group, None)
@@ -233,14 +256,23 @@ class Broker:
                 self.transactions.drop_replica(group)
                 await self.runtime.remove_group(group)
                 await self.runtime.run_on_disk(shutil.rmtree, self._partition_dir(group), True)
-            for group, (topic, partition) in wanted.items():
-                shards = (
-                    self.coordinator.replicas,
-                    self.queues.replicas,
-                    self.transactions.replicas,
-                )
-                if group not in self.partitions and not any(group in s for s in shards):
-                    await self._start_partition(group, topic, partition)
+            shards = (
+                self.partitions,
+                self.coordinator.replicas,
+                self.queues.replicas,
+                self.transactions.replicas,
+            )
+            starting = [
+                (group, topic, partition)
+                for group, (topic, partition) in wanted.items()
+                if not any(group in s for s in shards)
+            ]
+            # Opening a log waits for a disk thread: open a batch at a time, side by side.
+            for i in range(0, len(starting), STARTS_AT_ONCE):
+                batch = starting[i : i + STARTS_AT_ONCE]
+                await asyncio.gather(*(self._start_partition(*item) for item in batch))
+            if leaving or starting:
+                _freeze_replicas(reclaim=bool(leaving))
 
     def _partition_dir(self, group: str) -> Any:
         return self.config.data_dir / "partitions" / group
@@ -271,6 +303,16 @@ class Broker:
             if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
                 self.runtime.campaign(group)
             return
+        restored = None
+        if topic.restored_at and self.tiering is not None:
+            try:
+                restored = await restore.prepare_replica(
+                    self.tiering.store, self.runtime, topic, partition, storage
+                )
+            except Exception:
+                log.exception("cannot restore %s from the bucket", group)
+                await self.runtime.run_on_disk(storage.close)
+                return
         producers = PartitionProducers(
             self._partition_dir(group),
             expiry_ms=self.config.producer_expiry_ms,
@@ -296,9 +338,12 @@ class Broker:
             self._cleaners[group] = Cleaner(storage.log, cleaner_config(topic.config))
         if self.tiering is not None and tiered_config.remote_enabled(topic.config):
             tiering = self.tiering.attach(group, topic, partition, storage, replica)
+            if restored is not None:
+                tiering.restore_from(restored, topic.restored_at[partition])
             replay_from = max(storage.first_index(), min(replay_from, tiering.replay_from))
         applied = min(commit, replay_from - 1)
-        self.runtime.add_group(group, storage, replicas, replica, applied=applied)
+        wait_for = replicas[0] if fresh else None
+        self.runtime.add_group(group, storage, replicas, replica, applied, wait_for)
         if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
             self.runtime.campaign(group)
 
@@ -373,38 +418,26 @@ class Broker:
         ):
             await self._controller("register_node", wanted)
         now = time.monotonic()
-        groups = self._all_groups()
-        for group in set(self._leader_seen) - set(groups):
-            del self._leader_seen[group]
-        for group in groups:
-            leader = self.runtime.leader_of(group)
-            if self._leader_seen.get(group, (None, 0.0))[0] != leader:
-                self._leader_seen[group] = (leader, now)
         settled = now - self.meta.leader_since > self.config.leader_settle_s
-        if self.meta.role == "leader" and settled:
+        if self.meta.role == "leader" and settled and now - self._balanced_at >= BALANCE_S:
+            self._balanced_at = now
             await self._balance_leaders(now)
         if self.meta.role == "leader":
             await expire_temporary_topics(self)
 
-    def _all_groups(self) -> list[str]:
-        return [
-            topic.group(p)
-            for topic in self.meta.state.topics.values()
-            for p in range(len(topic.replicas))
-        ]
+    def _leader_changed(self, group: str) -> None:
+        self.leaders.saw(group, self.runtime.leader_of(group), time.monotonic())
 
     async def _balance_leaders(self, now: float) -> None:
-        since = {g: t for g, (_, t) in self._leader_seen.items()}
-        for group, current, preferred in leadership_moves(
+        for group, current, preferred in self.leaders.moves(
             self.meta.state,
             self._live_leader,
             self.runtime.transport.alive,
-            since,
             now,
             self.config.leader_settle_s,
         ):
             self.counters["leadership_moves"] += 1
-            self._leader_seen[group] = (current, now)
+            self.leaders.moved(group, now)
             if current == self.node_id:
                 self._transfer(group, preferred)
             else:
@@ -457,6 +490,8 @@ class Broker:
                     self.meta.state, int(args["partitions"]), int(args["replication_factor"])
                 )
                 command = {"op": "create_topic", "name": name, "config": config}
+                if args.get("restore") is not None:  # from the bucket (node/restore.py)
+                    command["restore"] = args["restore"]
                 if args.get("expires_ms") is not None:  # a temporary (reply) topic
                     command["expires_ms"] = int(args["expires_ms"])
                 return await self._propose_meta({**command, "replicas": replicas})
@@ -593,7 +628,12 @@ class Broker:
     # the HTTP layer's interface
 
     async def create_topic(
-        self, name: str, partitions: int, replication_factor: int, config: dict[str, str]
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        config: dict[str, str],
+        restore: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         try:
             check_topic_name(self._user_topic(name))
@@ -611,6 +651,7 @@ class Broker:
             "partitions": partitions,
             "replication_factor": replication_factor,
             "config": config,
+            "restore": restore,
         }
         await self._controller("create_topic", args)
         topic = await self._topic(name, current=True)
@@ -619,6 +660,10 @@ class Broker:
         while time.monotonic() < deadline and any(self._live_leader(g) is None for g in groups):
             await asyncio.sleep(0.05)
         return await self.describe_topic(name)
+
+    async def restore_topics(self, names: list[str] | None = None) -> list[dict[str, Any]]:
+        """Topics from the bucket after the cluster lost its disks (node/restore.py)."""
+        return await restore.restore_topics(self, names)
 
     async def list_topics(self) -> list[dict[str, Any]]:
         await self._barrier()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from raftline.node.errors import BrokerError, OutcomeUnknown
@@ -103,20 +103,75 @@ def leadership_moves(
     last_change: dict[str, float],
     now: float,
     settle_s: float,
+    groups: Iterable[str] | None = None,
 ) -> list[tuple[str, int, int]]:
-    """(group, current leader, preferred leader) for partitions whose preferred replica (the
-    first, placed evenly by `place_replicas`) is alive but not leading, and whose leadership
-    has been stable for `settle_s`."""
+    """(group, current leader, preferred leader) for partitions (all, or those of `groups`)
+    whose preferred replica (the first, placed evenly by `place_replicas`) is alive but not
+    leading, and whose leadership has been stable for `settle_s`."""
     moves = []
-    for topic in state.topics.values():
-        for partition, replicas in enumerate(topic.replicas):
-            group = topic.group(partition)
-            current, preferred = leader_of(group), replicas[0]
-            if current is None or current == preferred or not (alive(current) and alive(preferred)):
-                continue
-            if now - last_change.get(group, 0.0) < settle_s:
-                continue
-            moves.append((group, current, preferred))
-            if len(moves) >= MAX_MOVES_PER_ROUND:
-                return moves
+    for group, replicas in _replica_sets(state, groups):
+        current, preferred = leader_of(group), replicas[0]
+        if current is None or current == preferred or not (alive(current) and alive(preferred)):
+            continue
+        if now - last_change.get(group, 0.0) < settle_s:
+            continue
+        moves.append((group, current, preferred))
+        if len(moves) >= MAX_MOVES_PER_ROUND:
+            return moves
     return moves
+
+
+def _replica_sets(
+    state: MetadataState, groups: Iterable[str] | None
+) -> Iterator[tuple[str, list[int]]]:
+    if groups is None:
+        for topic in state.topics.values():
+            for partition, replicas in enumerate(topic.replicas):
+                yield topic.group(partition), replicas
+        return
+    for group in groups:
+        if (replicas := state.replicas_of_group(group)) is not None:
+            yield group, replicas
+
+
+class LeaderWatch:
+    """When each group's leader last changed as this node saw it, and the groups that may be
+    away from their preferred leader. Fed by the runtime's leader-view events, so that an idle
+    node with many partitions does no per-partition work: balancing looks only at groups
+    whose leader changed and that are not back on their preferred replica yet."""
+
+    def __init__(self) -> None:
+        self.last_change: dict[str, float] = {}
+        self._leaders: dict[str, int | None] = {}
+        self.candidates: set[str] = set()
+
+    def saw(self, group: str, leader: int | None, now: float) -> None:
+        if self._leaders.get(group) != leader or group not in self._leaders:
+            self._leaders[group] = leader
+            self.last_change[group] = now
+        self.candidates.add(group)
+
+    def moved(self, group: str, now: float) -> None:
+        """A transfer started: the group counts as freshly changed (no second move meanwhile)."""
+        self.last_change[group] = now
+
+    def moves(
+        self,
+        state: MetadataState,
+        leader_of: Callable[[str], int | None],
+        alive: Callable[[int], bool],
+        now: float,
+        settle_s: float,
+    ) -> list[tuple[str, int, int]]:
+        """leadership_moves over the candidates; drops those on their preferred leader and
+        those of deleted topics."""
+        for group in list(self.candidates):
+            replicas = state.replicas_of_group(group)
+            if replicas is None or leader_of(group) == replicas[0]:
+                self.candidates.discard(group)
+                if replicas is None:
+                    self.last_change.pop(group, None)
+                    self._leaders.pop(group, None)
+        return leadership_moves(
+            state, leader_of, alive, self.last_change, now, settle_s, self.candidates
+        )

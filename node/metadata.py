@@ -32,6 +32,7 @@ _INTEGER_CONFIGS = (
     "retention.bytes",
     "max.message.bytes",
     "segment.bytes",
+    "segment.ms",
     "delete.retention.ms",
     "min.compaction.lag.ms",
 )
@@ -60,6 +61,9 @@ class TopicInfo:
     topic_id: int  # unique per creation, so a re-created topic never reuses old replicas' data
     config: dict[str, str]
     replicas: list[list[int]]  # per partition; the first replica is the preferred leader
+    # Restored from object storage (node/restore.py): per partition, the offset its local log
+    # starts at (what the bucket held ends there); empty for a topic created as new.
+    restored_at: tuple[int, ...] = ()
 
     @property
     def replication_factor(self) -> int:
@@ -86,6 +90,8 @@ def validate_topic_config(config: Any) -> dict[str, str]:
                 )
             if key == "segment.bytes" and int(text) < 1024:
                 raise MetadataError("invalid_request", "segment.bytes must be at least 1024")
+            if key == "segment.ms" and int(text) < 1:
+                raise MetadataError("invalid_request", "segment.ms must be at least 1")
             if key in ("delete.retention.ms", "min.compaction.lag.ms") and int(text) < 0:
                 raise MetadataError("invalid_request", f"{key} must be at least 0")
         elif key == "min.cleanable.dirty.ratio":
@@ -111,6 +117,24 @@ def validate_topic_config(config: Any) -> dict[str, str]:
     if (problem := tiered_config.check(out)) is not None:
         raise MetadataError("invalid_request", problem)
     return out
+
+
+def _restore_point(restore: Any, partitions: int) -> tuple[int, tuple[int, ...]]:
+    """(topic id, per-partition log start) of a create_topic that restores from the bucket."""
+    if not isinstance(restore, dict):
+        raise MetadataError("invalid_request", "restore must be an object")
+    topic_id, starts = restore.get("topic_id"), restore.get("next_offsets")
+    if type(topic_id) is not int or topic_id < 1:
+        raise MetadataError("invalid_request", "restore.topic_id must be a positive integer")
+    if (
+        not isinstance(starts, list)
+        or len(starts) != partitions
+        or any(type(s) is not int or s < 0 for s in starts)
+    ):
+        raise MetadataError(
+            "invalid_request", "restore.next_offsets needs one offset >= 0 per partition"
+        )
+    return topic_id, tuple(starts)
 
 
 def check_topic_name(name: Any) -> str:
@@ -191,11 +215,17 @@ class MetadataState:
         expires_ms = command.get("expires_ms")
         if expires_ms is not None and type(expires_ms) is not int:
             raise MetadataError("invalid_request", "expires_ms is an integer (ms since epoch)")
-        topic = TopicInfo(name, self.next_topic_id, config, [list(r) for r in replicas])
+        topic_id, restored_at = self.next_topic_id, ()
+        restore = command.get("restore")
+        if restore is not None:
+            topic_id, restored_at = _restore_point(restore, len(replicas))
+        topic = TopicInfo(name, topic_id, config, [list(r) for r in replicas], restored_at)
         self.topics[name] = topic
         if expires_ms is not None:
             self.expiring[name] = expires_ms
-        self.next_topic_id += 1
+        # A restored topic keeps its id (its objects in the bucket are named by it); later ids
+        # stay above it so that no re-creation of the name writes under the same one.
+        self.next_topic_id = max(self.next_topic_id, topic_id) + 1
         return {"name": name, "topic_id": topic.topic_id}
 
     def _apply_delete_topic(self, command: dict[str, Any]) -> dict[str, Any]:
@@ -245,6 +275,16 @@ class MetadataState:
             for p, replica_set in enumerate(topic.replicas)
             if node_id in replica_set
         }
+
+    def replicas_of_group(self, group: str) -> list[int] | None:
+        """The replica set of a partition's Raft group (see TopicInfo.group), or None."""
+        name, _, rest = group.partition("~")
+        topic_id, _, partition = rest.partition("~")
+        topic = self.topics.get(name)
+        if topic is None or str(topic.topic_id) != topic_id or not partition.isdigit():
+            return None
+        index = int(partition)
+        return topic.replicas[index] if index < len(topic.replicas) else None
 
 
 def place_replicas(state: MetadataState, partitions: int, factor: int) -> list[list[int]]:

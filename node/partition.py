@@ -145,6 +145,10 @@ class PartitionReplica:
         )
 
     def _require_leader(self) -> None:
+        if self._closed:
+            # close() leaves the commit event set for good: a waiter that only re-checked the
+            # role would spin on it without ever yielding to the event loop.
+            raise BrokerError("leader_unavailable", f"{self.topic}/{self.partition} was closed")
         if self._role != "leader":
             raise self._not_leader(
                 self.group,

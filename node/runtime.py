@@ -41,10 +41,11 @@ import itertools
 import logging
 import random
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 from raftline.node import wire
@@ -74,6 +75,11 @@ WRITES_PER_GROUP = 2
 FSYNC_THREADS = 8  # fsyncs that may be in flight at once
 LOOP_READ_BYTES = 1 << 20  # fetch reads up to this size may run on the loop (see read_log)
 ORPHAN_GROUPS = 1024
+# A round feeds at most this many groups; the others wait for the next round, after the loop has
+# read its sockets and run its timers. Feeding tens of thousands of just-created groups in one
+# round held the loop for seconds, long enough for peers to declare this node dead.
+GROUPS_PER_ROUND = 512
+TICKS_PER_FEED = 1  # see _feed
 
 
 class GroupStopped(Exception):
@@ -92,6 +98,37 @@ class GroupStorage(LogView, Protocol):
     def retention_point(self) -> int: ...
     def fsync(self) -> None: ...
     def close(self) -> None: ...
+
+
+class _DirtyGroups:
+    """The groups to feed, in the order they were touched: a set that rounds take from the
+    front, so that no group waits behind groups touched after it."""
+
+    def __init__(self) -> None:
+        self._names: dict[str, None] = {}
+
+    def add(self, name: str) -> None:
+        self._names.setdefault(name, None)
+
+    def update(self, names: Iterable[str]) -> None:
+        for name in names:
+            self._names.setdefault(name, None)
+
+    def discard(self, name: str) -> None:
+        self._names.pop(name, None)
+
+    def difference_update(self, names: Iterable[str]) -> None:
+        for name in names:
+            self._names.pop(name, None)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 class Replica(Protocol):
@@ -131,6 +168,7 @@ class Group:
     transfer_to: int | None = None
     trim_to: int | None = None
     quiet: bool = False
+    waits_for: int | None = None  # a fresh follower's expected first leader (see add_group)
     idle_ticks: int = 0
     role: str = "follower"
     leader: int | None = None
@@ -192,8 +230,11 @@ class Runtime:
         # group -> futures of forwarders waiting on a leader (the node each expects to lead)
         self._leader_watches: dict[str, dict[asyncio.Future[None], int]] = {}
         self._rng = rng or random.Random()
+        # called with a group's name whenever its leader as seen here may have changed
+        self.leader_listeners: list[Callable[[str], None]] = []
         self._active: set[str] = set()  # groups that receive ticks (not quiet)
-        self._dirty: set[str] = set()
+        self._dirty = _DirtyGroups()
+        self.first_groups: set[str] = set()  # fed first in every round (the metadata group)
         self._notices: dict[int, list[list[Any]]] = defaultdict(list)
         self._orphans: dict[str, list[Message]] = {}  # messages for groups not created yet
         self._wakeup = asyncio.Event()
@@ -260,7 +301,13 @@ class Runtime:
         voters: Iterable[int],
         replica: Replica,
         applied: int,
+        wait_for: int | None = None,
     ) -> Group:
+        """Drive a group from now on. `wait_for`: the node expected to campaign first in a
+        fresh group; while it is alive, this replica starts quiet (no election timer of its
+        own) until that node's vote request or any other Raft message wakes it, or that
+        node's link goes down. Without it, every replica of a batch of new partitions whose
+        leader's node had not yet created them would campaign on its own timer."""
         raft_config = RaftConfig(election_ticks=self.config.election_ticks)
         core = RaftNode(
             self.node_id,
@@ -273,7 +320,16 @@ class Runtime:
         )
         group = Group(name, core, storage, replica, applied=applied, term=core.term)
         group.inbox.extend(self._orphans.pop(name, []))
+        group.waits_for = wait_for
         self.groups[name] = group
+        if (
+            not group.inbox
+            and wait_for is not None
+            and wait_for != self.node_id
+            and self.transport.alive(wait_for)
+        ):
+            group.quiet = True
+            return group
         self._active.add(name)
         self._touch(group)
         return group
@@ -385,6 +441,8 @@ class Runtime:
         return fut
 
     def _leader_changed(self, name: str) -> None:
+        for listener in self.leader_listeners:
+            listener(name)
         watches = self._leader_watches.get(name)
         if watches:
             leader = self.leader_of(name)
@@ -392,13 +450,14 @@ class Runtime:
                 if expected != leader and not fut.done():
                     fut.set_result(None)
 
-    def _touch(self, group: Group) -> None:
+    def _touch(self, group: Group, cause: str = "request") -> None:
         if group.quiet:
-            self._wake(group)
+            self._wake(group, cause)
         self._dirty.add(group.name)
         self._wakeup.set()
 
-    def _wake(self, group: Group) -> None:
+    def _wake(self, group: Group, cause: str) -> None:
+        self.stats[f"woken_by_{cause}"] += 1  # what keeps groups from staying quiet
         group.quiet = False
         group.idle_ticks = 0
         self._active.add(group.name)
@@ -419,7 +478,7 @@ class Runtime:
                 # Answers to the heartbeats sent just before going quiet must not wake the group.
                 self._dirty.add(group.name)
             else:
-                self._touch(group)
+                self._touch(group, "message")
         for notice in notices:
             if notice and notice[0] == "l" and len(notice) == 4:
                 self._learn_leader(str(notice[1]), notice[2], notice[3])
@@ -442,9 +501,21 @@ class Runtime:
             self.stats["messages_dropped"] += len(dropped)
 
     def _on_link(self, peer: int, up: bool) -> None:
+        # Wake only the quiet groups that need it: when the peer goes down, those it leads
+        # (their followers must elect); when it comes up, those led here that it replicates
+        # (it may have restarted and must learn the leader). Waking every group on every
+        # link change made a node with tens of thousands of groups tick them all at once.
         for group in self.groups.values():
-            if group.quiet and peer in group.peers(self.node_id):
-                self._touch(group)
+            if not group.quiet:
+                continue
+            if up:
+                wake = group.role == "leader" and (
+                    peer in group.core.voters or peer in group.core.learners
+                )
+            else:
+                wake = group.leader == peer or (group.leader is None and group.waits_for == peer)
+            if wake:
+                self._touch(group, "link")
         if not up:
             for watches in list(self._leader_watches.values()):
                 for fut, expected in list(watches.items()):
@@ -454,6 +525,11 @@ class Runtime:
             for group in self.groups.values():
                 if group.role == "leader":
                     self._notices[peer].append(["l", group.name, self.node_id, group.term])
+                elif group.leader == peer and not group.quiet:
+                    # Woken when the link went down, this follower's election timer runs while
+                    # its leader may still be quiet: wake the leader, or a short link loss
+                    # turns into an election of every group the peer leads.
+                    self._notices[peer].append(["w", group.name])
             self._flush_notices()
 
     def _learn_leader(self, name: str, node: Any, term: Any) -> None:
@@ -487,7 +563,8 @@ class Runtime:
             if self._failure is not None:
                 # A log that cannot be written must not acknowledge anything: stop the node.
                 raise self._failure
-            rounds = [self._feed(g) for n in self._take_dirty() if (g := self.groups.get(n))]
+            taken = self._take_dirty()
+            rounds = [self._feed(g) for n in taken if (g := self.groups.get(n))]
             self._send_replication(rounds)
             self._apply_early(rounds)
             for item in rounds:
@@ -495,6 +572,9 @@ class Runtime:
                     queue.append(item)  # behind its group's writes in flight
             self._start([r for r in rounds if r.group.name not in self._queued])
             self._start_queued({r.group.name for r in rounds if r.group.name in self._queued})
+            if len(taken) >= GROUPS_PER_ROUND:
+                self._wakeup.set()  # more may wait: read the sockets first, then go on
+                await asyncio.sleep(0)
 
     def _start(self, rounds: list[_Round]) -> None:
         """Write the rounds of groups that touch the disk; finish the others at once. A
@@ -560,14 +640,22 @@ class Runtime:
         )
 
     def _take_dirty(self) -> list[str]:
-        """The touched groups that may be fed; the others stay touched until their writes end."""
-        if not self._writes:
-            dirty = list(self._dirty)
-            self._dirty.clear()
-            return dirty
-        dirty = [name for name in self._dirty if self._takeable(name)]
-        self._dirty.difference_update(dirty)
-        return dirty
+        """Up to GROUPS_PER_ROUND touched groups that may be fed, first_groups first, then
+        the longest touched; the others stay touched (those with writes in flight until their
+        writes end)."""
+        takeable = self._takeable if self._writes else None
+        taken = [
+            name
+            for name in self.first_groups
+            if name in self._dirty and (takeable is None or takeable(name))
+        ]
+        for name in self._dirty:
+            if len(taken) >= GROUPS_PER_ROUND:
+                break
+            if (takeable is None or takeable(name)) and name not in self.first_groups:
+                taken.append(name)
+        self._dirty.difference_update(taken)
+        return taken
 
     def _write(self, rounds: list[_Round]) -> None:
         """Start the rounds' disk writes on the pool; `_written` finishes them on the loop."""
@@ -620,14 +708,19 @@ class Runtime:
 
     def _feed(self, group: Group) -> _Round:
         core = group.core
-        ticks, group.ticks = min(group.ticks, self.config.election_ticks), 0
+        # At most one tick per feed, after the messages: a node too busy to feed a group every
+        # tick stretches its timeouts instead of firing them in a burst, and a heartbeat that
+        # waited in the inbox counts before the ticks that passed meanwhile. Fed tick by tick,
+        # a starved node with thousands of new groups timed out elections faster than the
+        # votes could come back, and elected for minutes.
+        ticks, group.ticks = min(group.ticks, TICKS_PER_FEED), 0
         busy = bool(group.proposals) or bool(group.reads)
-        for _ in range(ticks):
-            self._guard(group, core.tick)
         for msg in group.inbox:
             busy |= msg.type not in _HEARTBEATS
             self._guard(group, core.step, msg)
         group.inbox.clear()
+        for _ in range(ticks):
+            self._guard(group, core.tick)
         for peer, notice in group.notices:
             self._on_notice(group, peer, notice)
         group.notices.clear()
@@ -693,6 +786,7 @@ class Runtime:
         `loop` (if given) when the entries of `write` are written, before the fsyncs.
         Returns the number of logs synced."""
         to_sync: dict[int, GroupStorage] = {}
+        saves: dict[int, tuple[GroupStorage, list[HardState]]] = {}
         for item in rounds:
             rd, storage = item.ready, item.group.storage
             if item.trim is not None:
@@ -704,9 +798,13 @@ class Runtime:
             if rd.entries:
                 storage.append(rd.entries)
             if rd.hard_state is not None:
-                storage.save(rd.hard_state)
+                saves.setdefault(id(storage), (storage, []))[1].append(rd.hard_state)
             if rd.must_sync or rd.entries:
                 to_sync[id(storage)] = storage
+        # A term or vote change is a state file written and fsynced (three syncs): saved one
+        # after the other, a round of a thousand new groups' votes took seconds, longer than
+        # an election timeout. Each group's saves keep their order; groups go side by side.
+        run_all(self._fsyncs, [partial(_save_all, *item) for item in saves.values()])
         if loop is not None and write is not None:
             loop.call_soon_threadsafe(self._entries_written, write)
         fsync_all(self._fsyncs, list(to_sync.values()))
@@ -910,7 +1008,7 @@ class Runtime:
     def _on_notice(self, group: Group, peer: int, notice: list[Any]) -> None:
         core = group.core
         if notice[0] == "w":
-            self._wake(group)
+            self._wake(group, "notice")
         elif notice[0] == "q" and len(notice) == 5:
             _, _, term, commit, last_index = notice
             if (
@@ -951,13 +1049,24 @@ class Runtime:
 def fsync_all(pool: ThreadPoolExecutor, storages: list[GroupStorage]) -> None:
     """Fsync every log of a round, in parallel on `pool` when there are several; raises the
     first failure once all have finished (a log that failed to sync fails the node)."""
-    if len(storages) == 1:
-        storages[0].fsync()
+    run_all(pool, [storage.fsync for storage in storages])
+
+
+def run_all(pool: ThreadPoolExecutor, calls: list[Callable[[], None]]) -> None:
+    """Run the calls, in parallel on `pool` when there are several; raises the first failure
+    once all have finished."""
+    if len(calls) == 1:
+        calls[0]()
         return
-    syncs = [pool.submit(storage.fsync) for storage in storages]
-    futures.wait(syncs)
-    for sync in syncs:
-        sync.result()
+    done = [pool.submit(call) for call in calls]
+    futures.wait(done)
+    for call in done:
+        call.result()
+
+
+def _save_all(storage: GroupStorage, states: list[HardState]) -> None:
+    for state in states:
+        storage.save(state)
 
 
 def _close_all(groups: list[Group]) -> None:

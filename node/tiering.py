@@ -248,6 +248,17 @@ class PartitionTiering:
             except Exception:
                 log.exception("%s: tiered manifest snapshot not written", self.group)
 
+    def restore_from(self, document: dict[str, Any], restore_point: int) -> None:
+        """A replica restored from the bucket (node/restore.py): its log starts at
+        `restore_point`, and the bucket's manifest says what lies below (segments the new
+        leader added since are left to the commands in the log, which apply on top)."""
+        state = ManifestState.from_document(document)
+        state.segments = [s for s in state.segments if s.last_offset < restore_point]
+        state.durable_next = min(state.durable_next, state.next_offset)
+        state.applied_index = restore_point - 1
+        self.state = state
+        write_atomically(self.path, json.dumps(state.snapshot()).encode())
+
     def start_offset(self, local_start: int) -> int:
         """The partition's log start: the bucket's when it joins the local log."""
         state = self.state
@@ -350,6 +361,8 @@ class PartitionTiering:
     async def upload_round(self) -> bool:
         """One round of the leader's work; True when it did something (look again at once)."""
         await self._catch_up_from_bucket()
+        # segment.ms seals an idle partition's active segment too, so that it gets uploaded.
+        await self.node.runtime.run_on_disk(self.storage.log.roll_if_older)
         await self._write_topic_object()
         await self._check_partition_is_new()
         added = await self._upload_runs(MAX_ADDS_PER_MANIFEST)
@@ -387,8 +400,12 @@ class PartitionTiering:
         state = self.state
         first = self.storage.first_index()
         # A replica's own retention never trims past its last durable mark (an entry after
-        # the segments it covers), so a gap here means a trim point came from the leader.
-        if state.applied_index + 1 >= first:
+        # the segments it covers), so a gap here means a trim point came from the leader. A
+        # follower that installed one goes on applying the later commands (refused: they do not
+        # follow its state) and so moves applied_index past the gap: its state then ends below
+        # the local log start, which is the same gap.
+        behind = bool(state.segments) and state.next_offset < self.storage.log.log_start_offset
+        if state.applied_index + 1 >= first and not behind:
             return
         try:
             document = json.loads(await self.node.store.get(self._manifest_key()))

@@ -101,6 +101,7 @@ class Transport:
         self._on_rpc = on_rpc
         self._on_link = on_link
         self._dead_after = dead_after_s
+        self._last_tick = time.monotonic()
         self._links: dict[int, _Link] = {}
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -205,6 +206,14 @@ class Transport:
         if self._held:  # forget the holds that have fired; stop() cancels the rest
             loop_now = asyncio.get_running_loop().time()
             self._held = {h for h in self._held if h.when() > loop_now}
+        stalled = now - self._last_tick
+        self._last_tick = now
+        if stalled > self._dead_after / 2:
+            # This node did not run for a while (starved of CPU, or one long step): what its
+            # peers sent meanwhile may still wait unread, so that time does not count as their
+            # silence. Declaring every peer dead after its own stall woke thousands of groups.
+            for link in self._links.values():
+                link.last_heard = min(now, link.last_heard + stalled)
         ping = wire.encode_frame(FrameKind.PING, [])
         for peer, link in list(self._links.items()):
             if not link.sent_since_tick:

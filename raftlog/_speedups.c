@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_record_reader.h"
+
 #define INT32_LIMIT 2147483647LL
 /* Smallest record body after its length: attributes, timestamp delta, offset delta, key
  * length, value length, header count, one byte each (records.py's _MIN_RECORD_SIZE - 1). */
@@ -26,7 +28,6 @@
 /* Set once by bind(): the classes records.py defines. */
 static PyObject *record_type;        /* Record, a slots dataclass */
 static PyObject *decoded_record_type; /* DecodedRecord, a tuple subclass */
-static PyObject *corrupt_batch_error; /* CorruptBatchError */
 
 /* Record's five fields in the order encode reads them. For an instance of exactly Record the
  * fields are read straight from their __slots__ (the offsets Python's own member descriptors
@@ -486,91 +487,6 @@ fail:
 }
 
 /* ------------------------------------------------------------------------- decoding */
-
-/* The records section being read and the position in it. */
-typedef struct {
-    const unsigned char *data;
-    Py_ssize_t end;
-    Py_ssize_t pos;
-} Reader;
-
-static void *corrupt(const char *format, ...) {
-    va_list vargs;
-    va_start(vargs, format);
-    PyObject *message = PyUnicode_FromFormatV(format, vargs);
-    va_end(vargs);
-    if (message != NULL) {
-        PyErr_SetObject(corrupt_batch_error, message);
-        Py_DECREF(message);
-    }
-    return NULL;
-}
-
-static int past_end(void) {
-    corrupt("record runs past the end of the records section");
-    return -1;
-}
-
-/* A zigzag varint of at most `bits` bits (32: Java's readVarint, 64: readVarlong), with the
- * Python reader's errors: at most ceil(bits / 7) bytes, and no value bits past `bits`. */
-static int read_zigzag(Reader *r, int bits, int64_t *out) {
-    if (r->pos >= r->end)
-        return past_end();
-    unsigned b = r->data[r->pos];
-    if (b < 0x80) { /* one byte: the common case for deltas, counts and short lengths */
-        *out = (int64_t)(b >> 1) ^ -(int64_t)(b & 1);
-        r->pos++;
-        return 0;
-    }
-    uint64_t u = b & 0x7F;
-    int shift = 7;
-    int overflow = 0; /* value bits at or past bit 64 (only the 10th byte of a varlong) */
-    for (;;) {
-        r->pos++;
-        if (r->pos >= r->end)
-            return past_end();
-        b = r->data[r->pos];
-        uint64_t part = b & 0x7F;
-        if (shift == 63 && part > 1)
-            overflow = 1;
-        u |= part << shift;
-        if (b < 0x80)
-            break;
-        shift += 7;
-        if (shift >= bits) {
-            corrupt("varint longer than %d bits at %zd", bits, r->pos);
-            return -1;
-        }
-    }
-    if (overflow || (bits < 64 && (u >> bits) != 0)) {
-        corrupt("varint exceeds %d bits at %zd", bits, r->pos);
-        return -1;
-    }
-    *out = (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
-    r->pos++;
-    return 0;
-}
-
-/* A nullable length-prefixed field ending at or before `limit`: its start in `*start` and
- * size in `*size` (-1: null). */
-static int read_field(Reader *r, Py_ssize_t limit, Py_ssize_t *start, int64_t *size) {
-    if (read_zigzag(r, 32, size) < 0)
-        return -1;
-    if (*size < 0) {
-        if (*size != -1) {
-            corrupt("negative length %lld", (long long)*size);
-            return -1;
-        }
-        return 0;
-    }
-    if (r->pos + *size > limit) {
-        corrupt("field of %lld bytes runs past its record", (long long)*size);
-        return -1;
-    }
-    *start = r->pos;
-    r->pos += (Py_ssize_t)*size;
-    return 0;
-}
 
 static PyObject *field_object(const Reader *r, Py_ssize_t start, int64_t size) {
     if (size < 0)

@@ -29,11 +29,13 @@ from raftline.raftlog.batch import (
     parse_header,
 )
 from raftline.raftlog.segment import (
+    DELETED_SUFFIX,
     MAX_SEGMENT_BYTES,
     Bytes,
     FileCache,
     Segment,
     fsync_dir,
+    unlink_later,
 )
 
 logger = logging.getLogger(__name__)
@@ -78,6 +80,11 @@ class LogConfig:
     fsync: FsyncPolicy = "always"
     flush_interval_ms: int = 100  # "interval": fsync once this old ...
     flush_interval_bytes: int = 256 * 1024  # ... or once this many bytes are unsynced
+    # Written bytes further than this behind the log's end leave the page cache once they are
+    # on disk (-1: never dropped). A log only grows: kept cached, every write needs fresh
+    # pages, and on a VM whose memory is backed on first touch writes slowed 2-3x after the
+    # first GBs (bench/README.md, "Sustained runs"). Readers near the end still read memory.
+    cache_tail_bytes: int = 64 << 20
 
     def __post_init__(self) -> None:
         if self.fsync not in ("always", "interval", "never"):
@@ -86,6 +93,8 @@ class LogConfig:
             raise ValueError(f"segment_bytes must be in 1..{MAX_SEGMENT_BYTES}")
         if self.segment_ms <= 0 or self.index_interval_bytes <= 0:
             raise ValueError("segment_ms and index_interval_bytes must be positive")
+        if self.cache_tail_bytes < -1:
+            raise ValueError("cache_tail_bytes must be -1 (keep all) or at least 0")
 
 
 @dataclass(slots=True)
@@ -369,6 +378,23 @@ class PartitionLog:
         fsync_dir(self.directory)
         return segment
 
+    def roll_if_older(self, now_ms: int | None = None) -> bool:
+        """Seal the active segment once its first batch is segment.ms old, without waiting for
+        an append to do it (tiered storage uploads sealed segments only: this bounds how long
+        the last records of an idle partition wait). True if it rolled."""
+        now = self.clock() if now_ms is None else now_ms
+        with self._lock:
+            active = self._segments[-1]
+            if self._failure is not None or active.size == 0:
+                return False
+            if now - active.created_ms < self.config.segment_ms:
+                return False
+            try:
+                self._roll()
+            except OSError as exc:
+                raise self._write_failed(exc) from exc
+        return True
+
     # --- durability --------------------------------------------------------------------------
 
     def sync(self) -> int:
@@ -387,6 +413,7 @@ class PartitionLog:
                     continue
                 covered, segment, before = self.next_offset, self._segments[-1], self._truncations
                 self._flush_active()  # under the lock: appends grow the buffer being written
+                synced_end = segment.size
                 self._syncing = True
                 dirs, self._unsynced_dirs = self._unsynced_dirs, []
                 self._unsynced_bytes = 0
@@ -405,7 +432,20 @@ class PartitionLog:
                 if before == self._truncations:
                     self._durable = max(self._durable, covered)
                     self._last_sync_ms = self.clock()
+                    self._drop_cached(segment, synced_end)
             return self._durable
+
+    def _drop_cached(self, segment: Segment, on_disk_end: int) -> None:
+        """Drop cached pages more than cache_tail_bytes behind `on_disk_end` of the active
+        segment `segment` (lock held), the sealed segment before it as a whole once the tail
+        lies in `segment` alone."""
+        tail = self.config.cache_tail_bytes
+        if tail < 0:
+            return
+        segment.drop_cached(on_disk_end - tail)
+        if on_disk_end >= tail and len(self._segments) > 1 and segment is self._segments[-1]:
+            sealed = self._segments[-2]
+            sealed.drop_cached(sealed.size, step=0)
 
     def flush(self) -> None:
         """Write buffered batches to the file without an fsync: a killed process keeps them."""
@@ -424,6 +464,8 @@ class PartitionLog:
             raise LogFailedError(f"write to {active.path} failed: {exc}") from exc
         if self.config.fsync == "never":
             active.start_writeback()
+            # Writeback of what lies a tail behind started long ago: most of it is clean.
+            self._drop_cached(active, active.size)
 
     def _check_not_failed(self) -> None:
         if self._failure is not None:
@@ -551,10 +593,11 @@ class PartitionLog:
                 keep = self._segment_index(offset)
                 doomed = self._segments[:keep]
                 del self._segments[:keep], self._bases[:keep]
-            for old in doomed:
-                old.delete()
+            retired = [path for old in doomed for path in old.retire()]
             fsync_dir(self.directory)
-            return offset
+        # Unlinking gigabytes blocked appends (and the node's disk round) for up to ~1 s.
+        unlink_later(retired)
+        return offset
 
     def retention_point(self, now_ms: int | None = None) -> int:
         """The log start offset retention would leave: sealed segments older than
@@ -697,6 +740,10 @@ class PartitionLog:
             self._log_start = int(start_file.read_text().strip() or 0)
         clean = self._take_clean_shutdown_marker()
         self._finish_swaps()
+        for retired in self.directory.glob("*" + DELETED_SUFFIX):
+            retired.unlink(
+                missing_ok=True
+            )  # a prefix drop's files a crash kept from the background unlink
         bases = sorted(int(p.stem) for p in self.directory.glob("*.log") if p.stem.isdigit())
         # A crash during a prefix drop can leave segments wholly below the log start.
         while len(bases) > 1 and bases[1] <= self._log_start:

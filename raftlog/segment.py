@@ -7,11 +7,13 @@ scans and the node-wide LRU of handles.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -51,6 +53,10 @@ WRITE_BUFFER_BYTES = 64 * 1024
 # burst stalled appends (RF 3, 16 partitions, 70k msg/s: end-to-end p99 37 ms, 13 ms at 64 KiB).
 WRITEBACK_STEP_BYTES = 64 * 1024
 _SYNC_FILE_RANGE_WRITE = 2  # start writeback of dirty pages, do not wait for it
+# Cached pages of a segment are dropped in steps of at least this many bytes (one fadvise).
+DROP_STEP_BYTES = 8 << 20
+_PAGE_BYTES = 4096
+_fadvise = getattr(os, "posix_fadvise", None)
 
 
 def _load_sync_file_range() -> ctypes._CFuncPtr | None:
@@ -80,6 +86,25 @@ def _py_buffer_batch(pending: bytearray, data: Bytes, offset: int, length: int, 
 
 # Runs for every buffered batch: the C twin when the extension is built.
 _buffer_batch = speedups.C.buffer_batch if speedups.C else _py_buffer_batch
+
+
+# Retired segment files (Segment.retire) carry this suffix until a background thread unlinks
+# them; recovery removes any a crash left.
+DELETED_SUFFIX = ".deleted"
+_unlinker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftline-unlink")
+
+
+def unlink_later(paths: Sequence[Path]) -> Future[None]:
+    """Unlink retired files on a background thread, off the log's lock and the disk round."""
+    return _unlinker.submit(_unlink_all, list(paths))
+
+
+def _unlink_all(paths: list[Path]) -> None:
+    for path in paths:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:  # recovery removes what is left
+            logging.getLogger(__name__).warning("could not remove %s", path, exc_info=True)
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -218,6 +243,7 @@ class Segment:
         self._pending = bytearray()
         self._flushed = 0
         self._writeback_from = 0  # file position up to which writeback was started
+        self._dropped_to = 0  # file position below which cached pages were dropped
         # (offset, position) where the last read stopped: a batch boundary, where a
         # sequential reader asks next. Reset by truncation.
         self._read_stop = (-1, 0)
@@ -341,6 +367,7 @@ class Segment:
             os.ftruncate(fd, position)
             self.size = self._flushed = position
             self._writeback_from = min(self._writeback_from, position)
+            self._dropped_to = min(self._dropped_to, position - position % _PAGE_BYTES)
             self.offsets.truncate_values_from(position)
             restart = self.offsets.last()
             scan_from = restart[1] if restart else 0
@@ -370,6 +397,20 @@ class Segment:
         with self.files.pin(self.path) as fd:
             _sync_file_range(fd, start, self._flushed - start, _SYNC_FILE_RANGE_WRITE)
 
+    def drop_cached(self, below: int, step: int = DROP_STEP_BYTES) -> None:
+        """Ask the kernel to drop this file's cached pages below file position `below` (only
+        clean ones go: advisory, and a no-op where unsupported), once `step` bytes are due."""
+        end = min(below, self._flushed)
+        end -= end % _PAGE_BYTES
+        if end - self._dropped_to < max(step, _PAGE_BYTES) or _fadvise is None:
+            return
+        start, self._dropped_to = self._dropped_to, end
+        try:
+            with self.files.pin(self.path) as fd:
+                _fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
+        except OSError:  # e.g. retention deleted a sealed segment meanwhile: nothing to drop
+            pass
+
     def sync_flushed(self) -> None:
         """Fsync what `flush` wrote; safe without the log's lock while appends go on."""
         handle = self.files.acquire(self.path)
@@ -387,6 +428,21 @@ class Segment:
         self.files.forget(self.path)
         for path in (self.path, self.index_path, self.timeindex_path):
             path.unlink(missing_ok=True)
+
+    def retire(self) -> list[Path]:
+        """Rename the files to `<name>.deleted` and return them for `unlink_later`: a rename
+        is quick, while unlinking a 1 GiB file frees its extents for tens of ms or more."""
+        self._pending = bytearray()
+        self.files.forget(self.path)
+        retired = []
+        for path in (self.path, self.index_path, self.timeindex_path):
+            target = path.with_name(path.name + DELETED_SUFFIX)
+            try:
+                os.rename(path, target)
+            except FileNotFoundError:
+                continue
+            retired.append(target)
+        return retired
 
     def remove_index_files(self) -> None:
         """The on-disk indexes go stale when a sealed segment becomes active again."""

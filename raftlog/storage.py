@@ -1,6 +1,6 @@
 """Raft storage over a partition log: the LogView the core reads, hard state and the trim point.
 
-Owns the mapping between Raft entries and record batches, the atomically written state file
+Owns the mapping between Raft entries and record batches, the state file (raftlog.state_file)
 and the cache of recent entries that keeps the leader's tail reads off the disk.
 """
 
@@ -16,9 +16,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from raftline.raftlog.batch import BatchHeader, iter_headers, parse_header
-from raftline.raftlog.log import LogConfig, PartitionLog, now_ms, write_atomically
+from raftline.raftlog.log import LogConfig, PartitionLog, now_ms
 from raftline.raftlog.records import RAFT_CONFIG, RAFT_NOOP, build_control_batch, decode_batch
 from raftline.raftlog.segment import FileCache
+from raftline.raftlog.state_file import StateFile, StateFileError
 from raftline.raftlog.types import Entry, EntryKind, HardState, SnapshotMeta
 
 logger = logging.getLogger(__name__)
@@ -143,11 +144,15 @@ class RaftStorage:
         self.directory = Path(directory)
         self.log = PartitionLog(self.directory, config, files, clock)
         self._cache = _TailCache(cache_bytes)
-        self._state_path = self.directory / STATE_FILE
+        self._state = StateFile(self.directory / STATE_FILE)
         self._hard = HardState()
         self._snapshot = SnapshotMeta()
-        if self._state_path.exists():
-            self._hard, self._snapshot = _decode_state(self._state_path.read_bytes())
+        try:
+            saved = self._state.load()
+        except StateFileError as exc:
+            raise StorageError(str(exc)) from exc
+        if saved is not None:
+            self._hard, self._snapshot = _decode_state(saved)
         self._durable_hard = replace(self._hard)
         self._reconcile_trim_point()
         if self._hard.commit > self.last_index():
@@ -299,7 +304,7 @@ class RaftStorage:
             self._write_state()
 
     def _write_state(self) -> None:
-        write_atomically(self._state_path, _encode_state(self._hard, self._snapshot))
+        self._state.save(_encode_state(self._hard, self._snapshot))
         self._durable_hard = replace(self._hard)
 
     def fsync(self) -> None:

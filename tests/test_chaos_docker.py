@@ -8,13 +8,21 @@ from __future__ import annotations
 
 import random
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from raftline.chaos.cluster import ComposeCluster, Node
-from raftline.chaos.nemesis import Partition, ProcessFault, SlowNetwork, Targets
+from raftline.chaos.nemesis import (
+    STORAGE_OUTAGES,
+    Partition,
+    ProcessFault,
+    SlowNetwork,
+    StorageOutage,
+    Targets,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 REPO = Path(__file__).resolve().parent.parent
@@ -29,23 +37,49 @@ def cluster(
         "  networks: [raftline]\n",
         '  networks: [raftline]\n  entrypoint: ["python3", "-m", "http.server", "8080"]\n',
         1,
-    )
+    ).replace("context: docker/", f"context: {REPO}/docker/")
     path = tmp_path_factory.mktemp("compose") / "docker-compose.yml"
     path.write_text(standin)
     cluster = ComposeCluster(5, "raftline-chaos-test", path)
-    cluster.up()
     try:
+        cluster.up()
         yield cluster
     finally:
         cluster.down()
 
 
-def reaches(cluster: ComposeCluster, source: Node, target: Node) -> bool:
+def reaches(cluster: ComposeCluster, source: Node, target: Node, path: str = ":8080/") -> bool:
     code = (
-        f"import urllib.request; urllib.request.urlopen('http://{target.service}:8080/', timeout=1)"
+        f"import urllib.request; urllib.request.urlopen('http://{target.service}{path}', timeout=1)"
     )
     argv = ["docker", "exec", source.container, "python3", "-c", code]
     return subprocess.run(argv, capture_output=True, timeout=30, check=False).returncode == 0
+
+
+def reaches_storage(cluster: ComposeCluster, source: Node, within_s: float = 0.0) -> bool:
+    """Whether `source` gets an answer from the S3 server's health check (trying for up to
+    `within_s`: a restarted server needs a few seconds)."""
+    assert cluster.storage is not None
+    deadline = time.monotonic() + within_s
+    while not reaches(cluster, source, cluster.storage, ":8333/healthz"):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(1.0)
+    return True
+
+
+@pytest.mark.parametrize("mode", STORAGE_OUTAGES)
+def test_object_storage_outage_cuts_every_node_off_until_healed(
+    cluster: ComposeCluster, mode: str
+) -> None:
+    assert reaches_storage(cluster, cluster.nodes[0], within_s=60)
+    outage = StorageOutage(cluster, modes=[mode])
+    assert outage.start(random.Random(1)) == {"fault": "s3", "mode": mode}
+    try:
+        assert not any(reaches_storage(cluster, node) for node in cluster.nodes[:2])
+    finally:
+        outage.stop()
+    assert all(reaches_storage(cluster, node, within_s=60) for node in cluster.nodes[:2])
 
 
 def test_isolated_node_is_cut_off_both_ways_until_healed(cluster: ComposeCluster) -> None:

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from raftline.chaos.__main__ import main
 from raftline.chaos.history import read_history
-from raftline.chaos.runner import RunConfig, run
+from raftline.chaos.runner import TIERED_TOPIC_CONFIG, RunConfig, run
 
 
 def error(status: int, code: str) -> web.Response:
@@ -31,7 +31,11 @@ class StandInBroker:
 
     lose_every: int = 0
     malformed_acks: bool = False  # answer produce with 200 but without "offsets"
+    # A read from offset 0 of a log longer than this (in a real broker: old segments read back
+    # from object storage) leaves out the record at offset 1.
+    old_reads_lose_after: int = 0
     topics: dict[str, list[list[dict[str, object]]]] = field(default_factory=dict)
+    configs: dict[str, dict[str, str]] = field(default_factory=dict)
     appended: int = 0
 
     def app(self) -> web.Application:
@@ -52,6 +56,7 @@ class StandInBroker:
         if body["name"] in self.topics:
             return error(409, "topic_exists")
         self.topics[body["name"]] = [[] for _ in range(body["partitions"])]
+        self.configs[body["name"]] = body.get("config", {})
         return web.json_response({"name": body["name"]}, status=201)
 
     async def describe(self, request: web.Request) -> web.Response:
@@ -85,6 +90,8 @@ class StandInBroker:
         log = self.topics[request.match_info["topic"]][int(request.match_info["p"])]
         offset = int(request.query["offset"])
         chunk = log[offset : offset + int(request.query.get("max_messages", 500))]
+        if offset == 0 and 0 < self.old_reads_lose_after < len(log):
+            chunk = [m for m in chunk if m["offset"] != 1]
         if not chunk and int(request.query.get("wait_ms", 0)):
             await asyncio.sleep(0.05)
         next_offset = chunk[-1]["offset"] + 1 if chunk else offset
@@ -118,6 +125,13 @@ def serve(broker: StandInBroker) -> Iterator[str]:
 @pytest.fixture
 def honest_url() -> Iterator[str]:
     yield from serve(StandInBroker())
+
+
+@pytest.fixture
+def honest() -> Iterator[tuple[StandInBroker, str]]:
+    broker = StandInBroker()
+    for url in serve(broker):
+        yield broker, url
 
 
 @pytest.fixture
@@ -186,3 +200,35 @@ def test_success_without_offsets_is_recorded_as_indeterminate(
     sends = [op for op in read_history(tmp_path / "history.jsonl") if op.f == "send"]
     assert result["queue"]["stats"]["acknowledged"] == 0
     assert {op.error for op in sends if op.type != "invoke"} == {"malformed_response"}
+
+
+def test_tiered_run_stores_the_topic_remotely_and_reads_it_from_offset_0_repeatedly(
+    honest: tuple[StandInBroker, str], tmp_path: Path
+) -> None:
+    broker, url = honest
+    config = short_run(url, tmp_path)
+    config.tiered, config.time_limit_s = True, 3.0
+    result = run(config)
+    assert result["valid"], result["queue"]["anomaly_types"]
+    assert broker.configs[config.topic] == TIERED_TOPIC_CONFIG
+    rereaders = range(config.producers + config.consumers + 2, 100)
+    starts = [
+        op.process
+        for op in read_history(tmp_path / "history.jsonl")
+        if op.type == "invoke"
+        and op.f == "poll"
+        and op.process in rereaders
+        and op.value["offset"] == 0
+    ]
+    assert len(set(starts)) == config.rereaders and len(starts) > 2 * config.rereaders
+
+
+def test_tiered_run_against_broker_losing_old_records_on_rereads_is_invalid(
+    tmp_path: Path,
+) -> None:
+    for url in serve(StandInBroker(old_reads_lose_after=50)):
+        config = short_run(url, tmp_path)
+        config.tiered, config.time_limit_s = True, 3.0
+        result = run(config)
+    assert not result["valid"]
+    assert {"int-poll-skip", "vanished-read"} <= set(result["queue"]["anomaly_types"])

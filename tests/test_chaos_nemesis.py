@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from raftline.chaos.availability import fault_windows
-from raftline.chaos.cluster import StaticCluster
+from raftline.chaos.cluster import ClusterError, ComposeCluster, StaticCluster
 from raftline.chaos.history import NEMESIS, Recorder
-from raftline.chaos.nemesis import Schedule, majorities_ring, make_faults
+from raftline.chaos.nemesis import Schedule, StorageOutage, majorities_ring, make_faults
 
 
 @pytest.mark.parametrize("n", [3, 5, 7])
@@ -35,6 +35,13 @@ def test_faults_against_a_cluster_run_elsewhere_are_rejected() -> None:
 
 def test_no_nemesis_needs_no_fault_control() -> None:
     assert make_faults(StaticCluster(["http://127.0.0.1:1"]), [], "t") == []
+
+
+def test_storage_outage_without_an_object_storage_service_is_a_clear_failure() -> None:
+    (outage,) = make_faults(ComposeCluster(3), ["s3"], "t")
+    assert isinstance(outage, StorageOutage)
+    with pytest.raises(ClusterError, match="no running object storage"):
+        outage.start(random.Random(0))
 
 
 @dataclass

@@ -11,6 +11,7 @@ from raftline.raftlog import batch
 from raftline.raftlog.log import LogConfig
 from raftline.raftlog.raft import RaftNode
 from raftline.raftlog.records import Record, build_batch, decode_batch
+from raftline.raftlog.state_file import StateFile
 from raftline.raftlog.storage import STATE_FILE, RaftStorage, StorageError
 from raftline.raftlog.types import Entry, EntryKind, HardState, SnapshotMeta
 
@@ -145,7 +146,7 @@ def test_term_and_vote_are_durable_as_soon_as_saved(tmp_path: Path) -> None:
     # No close: a crash right after save must still find the vote.
     assert RaftStorage(tmp_path).hard_state == HardState(4, 2, -1)
     assert not list(tmp_path.glob("*.tmp"))
-    assert json.loads((tmp_path / STATE_FILE).read_text())["vote"] == 2
+    assert json.loads(StateFile(tmp_path / STATE_FILE).load() or b"")["vote"] == 2
 
 
 def test_commit_only_changes_are_written_on_close(tmp_path: Path) -> None:
@@ -216,9 +217,10 @@ def test_a_trim_interrupted_after_the_state_write_is_finished_on_open(tmp_path: 
     storage.append(sample_log())
     storage.save(HardState(1, 1, -1))
     storage.close()
-    state = json.loads((tmp_path / STATE_FILE).read_text())
+    state_file = StateFile(tmp_path / STATE_FILE)
+    state = json.loads(state_file.load() or b"")
     state["snapshot"] = {"index": 4, "term": 1, "voters": [1], "learners": []}
-    (tmp_path / STATE_FILE).write_text(json.dumps(state))  # the log was not trimmed yet
+    state_file.save(json.dumps(state).encode())  # the log was not trimmed yet
     storage = RaftStorage(tmp_path)
     assert storage.log.log_start_offset == 5
     assert (storage.first_index(), storage.last_index()) == (5, 6)

@@ -35,6 +35,10 @@ class Driver(abc.ABC):
 
     system: str = ""
     queues: bool = False  # has create_queue / consume_queue (workload kind "queue-ack")
+    # Topics created from now on keep about this many bytes per partition (0: the system's
+    # default); sustained runs set it so that minutes at max rate fit on the disk.
+    retention_bytes: int = 0
+    honours_retention: bool = False  # create_topic applies retention_bytes
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
@@ -94,6 +98,10 @@ class Driver(abc.ABC):
         calls on_delivery with the payloads it received once it acknowledged them (as far as
         the system confirms an acknowledgement: see the driver's durability)."""
         raise NotImplementedError(f"{self.system} has no queue driver")
+
+    def max_length_argument(self) -> dict[str, int]:
+        """RabbitMQ's queue argument for retention_bytes (streams and quorum queues)."""
+        return {"x-max-length-bytes": self.retention_bytes} if self.retention_bytes else {}
 
     @staticmethod
     def partition_name(topic: str, partition: int) -> str:

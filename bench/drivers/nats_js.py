@@ -23,6 +23,7 @@ class NatsDriver(Driver):
     """JetStream acks once the stream's replicas (a Raft quorum when R3) stored the message."""
 
     system = "nats"
+    honours_retention = True
 
     @property
     def durability(self) -> str:
@@ -46,6 +47,7 @@ class NatsDriver(Driver):
                     subjects=[f"{topic}.{p}"],
                     storage=StorageType.FILE,
                     num_replicas=self.endpoint.replicas,
+                    max_bytes=self.retention_bytes or None,
                 )
             )
 

@@ -24,6 +24,7 @@ class QuorumQueueDriver(Driver):
     """Quorum queues confirm after a Raft quorum appended the message to its fsynced WAL."""
 
     system = "rabbitmq-quorum"
+    honours_retention = True
     queues = True
 
     @property
@@ -51,6 +52,7 @@ class QuorumQueueDriver(Driver):
                 arguments={
                     "x-queue-type": "quorum",
                     "x-quorum-initial-group-size": self.endpoint.replicas,
+                    **self.max_length_argument(),
                 },
             )
 

@@ -25,6 +25,7 @@ class StreamDriver(Driver):
     """Streams confirm once a quorum of replicas wrote the chunk; osiris does not fsync it."""
 
     system = "rabbitmq-stream"
+    honours_retention = True
 
     @property
     def durability(self) -> str:
@@ -46,7 +47,10 @@ class StreamDriver(Driver):
         for p in range(partitions):
             await self.producer.create_stream(
                 self.partition_name(topic, p),
-                arguments={"x-initial-cluster-size": self.endpoint.replicas},
+                arguments={
+                    "x-initial-cluster-size": self.endpoint.replicas,
+                    **self.max_length_argument(),
+                },
             )
 
     async def delete_topic(self, topic: str, partitions: int) -> None:

@@ -29,6 +29,7 @@ class RaftlineDriver(Driver):
 
     system = "raftline"
     queues = True
+    honours_retention = True
 
     @property
     def durability(self) -> str:
@@ -61,7 +62,8 @@ class RaftlineDriver(Driver):
         self.queue_errors: collections.Counter[str | None] = collections.Counter()
 
     async def create_topic(self, topic: str, partitions: int) -> None:
-        await self.client.create_topic(topic, partitions, self.endpoint.replicas)
+        config = {"retention.bytes": str(self.retention_bytes)} if self.retention_bytes else None
+        await self.client.create_topic(topic, partitions, self.endpoint.replicas, config)
 
     async def delete_topic(self, topic: str, partitions: int) -> None:
         for key in [k for k in self.producers if k[0] == topic]:

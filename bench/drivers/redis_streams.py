@@ -12,6 +12,8 @@ import redis.asyncio as redis
 from bench.drivers.base import Driver, OnAcked, OnDelivery
 
 READ_COUNT = 1000
+# Retention (sustained runs) keeps at most this much per stream: Redis holds streams in memory.
+REDIS_MAX_RETENTION_BYTES = 1 << 30
 READ_BLOCK_MS = 500
 
 
@@ -19,6 +21,7 @@ class RedisStreamsDriver(Driver):
     """With replicas, each batch waits for WAIT replicas-1: asynchronous replication made sync."""
 
     system = "redis"
+    honours_retention = True
 
     @property
     def durability(self) -> str:
@@ -30,6 +33,13 @@ class RedisStreamsDriver(Driver):
             else "single server, no replication"
         )
         return f"{replication}; AOF appendfsync {fsync}"
+
+    def max_entries(self, message_size: int) -> int | None:
+        """Entries a stream keeps (XADD MAXLEN ~) under retention_bytes; Redis holds them in
+        memory, so never more than REDIS_MAX_RETENTION_BYTES' worth."""
+        if not self.retention_bytes:
+            return None
+        return max(1, min(self.retention_bytes, REDIS_MAX_RETENTION_BYTES) // message_size)
 
     async def connect(self) -> None:
         self.client = redis.Redis(
@@ -57,8 +67,9 @@ class RedisStreamsDriver(Driver):
     ) -> None:
         key = self.partition_name(topic, partition)
         async with self.client.pipeline(transaction=False) as pipe:
+            maxlen = self.max_entries(len(payloads[0])) if payloads else None
             for payload in payloads:
-                pipe.xadd(key, {"v": payload})
+                pipe.xadd(key, {"v": payload}, maxlen=maxlen, approximate=True)
             if acks == "all" and self.endpoint.replicas > 1:
                 pipe.wait(self.endpoint.replicas - 1, 10_000)
             results = await pipe.execute()

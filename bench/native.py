@@ -1,0 +1,182 @@
+"""Runs the native load generator (bench/native, Rust) against a started system.
+
+Owns building the generator (cargo, on demand), the mapping of a system and workload to its
+command line, and its JSON answer turned into a result row like the Python runner's. The
+generator publishes only; topics are created and deleted through the Python driver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench.drivers.base import Driver
+from bench.workload import Workload
+
+CRATE = Path(__file__).parent / "native"
+BINARY = CRATE / "target" / "release" / "raftline-loadgen"
+MB = 1_000_000
+BUILD_TIMEOUT_S = 600
+# The generator's name for a system and the endpoint port it talks to.
+PROTOCOL = {
+    "raftline": ("raftline", "http"),
+    "raftline-nofsync": ("raftline", "http"),
+    "nats": ("nats", "client"),
+    "rabbitmq-quorum": ("rabbitmq-quorum", "amqp"),
+    "rabbitmq-stream": ("rabbitmq-stream", "stream"),
+    "redis": ("redis", "redis"),
+}
+
+
+class NativeError(RuntimeError):
+    """The generator could not be built or failed to run."""
+
+
+def ensure_built() -> Path:
+    """Build the generator with cargo (one job: the machine may be shared) unless up to date."""
+    if shutil.which("cargo") is None:
+        if BINARY.exists():
+            return BINARY
+        raise NativeError("cargo is missing: install Rust to build bench/native")
+    built = subprocess.run(
+        [
+            "cargo",
+            "build",
+            "--release",
+            "-j1",
+            "--quiet",
+            "--manifest-path",
+            str(CRATE / "Cargo.toml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+    )
+    if built.returncode != 0:
+        raise NativeError(f"cargo build failed: {built.stderr[-2000:]}")
+    return BINARY
+
+
+def command(
+    system: str,
+    driver: Driver,
+    topic: str,
+    workload: Workload,
+    rate: float,
+    seconds: float,
+    warmup: float,
+    max_messages: int = 0,
+) -> list[str]:
+    protocol, port_name = PROTOCOL[system]
+    endpoint = driver.endpoint
+    argv = [
+        str(BINARY),
+        "--system", protocol,
+        "--host", endpoint.host,
+        "--port", str(endpoint.ports[port_name]),
+        "--topic", topic,
+        "--partitions", str(workload.partitions_per_topic),
+        "--message-size", str(workload.message_size),
+        "--batch", str(workload.batch_size),
+        "--in-flight", str(workload.max_in_flight),
+        "--seconds", str(seconds),
+        "--warmup", str(warmup),
+        "--rate", str(rate),
+        "--replicas", str(endpoint.replicas),
+        "--acks", workload.acks,
+        "--linger-ms", str(workload.linger_ms),
+    ]  # fmt: skip
+    if max_messages:
+        argv += ["--max-messages", str(max_messages)]
+    max_entries = getattr(driver, "max_entries", None)
+    if max_entries is not None and max_entries(workload.message_size):
+        argv += ["--maxlen", str(max_entries(workload.message_size))]
+    return argv
+
+
+async def run_workload(
+    system: str,
+    driver: Driver,
+    workload: Workload,
+    rate: float,
+    *,
+    seconds: float | None = None,
+    warmup: float | None = None,
+    max_messages: int = 0,
+) -> dict[str, Any]:
+    """One workload through the generator: a fresh topic, the run, the topic deleted."""
+    if workload.topics != 1:
+        raise NativeError("the native generator drives one topic per run")
+    seconds = workload.duration_seconds if seconds is None else seconds
+    warmup = workload.warmup_seconds if warmup is None else warmup
+    topic = f"native-{uuid.uuid4().hex[:6]}-{workload.name}"
+    await driver.create_topic(topic, workload.partitions_per_topic)
+    try:
+        argv = command(system, driver, topic, workload, rate, seconds, warmup, max_messages)
+        process = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        try:
+            stdout, stderr = await asyncio.wait_for(process.communicate(), seconds + warmup + 120)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            raise
+        try:
+            answer = json.loads(stdout)
+        except json.JSONDecodeError as error:
+            raise NativeError(f"generator said {stdout[-300:]!r} {stderr[-300:]!r}") from error
+        if "error" in answer:
+            raise NativeError(answer["error"])
+    finally:
+        cleanup = await _delete_topic(driver, topic, workload.partitions_per_topic)
+    row = result_row(workload, rate, answer)
+    if cleanup:
+        row["notes"] = cleanup
+    return row
+
+
+async def _delete_topic(driver: Driver, topic: str, partitions: int) -> str:
+    """Delete the run's topic; a failure (a peer deleting gigabytes may answer late) is noted,
+    not raised, so that it cannot lose the measurement."""
+    try:
+        await asyncio.wait_for(driver.delete_topic(topic, partitions), 120)
+    except Exception as error:
+        return f"deleting the topic failed: {type(error).__name__}: {error}"[:200]
+    return ""
+
+
+def result_row(workload: Workload, rate: float, answer: dict[str, Any]) -> dict[str, Any]:
+    """The generator's answer in the shape of bench.runner.WorkloadRun.result()."""
+    publish_rate = answer["publish_msgs_per_s"]
+    return {
+        "workload": workload.name,
+        "kind": workload.kind,
+        "client": "native",
+        "topics": 1,
+        "partitions": workload.partitions_per_topic,
+        "message_size": workload.message_size,
+        "producers": 1,
+        "target_rate": round(rate),
+        "acks": workload.acks,
+        "duration_s": answer["duration_s"],
+        "publish_msgs_per_s": publish_rate,
+        "publish_mb_per_s": round(publish_rate * workload.message_size / MB, 3),
+        "consume_msgs_per_s": 0.0,
+        "consume_mb_per_s": 0.0,
+        "publish_latency_ms": answer["publish_latency_ms"],
+        "e2e_latency_ms": None,
+        "sent": answer["acked"],
+        "acked": answer["acked"],
+        "received": answer["acked"],  # no consumer: nothing is missing
+        "errors": answer["errors"],
+        "first_error": answer["first_error"],
+        "timeline": answer["timeline"],
+        "connections": answer["in_flight"],
+        "batch": answer["batch"],
+    }

@@ -1,0 +1,358 @@
+//! Native publish load generator for Raftline and its peers (`python -m bench compare --native`).
+//!
+//! Owns the command line, the worker threads (one connection and one batch in flight each),
+//! the max-rate and fixed-rate schedules, and the JSON result: totals, publish-ack latency
+//! percentiles and a per-second timeline. Each protocol module owns its publish path only;
+//! topics are created and deleted by the Python drivers around a run.
+
+mod amqp;
+mod nats;
+mod raftline;
+mod redis;
+mod rmq_stream;
+mod wire;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+/// Sends one batch of `count` messages to a partition and returns once all are acknowledged.
+pub trait Publisher: Send {
+    fn publish(&mut self, partition: usize, count: usize) -> Result<(), String>;
+}
+
+#[derive(Clone, Debug)]
+pub struct Args {
+    pub system: String,
+    pub host: String,
+    pub port: u16,
+    pub topic: String,
+    pub partitions: usize,
+    pub message_size: usize,
+    pub batch: usize,
+    pub in_flight: usize,
+    pub seconds: f64,
+    pub warmup: f64,
+    pub rate: f64,
+    pub max_messages: u64,
+    pub replicas: usize,
+    pub acks: String,
+    pub linger_ms: f64,
+    /// Redis: XADD MAXLEN ~ this (0: no trimming).
+    pub maxlen: u64,
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: raftline-loadgen --system raftline|raftline-json|nats|rabbitmq-quorum|\
+         rabbitmq-stream|redis --port N --topic T [--host H] [--partitions P] \
+         [--message-size B] [--batch N] [--in-flight N] [--seconds S] [--warmup S] \
+         [--rate MSGS_PER_S (0 = max)] [--max-messages N] [--replicas R] [--acks all|leader|none] \
+         [--linger-ms MS] [--maxlen N (redis)]"
+    );
+    std::process::exit(2)
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        system: String::new(),
+        host: "127.0.0.1".into(),
+        port: 0,
+        topic: String::new(),
+        partitions: 1,
+        message_size: 1024,
+        batch: 1000,
+        in_flight: 8,
+        seconds: 10.0,
+        warmup: 0.0,
+        rate: 0.0,
+        max_messages: 0,
+        replicas: 1,
+        acks: "all".into(),
+        linger_ms: 5.0,
+        maxlen: 0,
+    };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < argv.len() {
+        let value = argv.get(i + 1).cloned().unwrap_or_else(|| usage());
+        let number = |v: &str| v.parse::<f64>().unwrap_or_else(|_| usage());
+        match argv[i].as_str() {
+            "--system" => a.system = value,
+            "--host" => a.host = value,
+            "--port" => a.port = number(&value) as u16,
+            "--topic" => a.topic = value,
+            "--partitions" => a.partitions = number(&value) as usize,
+            "--message-size" => a.message_size = number(&value) as usize,
+            "--batch" => a.batch = number(&value) as usize,
+            "--in-flight" => a.in_flight = number(&value) as usize,
+            "--seconds" => a.seconds = number(&value),
+            "--warmup" => a.warmup = number(&value),
+            "--rate" => a.rate = number(&value),
+            "--max-messages" => a.max_messages = number(&value) as u64,
+            "--replicas" => a.replicas = number(&value) as usize,
+            "--acks" => a.acks = value,
+            "--linger-ms" => a.linger_ms = number(&value),
+            "--maxlen" => a.maxlen = number(&value) as u64,
+            _ => usage(),
+        }
+        i += 2;
+    }
+    if a.system.is_empty() || a.port == 0 || a.topic.is_empty() || a.partitions == 0 {
+        usage();
+    }
+    if a.batch == 0 || a.in_flight == 0 || a.message_size < 8 || a.seconds <= 0.0 {
+        usage();
+    }
+    a
+}
+
+fn connect(args: &Args, worker: usize) -> Result<Box<dyn Publisher>, String> {
+    Ok(match args.system.as_str() {
+        "raftline" => Box::new(raftline::Raftline::connect(args, false)?),
+        "raftline-json" => Box::new(raftline::Raftline::connect(args, true)?),
+        "nats" => Box::new(nats::Nats::connect(args, worker)?),
+        "redis" => Box::new(redis::Redis::connect(args)?),
+        "rabbitmq-stream" => Box::new(rmq_stream::Stream::connect(args)?),
+        "rabbitmq-quorum" => Box::new(amqp::Amqp::connect(args)?),
+        other => return Err(format!("unknown system {other}")),
+    })
+}
+
+/// One acknowledged batch: when it was due and acknowledged (µs since the start), and its size.
+#[derive(Clone, Copy)]
+struct Ack {
+    intended_us: u64,
+    acked_us: u64,
+    count: u32,
+}
+
+struct Shared {
+    args: Args,
+    start: Instant,
+    next_batch: AtomicU64,
+    stop: AtomicBool,
+    batch: usize,
+}
+
+struct WorkerResult {
+    acks: Vec<Ack>,
+    errors: u64,
+    first_error: String,
+}
+
+fn worker(
+    shared: Arc<Shared>,
+    mut publisher: Box<dyn Publisher>,
+    ready: Arc<Barrier>,
+) -> WorkerResult {
+    let args = &shared.args;
+    let end = shared.start + Duration::from_secs_f64(args.warmup + args.seconds);
+    let mut out = WorkerResult {
+        acks: Vec::new(),
+        errors: 0,
+        first_error: String::new(),
+    };
+    ready.wait();
+    loop {
+        if shared.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let k = shared.next_batch.fetch_add(1, Ordering::Relaxed);
+        let b = shared.batch as u64;
+        if args.max_messages > 0 && k * b >= args.max_messages {
+            shared.stop.store(true, Ordering::Relaxed);
+            break;
+        }
+        let intended = if args.rate > 0.0 {
+            // Batch k holds the messages due from this moment on: coordinated-omission safe,
+            // a late send counts its whole delay.
+            let due = shared.start + Duration::from_secs_f64((k * b) as f64 / args.rate);
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+            due
+        } else {
+            Instant::now().max(shared.start)
+        };
+        if intended >= end {
+            break;
+        }
+        while Instant::now() < shared.start {
+            std::thread::sleep(shared.start - Instant::now());
+        }
+        let partition = (k % args.partitions as u64) as usize;
+        match publisher.publish(partition, shared.batch) {
+            Ok(()) => {
+                let acked = Instant::now();
+                out.acks.push(Ack {
+                    intended_us: (intended - shared.start).as_micros() as u64,
+                    acked_us: (acked - shared.start).as_micros() as u64,
+                    count: shared.batch as u32,
+                });
+            }
+            Err(error) => {
+                out.errors += 1;
+                if out.first_error.is_empty() {
+                    out.first_error = error;
+                }
+                break; // the connection's state is unknown after a failed batch
+            }
+        }
+    }
+    out
+}
+
+/// Latency percentiles (ms) of weighted (latency µs, count) entries.
+fn percentiles(mut entries: Vec<(u64, u64)>, wanted: &[f64]) -> Vec<f64> {
+    entries.sort_unstable();
+    let total: u64 = entries.iter().map(|e| e.1).sum();
+    wanted
+        .iter()
+        .map(|p| {
+            let rank = ((total as f64) * p / 100.0).ceil().max(1.0) as u64;
+            let mut seen = 0;
+            for (latency, count) in &entries {
+                seen += count;
+                if seen >= rank {
+                    return *latency as f64 / 1000.0;
+                }
+            }
+            entries.last().map(|e| e.0 as f64 / 1000.0).unwrap_or(0.0)
+        })
+        .collect()
+}
+
+fn json_escape(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| match c {
+            '"' => "\\\"".chars().collect::<Vec<_>>(),
+            '\\' => "\\\\".chars().collect(),
+            c if (c as u32) < 0x20 => format!("\\u{:04x}", c as u32).chars().collect(),
+            c => vec![c],
+        })
+        .collect()
+}
+
+fn main() {
+    let args = parse_args();
+    // At a fixed rate a batch holds what falls due within the linger time (at least one).
+    let batch = if args.rate > 0.0 {
+        ((args.rate * args.linger_ms / 1000.0) as usize).clamp(1, args.batch)
+    } else {
+        args.batch
+    };
+    let mut publishers = Vec::new();
+    for w in 0..args.in_flight {
+        match connect(&args, w) {
+            Ok(p) => publishers.push(p),
+            Err(error) => {
+                println!("{{\"error\": \"connect: {}\"}}", json_escape(&error));
+                std::process::exit(1);
+            }
+        }
+    }
+    let shared = Arc::new(Shared {
+        args: args.clone(),
+        start: Instant::now() + Duration::from_millis(100),
+        next_batch: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+        batch,
+    });
+    let ready = Arc::new(Barrier::new(args.in_flight));
+    let handles: Vec<_> = publishers
+        .into_iter()
+        .map(|p| {
+            let (s, r) = (shared.clone(), ready.clone());
+            std::thread::spawn(move || worker(s, p, r))
+        })
+        .collect();
+    let results: Vec<WorkerResult> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let acks: Vec<Ack> = results
+        .iter()
+        .flat_map(|r| r.acks.iter().copied())
+        .collect();
+    let errors: u64 = results.iter().map(|r| r.errors).sum();
+    let first_error = results
+        .iter()
+        .map(|r| r.first_error.clone())
+        .find(|e| !e.is_empty());
+
+    let window_start = (args.warmup * 1e6) as u64;
+    let last_ack = acks.iter().map(|a| a.acked_us).max().unwrap_or(0);
+    // A run cut short by --max-messages measures up to its last acknowledgement.
+    let window_end = ((args.warmup + args.seconds) * 1e6) as u64;
+    let window_end = if args.max_messages > 0 {
+        window_end.min(last_ack.max(window_start + 1))
+    } else {
+        window_end
+    };
+    let in_window = |t: u64| t >= window_start && t < window_end;
+    let acked: u64 = acks.iter().map(|a| a.count as u64).sum();
+    let acked_in_window: u64 = acks
+        .iter()
+        .filter(|a| in_window(a.acked_us))
+        .map(|a| a.count as u64)
+        .sum();
+    let latencies: Vec<(u64, u64)> = acks
+        .iter()
+        .filter(|a| in_window(a.intended_us))
+        .map(|a| (a.acked_us - a.intended_us, a.count as u64))
+        .collect();
+    let window_s = (window_end - window_start) as f64 / 1e6;
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{{\"system\": \"{}\", \"message_size\": {}, \"batch\": {}, \"in_flight\": {}, \
+         \"target_rate\": {}, \"duration_s\": {:.3}, \"acked\": {}, \"acked_in_window\": {}, \
+         \"publish_msgs_per_s\": {:.1}, \"errors\": {}, \"first_error\": \"{}\"",
+        args.system,
+        args.message_size,
+        batch,
+        args.in_flight,
+        args.rate,
+        window_s,
+        acked,
+        acked_in_window,
+        acked_in_window as f64 / window_s,
+        errors,
+        json_escape(first_error.as_deref().unwrap_or("")),
+    ));
+    if !latencies.is_empty() {
+        let total: u64 = latencies.iter().map(|e| e.1).sum();
+        let mean = latencies.iter().map(|e| e.0 * e.1).sum::<u64>() as f64 / total as f64 / 1000.0;
+        let p = percentiles(latencies, &[50.0, 99.0, 99.9, 100.0]);
+        out.push_str(&format!(
+            ", \"publish_latency_ms\": {{\"p50\": {}, \"p99\": {}, \"p99.9\": {}, \"max\": {}, \
+             \"mean\": {:.3}, \"count\": {}}}",
+            p[0], p[1], p[2], p[3], mean, total
+        ));
+    } else {
+        out.push_str(", \"publish_latency_ms\": null");
+    }
+    // Per second of acknowledgement time since the start: messages and p50/p99.
+    let seconds = (last_ack / 1_000_000 + 1) as usize;
+    let mut per_second: Vec<Vec<(u64, u64)>> =
+        vec![Vec::new(); if acks.is_empty() { 0 } else { seconds }];
+    for a in &acks {
+        per_second[(a.acked_us / 1_000_000) as usize]
+            .push((a.acked_us - a.intended_us, a.count as u64));
+    }
+    let points: Vec<String> = per_second
+        .into_iter()
+        .enumerate()
+        .map(|(t, entries)| {
+            let msgs: u64 = entries.iter().map(|e| e.1).sum();
+            if entries.is_empty() {
+                return format!("{{\"t\": {t}, \"msgs_per_s\": 0}}");
+            }
+            let p = percentiles(entries, &[50.0, 99.0]);
+            format!(
+                "{{\"t\": {t}, \"msgs_per_s\": {msgs}, \"p50_ms\": {}, \"p99_ms\": {}}}",
+                p[0], p[1]
+            )
+        })
+        .collect();
+    out.push_str(&format!(", \"timeline\": [{}]}}", points.join(", ")));
+    println!("{out}");
+}

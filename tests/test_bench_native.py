@@ -1,0 +1,115 @@
+"""The native load generator (bench/native) builds with cargo, publishes record batches a
+Raftline node accepts and counts exactly what the node acknowledged; its answer becomes a
+result row of the native table, which the report keeps apart from the Python-client one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench import native, report
+from bench.drivers.raftline import RaftlineDriver
+from bench.peers import RaftlinePeer
+from bench.workload import workload_from_dict
+
+pytestmark = pytest.mark.skipif(shutil.which("cargo") is None, reason="needs cargo")
+
+WORKLOAD = workload_from_dict(
+    {"name": "w", "message_size": 100, "batch_size": 200, "max_in_flight": 2, "acks": "all"}
+)
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> object:
+    native.ensure_built()
+    peer = RaftlinePeer(1, tmp_path_factory.mktemp("native-node"))
+    try:
+        yield peer.start()
+    finally:
+        peer.stop()
+
+
+async def _high_watermark(driver: RaftlineDriver, topic: str) -> int:
+    answer = await driver.client.fetch(topic, 0, offset="latest", max_messages=1)
+    return answer.high_watermark
+
+
+def test_the_generator_publishes_batches_the_node_counts_exactly(node: object) -> None:
+    async def scenario() -> tuple[dict, int]:
+        driver = RaftlineDriver(node)  # type: ignore[arg-type]
+        await driver.connect()
+        await driver.create_topic("native-t", 1)
+        before = await _high_watermark(driver, "native-t")  # a new leader's entry may be there
+        argv = native.command("raftline", driver, "native-t", WORKLOAD, 0.0, 1.0, 0.0)
+        out = await asyncio.to_thread(subprocess.run, argv, capture_output=True, timeout=60)
+        answer = json.loads(out.stdout)
+        stored = await _high_watermark(driver, "native-t") - before
+        await driver.delete_topic("native-t", 1)
+        await driver.close()
+        return answer, stored
+
+    answer, stored = asyncio.run(scenario())
+    assert answer["errors"] == 0, answer["first_error"]
+    assert answer["acked"] > 0
+    assert stored == answer["acked"]
+
+
+def test_a_fixed_rate_run_holds_its_rate_and_is_capped_by_max_messages(node: object) -> None:
+    async def scenario() -> dict:
+        driver = RaftlineDriver(node)  # type: ignore[arg-type]
+        await driver.connect()
+        try:
+            return await native.run_workload(
+                "raftline", driver, WORKLOAD, 2000.0, seconds=5.0, warmup=0.0, max_messages=2000
+            )
+        finally:
+            await driver.close()
+
+    row = asyncio.run(scenario())
+    assert row["client"] == "native"
+    assert row["acked"] == 2000
+    assert 0.8 <= row["duration_s"] <= 1.5  # 2,000 messages at 2,000/s, then the cap
+
+
+def test_the_report_keeps_native_and_python_tables_apart() -> None:
+    run = {
+        "workload": "w",
+        "system": "raftline",
+        "replicas": 1,
+        "target_rate": 0,
+        "publish_msgs_per_s": 10.0,
+        "publish_mb_per_s": 0.001,
+        "consume_msgs_per_s": 10.0,
+        "publish_latency_ms": None,
+        "e2e_latency_ms": None,
+        "errors": 0,
+        "first_error": "",
+        "acked": 1,
+        "received": 1,
+    }
+    results = {
+        "started": "now",
+        "quick": True,
+        "machine": report.machine(),
+        "durability": {},
+        "peers": {},
+        "skipped": [],
+        "runs": [run],
+        "native_runs": [{**run, "client": "native", "publish_msgs_per_s": 99.0}],
+    }
+    text = report.markdown(results)
+    python_part, native_part = text.split("### Native clients")
+    assert "### Python-client drivers" in python_part
+    assert "| 10 |" in python_part and "| 99 |" not in python_part
+    assert "| 99 |" in native_part
+
+
+def test_the_crate_has_no_dependencies_to_fetch() -> None:
+    manifest = (Path(native.CRATE) / "Cargo.toml").read_text()
+    dependencies = manifest.split("[dependencies]", 1)[1].split("[", 1)[0]
+    assert not [line for line in dependencies.splitlines() if line.strip() and "#" not in line]

@@ -1,0 +1,185 @@
+"""What lets a node hold tens of thousands of partitions: bounded driver rounds, quiet new
+followers, link changes that wake only the groups concerned, parallel hard-state saves, leader
+balancing fed by events, and one metadata entry per topic creation."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from inproc_harness import configs, wait_for
+
+from raftline.node.config import NodeConfig
+from raftline.node.controller import LeaderWatch
+from raftline.node.metadata import META_GROUP, MetadataState
+from raftline.node.runtime import GROUPS_PER_ROUND, Runtime, run_all
+from raftline.raftlog.storage import RaftStorage
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class _Replica:
+    def on_commit(self, entries: Any) -> None:
+        pass
+
+    def on_role(self, role: str, leader: int | None, term: int) -> None:
+        pass
+
+
+def _runtime(tmp_path: Path) -> Runtime:
+    config: NodeConfig = configs(tmp_path, 3)[0]
+    return Runtime(config, on_rpc=None)  # type: ignore[arg-type]
+
+
+async def test_a_fresh_follower_stays_quiet_until_its_expected_leaders_link_goes_down(
+    tmp_path: Path,
+) -> None:
+    runtime = _runtime(tmp_path)
+    runtime.transport.alive = lambda peer: True  # type: ignore[method-assign]
+    runtime.add_group("t~1~0", RaftStorage(tmp_path / "g"), [1, 2, 3], _Replica(), -1, 2)
+    assert runtime.quiet_groups() == 1  # no election timer while node 2 is expected to campaign
+    runtime._on_link(3, up=False)
+    assert runtime.quiet_groups() == 1  # another follower's node: nothing to do
+    runtime._on_link(2, up=False)
+    assert runtime.quiet_groups() == 0  # the expected leader is gone: elect
+
+
+async def test_a_fresh_follower_whose_expected_leader_is_down_starts_its_election_timer(
+    tmp_path: Path,
+) -> None:
+    runtime = _runtime(tmp_path)
+    runtime.transport.alive = lambda peer: peer != 2  # type: ignore[method-assign]
+    runtime.add_group("t~1~0", RaftStorage(tmp_path / "g"), [1, 2, 3], _Replica(), -1, 2)
+    assert runtime.quiet_groups() == 0
+
+
+async def test_a_round_feeds_a_bounded_number_of_groups_metadata_first(tmp_path: Path) -> None:
+    runtime = _runtime(tmp_path)
+    names = [f"t~1~{i}" for i in range(GROUPS_PER_ROUND + 10)]
+    for name in [*names, META_GROUP]:
+        runtime.add_group(name, RaftStorage(tmp_path / name), [1], _Replica(), -1)
+    runtime.first_groups.add(META_GROUP)
+    first = runtime._take_dirty()
+    assert first[0] == META_GROUP and len(first) == GROUPS_PER_ROUND
+    assert first[1:] == names[: GROUPS_PER_ROUND - 1]  # the longest touched come first
+    assert runtime._take_dirty() == names[GROUPS_PER_ROUND - 1 :]
+
+
+def test_hard_state_saves_of_a_round_run_side_by_side() -> None:
+    # Three saves that each wait for the other two: run one after the other, they would
+    # never meet at the barrier.
+    barrier = threading.Barrier(3, timeout=10)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        run_all(pool, [barrier.wait, barrier.wait, barrier.wait])  # type: ignore[list-item]
+
+
+def _state_with_topic(replicas: list[list[int]]) -> MetadataState:
+    state = MetadataState()
+    for node in (1, 2, 3):
+        state.apply({"op": "register_node", "node": {"id": node, "raft": "r", "http": "h"}})
+    state.apply({"op": "create_topic", "name": "t", "config": {}, "replicas": replicas})
+    return state
+
+
+def test_leader_balancing_looks_only_at_groups_whose_leader_moved() -> None:
+    state = _state_with_topic([[1, 2, 3], [2, 3, 1]])
+    moved, stays = state.topics["t"].group(0), state.topics["t"].group(1)
+    leaders = {moved: 2, stays: 2}
+    watch = LeaderWatch()
+    watch.saw(moved, 2, now=0.0)
+    watch.saw(stays, 2, now=0.0)
+    assert watch.moves(state, leaders.get, lambda n: True, now=100.0, settle_s=10) == [
+        (moved, 2, 1)
+    ]
+    assert watch.candidates == {moved}  # `stays` is on its preferred replica: dropped
+    leaders[moved] = 1
+    watch.saw(moved, 1, now=101.0)
+    assert watch.moves(state, leaders.get, lambda n: True, now=200.0, settle_s=10) == []
+    assert watch.candidates == set()
+
+
+def test_leader_balancing_forgets_groups_of_deleted_topics() -> None:
+    state = _state_with_topic([[1, 2, 3]])
+    group = state.topics["t"].group(0)
+    watch = LeaderWatch()
+    watch.saw(group, 2, now=0.0)
+    state.apply({"op": "delete_topic", "name": "t"})
+    assert watch.moves(state, lambda g: 2, lambda n: True, now=100.0, settle_s=10) == []
+    assert watch.candidates == set() and watch.last_change == {}
+
+
+async def test_a_topic_of_many_partitions_is_one_metadata_entry(
+    cluster: list[Any],
+) -> None:
+    meta = [b.runtime.groups[META_GROUP].core for b in cluster]
+    before = max(core.last_index for core in meta)
+    await cluster[0].create_topic("wide", 300, 3, {})
+    assert max(core.last_index for core in meta) == before + 1
+
+
+async def test_an_idle_cluster_of_many_partitions_sends_no_raft_messages(
+    cluster: list[Any],
+) -> None:
+    await cluster[0].create_topic("wide", 200, 3, {})
+    total = sum(len(b.runtime.groups) for b in cluster)
+    await wait_for(lambda: sum(b.runtime.quiet_groups() for b in cluster) == total, 60)
+    sent = [b.runtime.stats["messages_sent"] for b in cluster]
+    await asyncio.sleep(0.5)  # ten ticks
+    assert [b.runtime.stats["messages_sent"] for b in cluster] == sent
+
+
+async def test_a_follower_woken_by_its_leaders_link_loss_wakes_the_leader_when_it_returns(
+    tmp_path: Path,
+) -> None:
+    runtime = _runtime(tmp_path)
+    runtime.transport.alive = lambda peer: True  # type: ignore[method-assign]
+    runtime._flush_notices = lambda: None  # type: ignore[method-assign]  # keep them to look at
+    group = runtime.add_group("t~1~0", RaftStorage(tmp_path / "g"), [1, 2, 3], _Replica(), -1, 2)
+    group.leader = 2  # a follower of node 2 in a quiet group
+    runtime._on_link(2, up=False)
+    assert not group.quiet
+    runtime._on_link(2, up=True)
+    assert ["w", "t~1~0"] in runtime._notices[2]
+
+
+def test_a_node_that_did_not_run_for_a_while_does_not_declare_its_peers_dead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from unittest import mock
+
+    from raftline.node import transport as transport_module
+
+    downs: list[int] = []
+    transport = transport_module.Transport(
+        1,
+        "127.0.0.1:0",
+        {2: "x"},
+        None,
+        None,
+        lambda p, up: downs.append(p),
+        1.0,  # type: ignore[arg-type]
+    )
+    clock = [100.0]
+    monkeypatch.setattr(transport_module.time, "monotonic", lambda: clock[0])
+    transport._last_tick = 100.0
+    transport._links[2] = transport_module._Link(mock.Mock(), last_heard=99.5)
+    clock[0] = 103.0  # this node's own loop stalled 3 s: the peer's frames wait unread
+    transport.tick()
+    assert downs == [] and transport.alive(2)
+    for _ in range(24):  # then 1.2 s of silence while ticking every 50 ms: dead
+        clock[0] += 0.05
+        transport.tick()
+    assert downs == [2]
+
+
+async def test_started_replicas_are_kept_out_of_the_collectors_scans(cluster: list[Any]) -> None:
+    import gc
+
+    frozen = gc.get_freeze_count()
+    await cluster[0].create_topic("frozen", 20, 3, {})
+    await wait_for(lambda: gc.get_freeze_count() > frozen)
