@@ -79,6 +79,7 @@ STARTS_AT_ONCE = 32  # partition replicas a reconciliation opens side by side
 BALANCE_S = 1.0  # the controller's leader balancing runs at most this often
 BARRIER_S = 3.0  # how long a metadata read waits for the read barrier
 CREATE_WAIT_S = 5.0  # create_topic waits this long for its partitions to elect leaders
+DEFAULT_REPLICATION_FACTOR = 3  # capped at the number of registered nodes
 PRODUCER_ID_BLOCK = 100  # producer ids a node asks the controller for at a time
 
 
@@ -162,6 +163,9 @@ class Broker:
                 lambda: self.meta.state.cluster_id,
                 self.clock.now_ms,
                 topics=lambda: self.meta.state.topics,
+                cache_bytes=config.tiered_cache_bytes,
+                metadata=lambda: self.meta.state,
+                is_controller=lambda: self.meta.role == "leader",
             )
             if s3 is not None
             else None
@@ -186,6 +190,8 @@ class Broker:
         self._tasks.append(asyncio.ensure_future(self.coordinator.run()))
         self._tasks.append(asyncio.ensure_future(self.transactions.run()))
         self._tasks.append(asyncio.ensure_future(self.queues.run()))
+        if self.tiering is not None:
+            self.tiering.start()
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -486,9 +492,10 @@ class Broker:
             if method == "create_topic":
                 name = check_topic_name(args["name"])
                 config = validate_topic_config(args["config"])
-                replicas = place_replicas(
-                    self.meta.state, int(args["partitions"]), int(args["replication_factor"])
-                )
+                factor = args["replication_factor"]
+                if factor is None:
+                    factor = min(DEFAULT_REPLICATION_FACTOR, len(self.meta.state.nodes))
+                replicas = place_replicas(self.meta.state, int(args["partitions"]), int(factor))
                 command = {"op": "create_topic", "name": name, "config": config}
                 if args.get("restore") is not None:  # from the bucket (node/restore.py)
                     command["restore"] = args["restore"]
@@ -631,10 +638,11 @@ class Broker:
         self,
         name: str,
         partitions: int,
-        replication_factor: int,
+        replication_factor: int | None,
         config: dict[str, str],
         restore: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """`replication_factor` None: min(3, registered nodes), as the controller sees them."""
         try:
             check_topic_name(self._user_topic(name))
             validate_topic_config(config)

@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 FSYNC_MODES = ("always", "interval", "never")
+# The tiered chunk cache holds whole chunks of remote reads (tiered/reader.py CHUNK_BYTES).
+TIERED_CACHE_MIN_BYTES = 4 << 20
+TIERED_CACHE_DEFAULT_BYTES = 64 << 20
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -60,6 +63,8 @@ class NodeConfig:
     s3_bucket: str | None = None
     s3_region: str = "us-east-1"
     s3_prefix: str = ""
+    # chunks of remote reads (fetches below the local log start) kept in memory, node-wide
+    tiered_cache_bytes: int = TIERED_CACHE_DEFAULT_BYTES
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -75,6 +80,14 @@ class NodeConfig:
             raise ValueError(f"fsync must be one of {FSYNC_MODES}, got {self.fsync!r}")
         if self.queue_cache_bytes < 1:
             raise ValueError(f"queue cache bytes must be >= 1, got {self.queue_cache_bytes}")
+        if self.tiered_cache_bytes < TIERED_CACHE_MIN_BYTES:
+            raise ValueError(
+                f"tiered cache bytes must be at least {TIERED_CACHE_MIN_BYTES} (one 4 MiB chunk "
+                f"of a remote read), got {self.tiered_cache_bytes}"
+            )
+        tiered = self.s3_endpoint and self.s3_bucket
+        if self.tiered_cache_bytes != TIERED_CACHE_DEFAULT_BYTES and not tiered:
+            raise ValueError("tiered cache bytes need object storage (--s3-endpoint, --s3-bucket)")
         if self.tick_ms <= 0 or self.election_ticks < 2:
             raise ValueError("tick_ms must be > 0 and election_ticks >= 2")
 

@@ -201,6 +201,7 @@ class PartitionReplica:
             # holds it now (local disk drops only what a durable manifest names).
             answer = None if remote is None else await remote.read(offset, max(max_bytes, 1), upto)
             if answer is None:
+                self._check_offset(offset)  # the client's error (416), not the server's
                 raise
             return answer.data, answer.aborted
         return data, []

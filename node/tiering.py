@@ -20,6 +20,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from raftline.node.errors import BrokerError
+from raftline.node.tiered_gc import (
+    SWEEP_PARTITION_S,
+    SWEEP_TOPICS_S,
+    remove_deleted_partition,
+    run_topic_sweeps,
+    sweep_partition,
+)
 from raftline.raftlog.batch import iter_headers
 from raftline.raftlog.log import write_atomically
 from raftline.raftlog.records import TIERED, build_control_batch, control_type_of, decode_batch
@@ -52,7 +59,6 @@ UPLOAD_RUNS = 4  # runs whose objects are in flight together (MAX_OBJECT_BYTES a
 UPLOAD_CONCURRENCY = 4  # object PUTs in flight per node
 BACKOFF_MAX_S = 30.0
 VERIFY_MANIFEST_S = 30.0  # the leader re-reads the bucket's manifest this often
-DELETE_ATTEMPTS = 12  # a deleted topic's objects: tries (with backoff) before giving up
 
 
 class NodeTiering:
@@ -66,9 +72,18 @@ class NodeTiering:
         now_ms: Callable[[], int],
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         topics: Callable[[], dict[str, Any]] = dict,  # the applied metadata's topics by name
+        metadata: Callable[[], Any] | None = None,  # the applied MetadataState (topic sweeps)
+        is_controller: Callable[[], bool] = lambda: False,
     ) -> None:
         self.store = ObjectStore(config)
         self.topics = topics
+        self.metadata = metadata
+        self.is_controller = is_controller
+        self.sweep_partition_s = SWEEP_PARTITION_S
+        self.sweep_topics_s = SWEEP_TOPICS_S
+        self.swept_objects = 0
+        self.swept_topics = 0
+        self._sweeps: asyncio.Task[None] | None = None
         self._deletions: set[asyncio.Task[None]] = set()
         self.cache = ChunkCache(self.store, cache_bytes)
         self.runtime = runtime
@@ -84,6 +99,11 @@ class NodeTiering:
         self.upload_errors = 0
         self.remote_reads = 0
         self.remote_read_bytes = 0
+
+    def start(self) -> None:
+        """The controller's sweeps of deleted topics' objects (node/tiered_gc.py)."""
+        if self.metadata is not None and self._sweeps is None:
+            self._sweeps = asyncio.ensure_future(run_topic_sweeps(self))
 
     def attach(
         self, group: str, topic: Any, partition: int, storage: Any, replica: Any
@@ -104,30 +124,9 @@ class NodeTiering:
         current = self.topics().get(topic.name)
         deleted = current is None or current.topic_id != topic.topic_id
         if deleted and tiering.replica.role == "leader":
-            task = asyncio.ensure_future(self._delete_partition(tiering))
+            task = asyncio.ensure_future(remove_deleted_partition(self, tiering))
             self._deletions.add(task)
             task.add_done_callback(self._deletions.discard)
-
-    async def _delete_partition(self, tiering: PartitionTiering) -> None:
-        topic, partition = tiering.topic, tiering.partition
-        manifest = layout.manifest_key(topic.name, topic.topic_id, partition)
-        folder = layout.partition_path(topic.name, topic.topic_id, partition) + "/"
-        delay = UPLOAD_POLL_S
-        for _ in range(DELETE_ATTEMPTS):
-            try:
-                await self.store.delete([manifest])  # first: readers stop finding the partition
-                keys = [info.key for info in await self.store.list(folder)]
-                for at in range(0, len(keys), 1000):
-                    await self.store.delete(keys[at : at + 1000])
-                if partition == 0:
-                    await self.store.delete([layout.topic_key(topic.name, topic.topic_id)])
-                log.info("%s: deleted topic's objects removed from the bucket", tiering.group)
-                return
-            except ObjectStoreError as exc:
-                log.warning("%s: removing a deleted topic's objects: %s", tiering.group, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, BACKOFF_MAX_S)
-        log.error("%s: gave up removing the deleted topic's objects from the bucket", tiering.group)
 
     def trim_point(self, group: str, point: int) -> int:
         """The last offset local retention may drop: never past what a durable manifest holds."""
@@ -145,6 +144,8 @@ class NodeTiering:
     def close(self) -> None:
         for task in self._deletions:
             task.cancel()
+        if self._sweeps is not None:
+            self._sweeps.cancel()
         for tiering in self.partitions.values():
             tiering.stop()
             try:  # a clean stop leaves current snapshots: the next start replays nothing
@@ -175,6 +176,8 @@ class NodeTiering:
             "raftline_tiered_cache_hits_total": self.cache.hits,
             "raftline_tiered_cache_misses_total": self.cache.misses,
             "raftline_tiered_store_retries_total": self.store.retries,
+            "raftline_tiered_swept_objects_total": self.swept_objects,
+            "raftline_tiered_swept_topics_total": self.swept_topics,
         }
 
 
@@ -203,6 +206,7 @@ class PartitionTiering:
         self._checked_new = False  # the bucket had nothing for this partition before it
         self._last_verify = 0.0
         self.last_upload_s = 0.0
+        self.last_sweep = 0.0  # monotonic time of the leader's last sweep of its folder
         self.last_error: str | None = None
 
     @property
@@ -369,6 +373,7 @@ class PartitionTiering:
         truncated = await self._apply_remote_retention()
         wrote = await self._publish_manifest()
         collected = await self._collect_garbage()
+        await sweep_partition(self)
         await self._verify_manifest()
         return bool(added or truncated or wrote or collected)
 
@@ -404,7 +409,7 @@ class PartitionTiering:
         # follower that installed one goes on applying the later commands (refused: they do not
         # follow its state) and so moves applied_index past the gap: its state then ends below
         # the local log start, which is the same gap.
-        behind = bool(state.segments) and state.next_offset < self.storage.log.log_start_offset
+        behind = bool(state.revision) and state.next_offset < self.storage.log.log_start_offset
         if state.applied_index + 1 >= first and not behind:
             return
         try:
@@ -468,7 +473,13 @@ class PartitionTiering:
             self.node.now_ms(),
         )
         key = layout.topic_key(topic.name, topic.topic_id)
-        await self.node.store.put_if_absent(key, _json(document))
+        if not await self.node.store.put_if_absent(key, _json(document)) and topic.restored_at:
+            # A topic restored from another cluster's objects: they are this cluster's now, so
+            # its sweep removes them once the topic is deleted (tiered/FORMAT.md section 8).
+            stored = json.loads(await self.node.store.get(key))
+            if stored.get("cluster_id") != document["cluster_id"]:
+                stored["cluster_id"] = document["cluster_id"]
+                await self.node.store.put(key, _json(stored))
         self._topic_written = True
 
     def _upload_start(self) -> int:
@@ -476,7 +487,7 @@ class PartitionTiering:
         start = self.state.next_offset
         local_start = self.storage.log.log_start_offset
         if start < local_start:
-            if self.state.segments:
+            if self.state.revision:  # the bucket holds this partition's history up to `start`
                 raise BrokerError(
                     "internal_error",
                     f"offsets {start}..{local_start - 1} left the local log before upload",

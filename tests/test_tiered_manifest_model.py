@@ -158,3 +158,16 @@ def test_bucket_document_round_trips_to_the_same_segments() -> None:
     again = ManifestState.from_document(document)
     assert again.segments == state.segments
     assert (again.start_offset, again.next_offset) == (5, 10)
+
+
+def test_after_retention_emptied_the_state_an_upload_must_continue_at_its_end() -> None:
+    """Only the first upload may start anywhere: a later one past next_offset means the state
+    missed commands (a replica that installed the leader's trim point) and must not jump."""
+    state = ManifestState()
+    assert state.apply(1, {"op": "add", "segment": segment(5, 9, "").to_json()}).accepted
+    assert state.apply(2, {"op": "truncate", "start_offset": 10}).accepted
+    assert state.segments == [] and state.next_offset == 10
+    effect = state.apply(3, {"op": "add", "segment": segment(20, 29, "").to_json()})
+    assert not effect.accepted and "gap" in effect.reason
+    assert state.start_offset == 10
+    assert state.apply(4, {"op": "add", "segment": segment(10, 19, "").to_json()}).accepted

@@ -19,6 +19,7 @@ from seaweedfs import FlakyProxy, SeaweedServer
 from raftline.api.app import create_app
 from raftline.node.broker import Broker, BrokerError
 from raftline.raftlog.records import Record, build_batch, decode_batch
+from raftline.raftlog.types import EntryKind
 from raftline.tiered import layout
 from raftline.tiered.manifest import ManifestState
 from raftline.tiered.store import ObjectStore, S3Config
@@ -69,6 +70,14 @@ async def produce(broker: Broker, topic: str, count: int, size: int = 200) -> li
         values.append(value)
         await broker.produce(topic, 0, build_batch([Record(value, key=b"k")]), "all")
     return values
+
+
+async def tiered_topic(node: Broker, topic: str, count: int) -> tuple[list[bytes], Any, Any]:
+    """A 1-partition tiered topic with `count` records: (values, its replica, its tiering)."""
+    await node.create_topic(topic, 1, 1, TIERED)
+    values = await produce(node, topic, count)
+    replica = next(r for r in node.partitions.values() if r.topic == topic)
+    return values, replica, node.tiering.partitions[replica.group]  # type: ignore[union-attr]
 
 
 async def fetch_all(broker: Broker, topic: str, start: int = 0) -> list[tuple[int, bytes]]:
@@ -390,10 +399,7 @@ async def test_bucket_objects_are_kafka_batches_with_tiered_entries_as_control_b
 async def test_a_replica_that_missed_tiered_entries_rebuilds_from_the_bucket(node: Broker) -> None:
     """As a follower that installed the leader's trim point: its state lacks the commands below
     its log start; before leading it takes the bucket's manifest plus the commands it still has."""
-    await node.create_topic("rebuilt", 1, 1, TIERED)
-    await produce(node, "rebuilt", 80)
-    replica = next(r for r in node.partitions.values() if r.topic == "rebuilt")
-    tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+    _, replica, tiering = await tiered_topic(node, "rebuilt", 80)
     await wait_for(lambda: replica.log.log_start_offset > 40, timeout=30)
     await wait_for(lambda: tiering.state.durable_revision == tiering.state.revision, timeout=30)
     tiering.stop()
@@ -404,6 +410,39 @@ async def test_a_replica_that_missed_tiered_entries_rebuilds_from_the_bucket(nod
     assert tiering.state.segments[: len(known)] == known
     assert node.tiering.uploaded_segments == uploaded  # type: ignore[union-attr]
     tiering.state.check()
+
+
+@pytest.mark.parametrize("retention_emptied", [False, True])
+async def test_a_replica_that_applied_commands_past_its_gap_still_rebuilds_from_the_bucket(
+    node: Broker, retention_emptied: bool
+) -> None:
+    """Issue 16's chaos finding: a follower that installed the leader's trim point went on
+    applying the later commands (refused: they do not follow its state), which moved its applied
+    index past the gap; as leader it must still rebuild from the bucket and serve offset 0. Also
+    when remote retention had emptied its state's segments before the gap."""
+    values, replica, tiering = await tiered_topic(node, "gapped", 80)
+    await wait_for(lambda: replica.log.log_start_offset > 40, timeout=30)
+    await wait_for(lambda: tiering.state.durable_revision == tiering.state.revision, timeout=30)
+    tiering.stop()
+    known = list(tiering.state.segments)
+    first = tiering.storage.first_index()
+    # The follower's state: the first segment only; the commands after it left the log.
+    seen = known[0]
+    end = seen.last_offset + 1
+    if retention_emptied:  # added, then truncated by retention.*: revision 2, no segments
+        tiering.state = ManifestState([], end, 2, 2, end, [], end)
+    else:
+        tiering.state = ManifestState([seen], seen.base_offset, 1, 1, end, [], end)
+    assert tiering.state.applied_index + 1 < first
+    later = tiering.storage.entries(first, tiering.storage.last_index(), 1 << 30)
+    for entry in later:
+        if entry.kind == EntryKind.CONTROL:
+            tiering.apply_entry(entry)
+    assert tiering.state.next_offset == end  # the later adds were refused
+    await tiering.upload_round()
+    assert tiering.state.segments[: len(known)] == known
+    tiering.state.check()
+    assert [v for _, v in await fetch_all(node, "gapped")] == values
 
 
 async def test_offset_for_a_timestamp_below_the_local_log_start_comes_from_the_bucket(
@@ -560,6 +599,7 @@ async def test_deleting_a_topic_removes_its_objects_from_the_bucket(
     store = store_of(s3_env, bucket, prefix)
     folder = layout.partition_path("doomed", topic_id, 0) + "/"
     assert await store.list(folder)
+    node.tiering.sweep_topics_s = 0.2  # type: ignore[union-attr]  # the topic object's sweep
     await node.delete_topic("doomed")
     deadline = asyncio.get_running_loop().time() + 30
     while await store.list(folder) or await store.list(f"topics/doomed/{topic_id}/"):

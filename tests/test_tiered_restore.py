@@ -208,6 +208,36 @@ async def test_writes_after_a_restore_continue_after_the_last_uploaded_offset(
         await stop_all(brokers)
 
 
+async def test_a_restored_topic_deleted_later_leaves_the_bucket(nodes: list[NodeConfig]) -> None:
+    """The restoring cluster adopts the topic object (it carried the lost cluster's id), so its
+    sweep of deleted topics removes it after a delete like a topic it created."""
+    topic_id, _, _ = await written_and_uploaded(nodes, "adopted", 60)
+    brokers = await start_all(nodes)
+    store = store_of(nodes[0])
+    key = layout.topic_key("adopted", topic_id)
+    try:
+        await brokers[0].restore_topics(["adopted"])
+        cluster_id = brokers[0].meta.state.cluster_id
+
+        async def adopted() -> bool:
+            return json.loads(await store.get(key))["cluster_id"] == cluster_id
+
+        await eventually(adopted)
+        for broker in brokers:
+            assert broker.tiering is not None
+            broker.tiering.sweep_topics_s = 0.2
+        await brokers[0].delete_topic("adopted")
+
+        async def gone() -> bool:
+            return not await store.list(f"topics/adopted/{topic_id}/") and not any(
+                [await store.list(layout.partition_path("adopted", topic_id, p)) for p in (0, 1)]
+            )
+
+        await eventually(gone)
+    finally:
+        await stop_all(brokers)
+
+
 async def test_a_restored_partition_reads_the_same_after_its_leader_fails(
     nodes: list[NodeConfig],
 ) -> None:

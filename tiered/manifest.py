@@ -6,7 +6,8 @@ the commands that change it, applied from the partition's own Raft log (control 
 type TIERED, see `raftlog.records`). Pure: no I/O, no clock; the node drives it.
 
 Invariants (checked by `check()`, exercised by tests/test_tiered_manifest_model.py):
-- `segments` are ordered and contiguous: each base offset is the previous last offset + 1.
+- `segments` are ordered and contiguous: each base offset is the previous last offset + 1, and
+  after the first upload every upload starts at `next_offset` (retention may empty `segments`).
 - Once an offset is covered by an object, it stays covered by that object until retention
   removes it: an `add` for a range already held is a no-op when it names the same object and
   refused otherwise, so no leader ever records a different object for a range already there.
@@ -147,10 +148,13 @@ class ManifestState:
             if held == segment:
                 return Effect(False, "already recorded")
             return Effect(False, f"range already held by {held.object}")
-        if self.segments and segment.base_offset != self.next_offset:
-            return Effect(False, f"gap: next upload starts at {self.next_offset}")
         if not self.segments and segment.base_offset < self.start_offset:
             return Effect(False, "below the remote log start")
+        # Only a partition's first upload may start anywhere (the local log may start past 0
+        # when it begins); after it, even once retention removed every segment, uploads
+        # continue at next_offset: a later start means this state missed commands.
+        if self.revision and segment.base_offset != self.next_offset:
+            return Effect(False, f"gap: next upload starts at {self.next_offset}")
         if not self.segments:
             self.start_offset = segment.base_offset
         self.segments.append(segment)
