@@ -243,12 +243,28 @@ def _ms(summary: dict[str, float] | None) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.fsync_tail", description=__doc__)
-    parser.add_argument("--rate", type=float, default=100_000, help="msgs/s of 1 KB (half max)")
+    parser.add_argument(
+        "--rate", type=float, default=0, help="msgs/s of 1 KB; 0: half the max measured first"
+    )
+    parser.add_argument("--max-seconds", type=float, default=30.0, help="window of the max run")
     parser.add_argument("--seconds", type=float, default=30.0, help="window of each side")
     parser.add_argument("--rounds", type=int, default=2, help="raftline then disk, repeated")
     parser.add_argument("--threads", type=int, default=FSYNC_THREADS, help="writers per node")
     parser.add_argument("--out", type=Path, default=None, help="append JSON lines here")
     args = parser.parse_args(argv)
+    if args.rate <= 0:
+        root = Path(tempfile.mkdtemp(prefix="rf3-max-", dir=os.environ.get("BENCH_DIR")))
+        try:
+            top = raftline_side(0, args.max_seconds, root)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        args.rate = round(top["publish_msgs_per_s"] / 2)
+        print(
+            f"max rate over {args.max_seconds:.0f} s (after 5 s warm-up): "
+            f"{top['publish_msgs_per_s']:.0f} msg/s, load {top['load_1m']:.1f}; "
+            f"fixed rate {args.rate} msg/s",
+            flush=True,
+        )
     for round_no in range(args.rounds):
         root = Path(tempfile.mkdtemp(prefix="rf3-", dir=os.environ.get("BENCH_DIR")))
         try:
