@@ -88,16 +88,16 @@ class CpuWatch:
         }
 
 
-def raftline_side(rate: float, seconds: float, root: Path) -> dict[str, Any]:
+def raftline_side(rate: float, seconds: float, root: Path, fsync: str = "always") -> dict[str, Any]:
     """One fixed-rate RF 3 run of the 16-partition 1 KB half-max workload at `rate` msgs/s
     (0: as fast as acks allow) on fresh nodes; e2e latency plus each node's write pattern."""
     workload = load_workload(WORKLOAD_DIR / "1-topic-16-partitions-1kb-half-max.yaml")
     workload = replace(workload, duration_seconds=seconds, warmup_seconds=5.0)
-    with running_nodes(root, NODES, PORT_BASE, "always") as cluster:
+    with running_nodes(root, NODES, PORT_BASE, fsync) as cluster:
         pids = {f"node-{n.node_id}": n.pid for n in cluster.nodes}
         pids["bench (producer)"] = os.getpid()
         port = int(cluster.nodes[0].http.rsplit(":", 1)[1])
-        driver = RaftlineDriver(Endpoint("127.0.0.1", {"http": port}, NODES, {"fsync": "always"}))
+        driver = RaftlineDriver(Endpoint("127.0.0.1", {"http": port}, NODES, {"fsync": fsync}))
         marks: dict[str, Any] = {}
 
         def mark_at_window() -> None:
@@ -135,6 +135,7 @@ def raftline_side(rate: float, seconds: float, root: Path) -> dict[str, Any]:
     ]
     return {
         "side": "raftline",
+        "fsync": fsync,
         "target_rate": rate,
         "publish_msgs_per_s": result["publish_msgs_per_s"],
         "consume_msgs_per_s": result["consume_msgs_per_s"],
@@ -250,12 +251,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="window of each side")
     parser.add_argument("--rounds", type=int, default=2, help="raftline then disk, repeated")
     parser.add_argument("--threads", type=int, default=FSYNC_THREADS, help="writers per node")
+    parser.add_argument("--fsync", default="always", help="the nodes' --fsync (never: a contrast)")
     parser.add_argument("--out", type=Path, default=None, help="append JSON lines here")
     args = parser.parse_args(argv)
     if args.rate <= 0:
         root = Path(tempfile.mkdtemp(prefix="rf3-max-", dir=os.environ.get("BENCH_DIR")))
         try:
-            top = raftline_side(0, args.max_seconds, root)
+            top = raftline_side(0, args.max_seconds, root, args.fsync)
         finally:
             shutil.rmtree(root, ignore_errors=True)
         args.rate = round(top["publish_msgs_per_s"] / 2)
@@ -268,13 +270,14 @@ def main(argv: list[str] | None = None) -> None:
     for round_no in range(args.rounds):
         root = Path(tempfile.mkdtemp(prefix="rf3-", dir=os.environ.get("BENCH_DIR")))
         try:
-            ours = raftline_side(args.rate, args.seconds, root)
+            ours = raftline_side(args.rate, args.seconds, root, args.fsync)
         finally:
             shutil.rmtree(root, ignore_errors=True)
         disk = disk_side(ours["nodes"], args.seconds, args.threads)
         stamp = time.strftime("%H:%M", time.gmtime())
         print(
-            f"[{stamp}] round {round_no + 1}: raftline {ours['publish_msgs_per_s']:.0f} msg/s, "
+            f"[{stamp}] round {round_no + 1}: raftline --fsync {args.fsync} "
+            f"{ours['publish_msgs_per_s']:.0f} msg/s, "
             f"e2e ms p50/p99/p99.9/max {_ms(ours['e2e_ms'])}, ack {_ms(ours['ack_ms'])}, "
             f"load {ours['load_1m']:.1f}, cpu% {ours['cpu_pct']}, nodes {ours['nodes']}",
             flush=True,
