@@ -137,6 +137,12 @@ class ProducerStateMachine:
             self._advance(meta, base_offset, last_offset, now_ms)
         return verdict
 
+    def pass_over(self, last_offset: int) -> None:
+        """Apply an entry that is no producer's batch and ends at `last_offset` (Raft's no-op or
+        a configuration entry, a clock entry): it opens no transaction, so the applied end, and
+        with it the LSO, moves past it."""
+        self.next_offset = max(self.next_offset, last_offset + 1)
+
     def last_stable_offset(self, high_watermark: int) -> int:
         """The offset below which no transaction is open: what read_committed may read."""
         lso = min(high_watermark, self.next_offset)
