@@ -210,11 +210,10 @@ class PartitionProducers:
         self._since_snapshot += 1
         if meta.producer_id < 0:
             return
-        aborted = self.state.aborted
-        if aborted and aborted[-1].last_offset == entry.index and self.log is not None:
+        if verdict.aborted is not None and self.log is not None:
             # an abort marker just ended a transaction: index it beside its segment
             lso = self.state.last_stable_offset(self.state.next_offset)
-            self.log.record_aborted(AbortedTxn(*aborted[-1], lso))
+            self.log.record_aborted(AbortedTxn(*verdict.aborted, lso))
         if self._rebuild_until is not None:
             self._rebuilt()
         waiter = self._pending.pop(meta.key, None) if self._pending else None
