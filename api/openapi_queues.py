@@ -171,6 +171,19 @@ QUEUE_SCHEMAS: dict[str, Any] = {
 }
 
 
+_LEADER = {
+    "Raftline-Queue-Leader": {
+        "description": "HOST:PORT of the node leading the queue's state shard, when known: "
+        "send the next receive, ack and extend there (no node-to-node forward)",
+        "schema": {"type": "string"},
+    }
+}
+
+
+def _led(response: dict[str, Any]) -> dict[str, Any]:
+    return {**response, "headers": _LEADER}
+
+
 def queue_paths() -> dict[str, Any]:
     return {
         "/v1/queues": {
@@ -200,7 +213,7 @@ def queue_paths() -> dict[str, Any]:
                 "operationId": "describeQueue",
                 "parameters": [_QUEUE],
                 "responses": {
-                    "200": _body("QueueDescription", "the queue"),
+                    "200": _led(_body("QueueDescription", "the queue")),
                     **_BAD,
                     **_UNKNOWN,
                     **_UNAVAILABLE,
@@ -225,7 +238,7 @@ def queue_paths() -> dict[str, Any]:
                 "parameters": [_QUEUE],
                 "requestBody": {"required": False, **_body("Receive", "how many, how long")},
                 "responses": {
-                    "200": _body("Received", "the messages (possibly none)"),
+                    "200": _led(_body("Received", "the messages (possibly none)")),
                     **_BAD,
                     **_UNKNOWN,
                     **_UNAVAILABLE,
@@ -239,7 +252,7 @@ def queue_paths() -> dict[str, Any]:
                 "parameters": [_QUEUE],
                 "requestBody": {"required": True, **_body("Ack", "receipts and outcome")},
                 "responses": {
-                    "200": _body("ReceiptResults", "one result per receipt, in order"),
+                    "200": _led(_body("ReceiptResults", "one result per receipt, in order")),
                     **_BAD,
                     **_UNKNOWN,
                     **_UNAVAILABLE,
@@ -253,7 +266,7 @@ def queue_paths() -> dict[str, Any]:
                 "parameters": [_QUEUE],
                 "requestBody": {"required": True, **_body("Extend", "receipts and lock_ms")},
                 "responses": {
-                    "200": _body("ReceiptResults", "one result per receipt, in order"),
+                    "200": _led(_body("ReceiptResults", "one result per receipt, in order")),
                     **_BAD,
                     **_UNKNOWN,
                     **_UNAVAILABLE,

@@ -5,14 +5,19 @@ Owns issue 17's speed measurement. Run from the repository root:
 `python -m bench.spark_read [--records 1000000] [--value-bytes 100] [--codec none]`
 (starts and stops `weed mini` and a local[2] SparkSession). Rows, in the same run:
 - spark: `spark.read.format("raftline")` summing length(value) over every record, best of
-  --runs after one warm-up query (the Python workers start on the first);
+  --runs after --warmups queries of each Spark source (the first starts the Python workers,
+  the next ones let the JVM compile the scan and the aggregation: the first queries of a
+  fresh SparkSession run several times slower);
 - columnar loop: one Python process downloads each object and walks it with the Spark
   source's decoder (spark/columns.py, C), no Spark;
 - plain loop: one Python process downloads each object and decodes it with
   raftlog.records.iter_batches into record objects, skipping control batches;
 - spark ceiling: the same Spark query over a data source whose workers yield one prebuilt
   RecordBatch of the same rows again and again: what Spark itself takes in from Python
-  workers on this machine, with no download and no decoding.
+  workers on this machine, with no download and no decoding;
+- query fixed cost: the ceiling query over 2 rows, the seconds every Spark query pays
+  whatever it reads (planning in a Python process on the driver, scheduling the tasks).
+The readers take turns within each run, so a change of the machine's load hits them alike.
 records/s counts data records; MB/s counts segment object bytes.
 """
 
@@ -24,7 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -134,22 +139,27 @@ def ceiling_query(spark: Any, rows: int) -> int:
     return int(row.n)
 
 
-def timed(call, runs: int) -> tuple[float, float, tuple[int, int]]:
-    times, result = [], None
+def timed_in_turns(readers: dict[str, Callable[[], tuple[int, int]]], runs: int):
+    """Each reader's (best seconds, median seconds, its last result), the readers taking
+    turns within each run."""
+    times: dict[str, list[float]] = {name: [] for name in readers}
+    results: dict[str, tuple[int, int]] = {}
     for _ in range(runs):
-        start = time.perf_counter()
-        result = call()
-        times.append(time.perf_counter() - start)
-    return min(times), statistics.median(times), result
+        for name, call in readers.items():
+            start = time.perf_counter()
+            results[name] = call()
+            times[name].append(time.perf_counter() - start)
+    return {name: (min(t), statistics.median(t), results[name]) for name, t in times.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--records", type=int, default=4_000_000)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--codec", choices=[c.name.lower() for c in Codec], default="none")
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--warmups", type=int, default=3)
     args = parser.parse_args()
     codec = Codec[args.codec.upper()]
     # Spark's Python workers import this module (CeilingSource) from the repository root.
@@ -167,31 +177,40 @@ def main() -> None:
         keys = objects(options)
         total = sum(len(data) for data in downloaded(options, keys))
         spark.dataSource.register(CeilingSource)
-        spark_query(spark, options)  # warm-up: Python workers start
-        ceiling_query(spark, args.records)
-        rows = [
-            ("spark (local[2])", *timed(lambda: (spark_query(spark, options), total), args.runs)),
-            ("columnar loop (1 process)", *timed(lambda: columnar_loop(options, keys), args.runs)),
-            ("plain loop (1 process)", *timed(lambda: plain_loop(options, keys), args.runs)),
-            (
-                "spark ceiling (no I/O)",
-                *timed(lambda: (ceiling_query(spark, args.records), total), args.runs),
-            ),
-        ]
-    load = os.getloadavg()[0]
+        for _ in range(args.warmups):
+            spark_query(spark, options)
+            ceiling_query(spark, args.records)
+        load_before = os.getloadavg()[0]
+        timings = timed_in_turns(
+            {
+                "spark (local[2])": lambda: (spark_query(spark, options), total),
+                "columnar loop (1 process)": lambda: columnar_loop(options, keys),
+                "plain loop (1 process)": lambda: plain_loop(options, keys),
+                "spark ceiling (no I/O)": lambda: (ceiling_query(spark, args.records), total),
+                "query fixed cost": lambda: (ceiling_query(spark, 2), 0),
+            },
+            args.runs,
+        )
+    fixed_best, fixed_median, _ = timings.pop("query fixed cost")
+    load_after = os.getloadavg()[0]
     print(
         f"{args.records} records of {args.value_bytes} B, codec {args.codec}, "
         f"{len(keys)} segment objects, {total / 1e6:.1f} MB; best of {args.runs}; "
-        f"load average {load:.1f}; Python {sys.version.split()[0]}"
+        f"load average {load_before:.1f} before, {load_after:.1f} after; "
+        f"Python {sys.version.split()[0]}"
     )
     print(f"| {'reader':<26} | records/s (best) | MB/s (best) | records/s (median) |")
     print(f"|{'-' * 28}|------------------|-------------|--------------------|")
-    for name, best, median, (count, size) in rows:
+    for name, (best, median, (count, size)) in timings.items():
         assert count == args.records // args.partitions * args.partitions, (name, count)
         print(
             f"| {name:<26} | {count / best:>16,.0f} | {size / best / 1e6:>11.1f} "
             f"| {count / median:>18,.0f} |"
         )
+    print(
+        f"Spark query fixed cost (ceiling source, 2 rows): {fixed_best:.2f} s best, "
+        f"{fixed_median:.2f} s median"
+    )
 
 
 if __name__ == "__main__":

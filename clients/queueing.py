@@ -7,9 +7,15 @@ and an awaitable of it from AsyncClient) and `QueueMessage`. A message used as a
 manager (`with` on Client, `async with` on AsyncClient) is acknowledged when the block ends
 normally and released when it raises. No I/O here.
 
+Routing: every answer names the queue's shard leader (header Raftline-Queue-Leader); receive, ack
+and extend go straight to it, so the node that takes them runs them without a forward. A
+retryable failure forgets it (the retry goes to a bootstrap node, which forwards), and an address
+this client cannot connect to is skipped as for partition leaders.
+
 Retries: the shells retry retryable errors. A receive retried after its answer was lost leaves
 the first answer's records locked until their lock expires (then they come again: at-least-once);
-an ack retried after it applied answers `lock_expired` or `already_settled` for those receipts.
+an accept retried after it applied answers ok (the shard remembers which delivery acknowledged
+each recent record); a release or reject retried after it applied answers `lock_expired`.
 """
 
 from __future__ import annotations
@@ -18,14 +24,21 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from raftline.clients.core import Op, Returns, json_call
+from raftline.clients.core import Call, Op, Returns, json_call
 from raftline.clients.streaming import StreamCursor
-from raftline.clients.wire import HeaderValue, RaftlineError, _decoded, _json_headers
+from raftline.clients.wire import (
+    HeaderValue,
+    RaftlineError,
+    _decoded,
+    _json_headers,
+    json_request,
+)
 
 if TYPE_CHECKING:
     from raftline.clients.core import ClientApi
 
 OUTCOMES = ("accept", "release", "reject")
+LEADER_HEADER = "raftline-queue-leader"
 
 
 @dataclass(slots=True)
@@ -115,6 +128,27 @@ class QueueCore:
         self.record_filter = filter
         self.stream = StreamCursor(stream, prefetch or max_messages, client.nodes)
         self._unsettled: set[str] = set()  # receipts pushed by the stream, their credit out
+        self._leader: str | None = None  # the shard leader's base URL, from the last answer
+
+    def leader_url(self) -> str | None:
+        """Where the next receive, ack or extend goes (None: a bootstrap node)."""
+        if self._leader in self.client.metadata.unreachable:
+            return None
+        return self._leader
+
+    def _called(self, action: str, body: dict[str, Any]) -> Op[Any]:
+        """POST `body` to the queue's `action`, at its shard leader when known."""
+        try:
+            answer = yield Call(
+                "POST", queue_path(self.name, action), json_request(body), self.leader_url()
+            )
+        except RaftlineError as error:
+            if error.retryable:
+                self._leader = None
+            raise
+        address = answer.headers.get(LEADER_HEADER)
+        self._leader = f"http://{address}" if address else None
+        return answer.json()
 
     def received(self, max_messages: int, wait_ms: int) -> Op[list[QueueMessage]]:
         if self.stream.active():
@@ -124,7 +158,7 @@ class QueueCore:
         body: dict[str, Any] = {"max_messages": max_messages, "wait_ms": wait_ms}
         if self.record_filter is not None:
             body["filter"] = self.record_filter
-        answer = yield from json_call("POST", queue_path(self.name, "receive"), body)
+        answer = yield from self._called("receive", body)
         return [self._message(m) for m in answer.get("messages", [])]
 
     def _streamed(self, wait_ms: int) -> Op[list[QueueMessage] | None]:
@@ -172,7 +206,7 @@ class QueueCore:
         if not messages:
             return []
         body = {"receipts": [m.receipt for m in messages], "outcome": outcome}
-        answer = yield from json_call("POST", queue_path(self.name, "ack"), body)
+        answer = yield from self._called("ack", body)
         for message in messages:  # settled (or its lock lost): its stream credit goes back
             if message.receipt in self._unsettled:
                 self._unsettled.discard(message.receipt)
@@ -185,7 +219,7 @@ class QueueCore:
         body: dict[str, Any] = {"receipts": [m.receipt for m in messages]}
         if lock_ms is not None:
             body["lock_ms"] = lock_ms
-        answer = yield from json_call("POST", queue_path(self.name, "extend"), body)
+        answer = yield from self._called("extend", body)
         return _results(messages, answer)
 
 

@@ -1002,6 +1002,14 @@ class Broker:
             shard, method, {**args, "queue": queue, "shard": shard}, topic.replicas[index]
         )
 
+    def queue_leader_http(self, queue: str) -> str | None:
+        """HOST:PORT of the queue's shard leader as this node sees it; None when none is known
+        (clients send their next queue calls there: no node-to-node forward)."""
+        topic = self.meta.state.topics.get(QUEUES_TOPIC)
+        if topic is None:
+            return None
+        return self._http_of(self._live_leader(topic.group(shard_of(queue, len(topic.replicas)))))
+
     async def list_queues(self) -> list[dict[str, Any]]:
         topic = await self._internal_topic(QUEUES_TOPIC, QUEUES_SHARDS, QUEUES_TOPIC_CONFIG)
         queues: list[dict[str, Any]] = []

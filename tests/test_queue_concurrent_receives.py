@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from inproc_harness import serving
 
 from raftline.node.broker import Broker
+from raftline.node.queues.readahead import ReadAhead
 from raftline.node.queues.service import QueueService
 from raftline.raftlog.records import Record, build_batch
 
@@ -42,15 +44,20 @@ async def test_a_receive_never_hands_out_records_another_receive_locked_meanwhil
         real_deliver = QueueService._deliver
         first_chose = asyncio.Event()
         go_on = asyncio.Event()
+        in_first = contextvars.ContextVar("in_first", default=False)
 
         async def deliver(self: QueueService, *args: Any) -> list[dict[str, Any]]:
-            if not first_chose.is_set():  # the first receive has chosen: hold it there
+            if in_first.get():  # the first receive has chosen: hold it there
                 first_chose.set()
                 await go_on.wait()
             return await real_deliver(self, *args)
 
+        async def first_receive() -> tuple[list[dict[str, Any]], int | None]:
+            in_first.set(True)
+            return await service._take(shard, "q", [0, 1], 10)
+
         monkeypatch.setattr(QueueService, "_deliver", deliver)
-        first = asyncio.ensure_future(service._take(shard, "q", [0, 1], 10))
+        first = asyncio.ensure_future(first_receive())
         await first_chose.wait()
         second, _ = await service._take(shard, "q", [1, 0], 10)
         go_on.set()
@@ -106,13 +113,13 @@ async def test_waiting_receives_share_one_tail_read_per_partition(
             "q", "queue_ack", {"receipts": [m["receipt"] for m in first["messages"]]}
         )
         reads: list[int] = []
-        real_read = QueueService._read
+        real_read = ReadAhead.read
 
-        async def read(self: QueueService, queue: Any, partition: int, *args: Any) -> Any:
+        async def read(self: ReadAhead, queue: Any, partition: int, *args: Any) -> Any:
             reads.append(partition)
             return await real_read(self, queue, partition, *args)
 
-        monkeypatch.setattr(QueueService, "_read", read)
+        monkeypatch.setattr(ReadAhead, "read", read)
         args = {"max_messages": 10, "wait_ms": 5_000}
         waiting = [
             asyncio.ensure_future(broker.queue_call("q", "queue_receive", args)) for _ in range(8)

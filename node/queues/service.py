@@ -10,11 +10,11 @@ to), never in the data partition's own log: the data log stays exactly what prod
 topic do not write into it; and the shard machinery (node/shard.py: commands, results to
 proposers, checkpoints that bound the log) is the one consumer groups already use.
 
-What the shard leader keeps in memory only (`_Leading`, dropped with its term): the locks
+What the shard leader keeps in memory only (`Leading`, dropped with its term): the locks
 (Acquired records with their deadlines), the records read from the data partitions and not yet
 settled (within --queue-cache-bytes over all its queues), where it has read to, and the records
-being archived. While receives wait, one tail read per (queue, partition) long-polls the data
-partition and wakes them; they never read for themselves then. After a failover every in-flight
+being archived; the read-ahead (views, record cache, tail reads) is node/queues/readahead.py.
+After a failover every in-flight
 record is available again, or archived when its delivery count is spent (at-least-once; delivery
 counts are made durable *before* records are handed out, so none is under-counted).
 
@@ -41,7 +41,7 @@ from raftline.node.coordinator.service import GROUPS_TOPIC
 from raftline.node.errors import BrokerError
 from raftline.node.filters import FilterError, Predicate, compile_filter
 from raftline.node.queues import partitions, receipts
-from raftline.node.queues.partitions import RawRecord
+from raftline.node.queues.readahead import Cache, ReadAhead, View, matched
 from raftline.node.queues.state import (
     WINDOW,
     Locks,
@@ -72,9 +72,6 @@ CHECKPOINT_EVERY = 1_000
 ROUND_S = 0.05  # how often a leader expires locks and archives spent records
 MAX_RECEIVE = 1_000
 MAX_WAIT_MS = 30_000
-TAIL_WAIT_MS = 1_000  # one long-poll read of a tail (it reads again while receives wait)
-TAIL_RETRY_S = 0.1  # a tail's pause when the partition has no leader
-RECORD_OVERHEAD = 64  # bytes a cached record costs beyond its key, value and headers
 OUTCOMES = ("accept", "release", "reject")
 
 Key = tuple[str, int, int]  # (queue, partition, offset)
@@ -97,64 +94,20 @@ class QueueReplica(ShardReplica):
 
 
 @dataclass
-class _Cache:
-    """The bytes of the records a leader holds in its views (bounded by --queue-cache-bytes)."""
-
-    used: int = 0
-
-
-@dataclass
-class _View:
-    """The leader's window over one partition of a queue."""
-
-    cache: _Cache
-    records: dict[int, RawRecord] = field(default_factory=dict)  # read, not yet settled
-    read_to: int = -1  # next offset to read from the data partition (-1: from the start)
-    incarnation: str = ""
-    tail: asyncio.Future[Any] | None = None  # the long-poll read while receives wait
-
-    def put(self, record: RawRecord) -> None:
-        offset = int(record[0])
-        if offset not in self.records:
-            self.records[offset] = record
-            self.cache.used += record_bytes(record)
-
-    def drop(self, offset: int) -> None:
-        record = self.records.pop(offset, None)
-        if record is not None:
-            self.cache.used -= record_bytes(record)
-
-    def clear(self) -> None:
-        for offset in list(self.records):
-            self.drop(offset)
-
-
-def record_bytes(record: RawRecord) -> int:
-    """About what a cached record costs: its key, value and headers, plus a fixed overhead."""
-    _, _, key, value, headers = record
-    size = RECORD_OVERHEAD + len(key or b"") + len(value or b"")
-    return size + sum(len(str(h)) + len(v or b"") for h, v in headers)
-
-
-@dataclass
-class _Leading:
+class Leading:
     term: int
     locks: Locks = field(default_factory=Locks)
-    views: dict[tuple[str, int], _View] = field(default_factory=dict)
+    views: dict[tuple[str, int], View] = field(default_factory=dict)
     busy: set[Key] = field(default_factory=set)  # being handed out or archived
     rejected: dict[Key, int] = field(default_factory=dict)  # rejects to archive (count)
     failing: set[Key] = field(default_factory=set)  # archives that failed (logged once)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     waiting: collections.Counter[str] = field(default_factory=collections.Counter)  # by queue
-    cache: _Cache = field(default_factory=_Cache)
+    cache: Cache = field(default_factory=Cache)
 
     def wake(self) -> None:
         self.changed.set()
         self.changed = asyncio.Event()
-
-
-def _matched(matches: Predicate, record: RawRecord) -> bool:
-    return matches(record[2], record[4], int(record[1]), int(record[0]))
 
 
 def now_ms() -> int:
@@ -164,8 +117,9 @@ def now_ms() -> int:
 class QueueService:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.shards: ShardLeadership[QueueReplica, _Leading] = ShardLeadership(_Leading)
+        self.shards: ShardLeadership[QueueReplica, Leading] = ShardLeadership(Leading)
         self._background: set[asyncio.Future[Any]] = set()
+        self.reads = ReadAhead(self)  # the views of the data partitions, their reads
 
     @property
     def _timeout(self) -> float:
@@ -189,7 +143,7 @@ class QueueService:
             task.cancel()
         self.shards.drop_all()
 
-    def _lead(self, shard: str) -> tuple[QueueReplica, _Leading]:
+    def _lead(self, shard: str) -> tuple[QueueReplica, Leading]:
         return self.shards.lead(shard)
 
     def _queue(self, replica: QueueReplica, name: Any) -> Queue:
@@ -343,7 +297,7 @@ class QueueService:
                 return {"messages": messages, "topic": queue.topic}
             if next_due is not None:  # a delayed record falls due: look again then
                 remaining = min(remaining, max(next_due - self.broker.clock.now_ms(), 1) / 1000)
-            await self._await_records(shard, queue.name, order, remaining)
+            await self.reads.await_records(shard, queue.name, order, remaining)
 
     async def _take(
         self, shard: str, name: str, order: list[int], limit: int, matches: Predicate | None = None
@@ -356,14 +310,14 @@ class QueueService:
         for turn, partition in enumerate(order):
             replica, leading = self._lead(shard)
             queue = self._queue(replica, name)
-            view = await self._fill(shard, queue, partition, limit, wall, matches)
+            view = await self.reads.fill(shard, queue, partition, limit, wall, matches)
             replica, leading = self._lead(shard)
             queue = self._queue(replica, name)
             busy = {o for (q, p, o) in leading.busy if q == name and p == partition}
             busy |= leading.locks.locked(name, partition)
             for offset in available(queue, partition, sorted(view.records), busy, WINDOW):
                 record = view.records[offset]
-                if matches is not None and not _matched(matches, record):
+                if matches is not None and not matched(matches, record):
                     continue
                 due = due_ms(int(record[1]), record[4])
                 if due > wall:
@@ -374,15 +328,23 @@ class QueueService:
         by_partition: dict[int, list[int]] = {}
         for _, _, offset, partition in chosen:
             by_partition.setdefault(partition, []).append(offset)
+        # The partitions' delivery counts are proposed together: one Raft round (one fsync on
+        # a majority), not one per partition in turn.
+        delivered = await asyncio.gather(
+            *(self._deliver(shard, name, p, by_partition[p]) for p in order if p in by_partition),
+            return_exceptions=True,
+        )
         out: list[dict[str, Any]] = []
-        for partition in order:
-            if partition in by_partition:
-                try:
-                    out += await self._deliver(shard, name, partition, by_partition[partition])
-                except BrokerError:
-                    if not out:
-                        raise
-                    break  # hand out what is locked already; the rest stays available
+        failure: BaseException | None = None
+        for result in delivered:
+            if isinstance(result, BaseException):
+                if not isinstance(result, BrokerError):
+                    raise result
+                failure = failure or result
+            else:
+                out += result
+        if failure is not None and not out:
+            raise failure  # else hand out what is locked; the rest stays available
         rank = {(p, o): i for i, (_, _, o, p) in enumerate(chosen)}
         out.sort(key=lambda m: rank[(m["partition"], m["record"][0])])
         return out, next_due
@@ -438,184 +400,19 @@ class QueueService:
             )
         return out
 
-    async def _fill(
-        self,
-        shard: str,
-        queue: Queue,
-        partition: int,
-        need: int,
-        wall: int,
-        matches: Predicate | None = None,
-    ) -> _View:
-        """The leader's view of a partition, read further from the data partition while it
-        holds fewer than `need` records deliverable now (`wall`: the time; with `matches`,
-        that it matches) and the window allows. While a tail read keeps the view current
-        (receives are waiting), it is not read again here."""
-        _, leading = self._lead(shard)
-        view = leading.views.get((queue.name, partition))
-        if view is None or view.incarnation != queue.incarnation:
-            if view is not None:
-                view.clear()
-            view = _View(leading.cache, incarnation=queue.incarnation)
-            leading.views[(queue.name, partition)] = view
-        state = queue.partitions.get(partition) or PartitionState()
-        for offset in [o for o in view.records if state.is_settled(o)]:
-            view.drop(offset)
-        view.read_to = max(view.read_to, state.start)
-        if view.tail is not None:
-            return view
-        locked = leading.locks.locked(queue.name, partition)
-        ready = sum(
-            1
-            for o in available(queue, partition, sorted(view.records), locked, WINDOW)
-            if due_ms(int(view.records[o][1]), view.records[o][4]) <= wall
-            and (matches is None or _matched(matches, view.records[o]))
-        )
-        room = self._room(queue, partition, view)
-        if ready >= need or room <= 0:
-            return view
-        try:
-            await self._read_into(shard, queue, partition, view, min(max(need, 100), room), 0)
-        except BrokerError as exc:
-            if not exc.retryable:
-                raise
-            # This partition has no leader at the moment: the others are served meanwhile.
-            log.debug("%s/%d unreadable for queue %s: %s", queue.topic, partition, queue.name, exc)
-        return view
-
-    def _room(self, queue: Queue, partition: int, view: _View) -> int:
-        """How many offsets past `view.read_to` the window and the cache bound let it read."""
-        state = queue.partitions.get(partition) or PartitionState()
-        if view.cache.used >= self.broker.config.queue_cache_bytes:
-            return 0
-        return state.start + WINDOW - view.read_to
-
-    async def _read_into(
-        self, shard: str, queue: Queue, partition: int, view: _View, limit: int, wait_ms: int
-    ) -> bool:
-        """Read the data partition from `view.read_to` (waiting up to `wait_ms` for records
-        when there are none yet) into the view; whether the view moved on."""
-        read_from = view.read_to
-        answer = await self._read(queue, partition, read_from, limit, wait_ms, view.cache)
-        if view.read_to != read_from:  # another read of this view got there first
-            return True
-        if answer["log_start"] > read_from:  # retention removed records never settled
-            await self._propose(
-                shard,
-                {
-                    "op": "skip",
-                    "queue": queue.name,
-                    "incarnation": queue.incarnation,
-                    "partition": partition,
-                    "to": answer["log_start"],
-                },
-            )
-            view.read_to = max(view.read_to, answer["log_start"])
-            return True
-        for record in answer["records"]:
-            view.put(record)
-        next_offset = int(answer["next_offset"])
-        got = {int(r[0]) for r in answer["records"]}
-        gaps = [o for o in range(read_from, next_offset) if o not in got]
-        view.read_to = max(view.read_to, next_offset)
-        if gaps:  # control records and the like: nothing to deliver, settled as gaps
-            await self._propose(
-                shard,
-                {
-                    "op": "settle",
-                    "queue": queue.name,
-                    "incarnation": queue.incarnation,
-                    "partition": partition,
-                    "outcome": "gap",
-                    "offsets": gaps,
-                },
-            )
-        return next_offset > read_from
-
-    async def _read(
-        self, queue: Queue, partition: int, offset: int, limit: int, wait_ms: int, cache: _Cache
-    ) -> dict[str, Any]:
-        """Records of a data partition from `offset`, read on its leader (_call_read), as many
-        as the cache has room for (at least one batch)."""
-        args = {
-            "topic": queue.topic,
-            "partition": partition,
-            "offset": offset,
-            "max_messages": limit,
-            "max_bytes": max(self.broker.config.queue_cache_bytes - cache.used, 1),
-            "wait_ms": wait_ms,
-        }
-        answer: dict[str, Any] = await self.broker.partition_call(
-            queue.topic, partition, "queue_read", args
-        )
-        return answer
-
-    async def _await_records(
-        self, shard: str, name: str, order: list[int], remaining: float
-    ) -> None:
-        """Until something may be deliverable: new records in a partition (brought by its
-        tail read), a release or an expiry here, or the time is up."""
-        replica, leading = self._lead(shard)
-        queue = self._queue(replica, name)
-        changed = leading.changed
-        for partition in order:
-            view = leading.views.get((name, partition))
-            if view is not None and view.tail is None and self._room(queue, partition, view) > 0:
-                view.tail = self._spawn(self._tail(shard, leading, name, partition, view))
-        leading.waiting[name] += 1
-        try:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(remaining):
-                    await changed.wait()
-        finally:
-            leading.waiting[name] -= 1
-
-    async def _tail(
-        self, shard: str, leading: _Leading, name: str, partition: int, view: _View
-    ) -> None:
-        """One long-poll read at a time on a partition while receives of the queue wait:
-        records are in the view (and the waiting receives woken) as soon as they commit,
-        however many receives wait (they share this one read, and none reads again)."""
-        try:
-            while leading.waiting[name] > 0:
-                replica, current = self._lead(shard)
-                queue = replica.state.queues.get(name)
-                if (
-                    current is not leading
-                    or queue is None
-                    or leading.views.get((name, partition)) is not view
-                    or view.incarnation != queue.incarnation
-                ):
-                    return
-                room = self._room(queue, partition, view)
-                if room <= 0:
-                    return  # the window or the cache is full: settles make room first
-                started = time.monotonic()
-                try:
-                    moved = await self._read_into(
-                        shard, queue, partition, view, min(room, MAX_RECEIVE), TAIL_WAIT_MS
-                    )
-                except BrokerError as exc:
-                    if not exc.retryable:
-                        return
-                    await asyncio.sleep(TAIL_RETRY_S)  # no leader for the partition just now
-                    continue
-                if moved:
-                    leading.wake()
-                elif time.monotonic() - started < TAIL_WAIT_MS / 2_000:
-                    # An empty answer that did not wait (a new partition leader whose high
-                    # watermark is still behind what was read): never spin on it.
-                    await asyncio.sleep(TAIL_RETRY_S)
-        finally:
-            view.tail = None
-
     # ack, release, reject, extend
 
     def _claim(
-        self, replica: QueueReplica, leading: _Leading, queue: Queue, texts: list[Any]
+        self,
+        replica: QueueReplica,
+        leading: Leading,
+        queue: Queue,
+        texts: list[Any],
+        accepting: bool = False,
     ) -> tuple[list[str | None], list[tuple[int, Key, int]]]:
         """Check each receipt; per receipt an error code or None, and the live locks found
-        (index, key, attempt)."""
+        (index, key, attempt). `accepting`: a receipt whose own delivery was acknowledged
+        already is no error (an accept retried after its answer was lost) and claims nothing."""
         errors: list[str | None] = []
         claimed: list[tuple[int, Key, int]] = []
         seen: set[Key] = set()
@@ -633,6 +430,11 @@ class QueueService:
             error = leading.locks.check(key, receipt.attempt, now)
             if error is None and key in seen:
                 error = "duplicate_receipt"
+            if error == "lock_expired" and accepting:
+                state = queue.partitions.get(receipt.partition)
+                if state is not None and state.acknowledged_by(receipt.offset) == receipt.attempt:
+                    errors.append(None)
+                    continue
             errors.append(error)
             if error is None:
                 seen.add(key)
@@ -646,7 +448,7 @@ class QueueService:
         texts = args.get("receipts")
         if outcome not in OUTCOMES or not isinstance(texts, list):
             raise BrokerError("invalid_request", f"outcome must be one of {OUTCOMES}")
-        errors, claimed = self._claim(replica, leading, queue, texts)
+        errors, claimed = self._claim(replica, leading, queue, texts, outcome == "accept")
         locks = {key: leading.locks.release(key) for _, key, _ in claimed}
         # Unlocked but not yet settled: busy, so that no round takes a spent one for archiving
         # while its acknowledgement commits (it would be acknowledged and dead-lettered both).
@@ -665,7 +467,7 @@ class QueueService:
     async def _settle_claimed(
         self,
         shard: str,
-        leading: _Leading,
+        leading: Leading,
         queue: Queue,
         outcome: str,
         claimed: list[tuple[int, Key, int]],
@@ -677,30 +479,21 @@ class QueueService:
             by_partition: dict[int, list[tuple[int, Key, int]]] = {}
             for index, key, attempt in claimed:
                 by_partition.setdefault(key[1], []).append((index, key, attempt))
-            try:
-                for partition, items in by_partition.items():
-                    command = {
-                        "op": "settle",
-                        "queue": queue.name,
-                        "incarnation": queue.incarnation,
-                        "partition": partition,
-                        "outcome": "ack",
-                        "offsets": [key[2] for _, key, _ in items],
-                        "attempts": [attempt for _, _, attempt in items],
-                    }
-                    answer = await self._propose(shard, command)
-                    for (index, _, _), result in zip(items, answer["results"], strict=True):
-                        errors[index] = SETTLE_ERRORS.get(result)
-                    view = leading.views.get((queue.name, partition))
-                    for (_, key, _), result in zip(items, answer["results"], strict=True):
-                        locks.pop(key, None)  # settled, or another delivery's: never put back
-                        if view is not None and result == "ok":
-                            view.drop(key[2])  # frees the cache at once
-            except BrokerError:
+            # All partitions' settles are proposed together: one Raft round, not one each.
+            settled = await asyncio.gather(
+                *(
+                    self._accept(shard, leading, queue, p, items, errors, locks)
+                    for p, items in by_partition.items()
+                ),
+                return_exceptions=True,
+            )
+            failure = next((r for r in settled if isinstance(r, BaseException)), None)
+            if isinstance(failure, BrokerError):
                 # Not acknowledged (or not known to be): the locks stay as they were, so the
                 # receiver may retry with the same receipts while they last.
                 self._restore(shard, leading, locks)
-                raise
+            if failure is not None:
+                raise failure
         elif outcome == "release":
             for _, key, attempt in claimed:
                 decision = after_failure(queue, attempt)
@@ -711,7 +504,36 @@ class QueueService:
             for _, key, attempt in claimed:
                 await self._archive(shard, key, after_reject(queue), "rejected", attempt, True)
 
-    def _restore(self, shard: str, leading: _Leading, locks: dict[Key, Any]) -> None:
+    async def _accept(
+        self,
+        shard: str,
+        leading: Leading,
+        queue: Queue,
+        partition: int,
+        items: list[tuple[int, Key, int]],
+        errors: list[str | None],
+        locks: dict[Key, Any],
+    ) -> None:
+        """Commit the acknowledgement of `items` (of one partition): each one's error, and its
+        lock gone from `locks` (settled, or another delivery's: never put back)."""
+        command = {
+            "op": "settle",
+            "queue": queue.name,
+            "incarnation": queue.incarnation,
+            "partition": partition,
+            "outcome": "ack",
+            "offsets": [key[2] for _, key, _ in items],
+            "attempts": [attempt for _, _, attempt in items],
+        }
+        answer = await self._propose(shard, command)
+        view = leading.views.get((queue.name, partition))
+        for (index, key, _), result in zip(items, answer["results"], strict=True):
+            errors[index] = SETTLE_ERRORS.get(result)
+            locks.pop(key, None)
+            if view is not None and result == "ok":
+                view.drop(key[2])  # frees the cache at once
+
+    def _restore(self, shard: str, leading: Leading, locks: dict[Key, Any]) -> None:
         with contextlib.suppress(BrokerError):
             _, current = self._lead(shard)
             if current is leading:
@@ -791,7 +613,7 @@ class QueueService:
         view = leading.views.get((queue.name, partition))
         record = view.records.get(offset) if view is not None else None
         if record is None:
-            answer = await self._read(queue, partition, offset, 1, 0, _Cache())
+            answer = await self.reads.read(queue, partition, offset, 1, 0, Cache())
             found = [r for r in answer["records"] if int(r[0]) == offset]
             if not found:
                 raise BrokerError("leader_unavailable", f"record {offset} could not be read")

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+RECENT_ACKS = 1_000  # acknowledgements a partition remembers the delivery of (retried accepts)
 WINDOW = 2_000  # records past the start offset a partition may track (share.partition.max...)
 MIN_LOCK_MS = 100
 MAX_LOCK_MS = 12 * 3_600_000
@@ -66,9 +67,22 @@ class PartitionState:
     start: int = 0  # every offset below is settled
     deliveries: dict[int, int] = field(default_factory=dict)  # unsettled offset -> count
     settled: dict[int, str] = field(default_factory=dict)  # offset > start -> outcome
+    # offset -> the delivery that acknowledged it, for the last RECENT_ACKS acknowledgements (in
+    # order): an accept retried after its answer was lost (503, outcome unknown) answers ok,
+    # also on a new leader, where another delivery's stays lock_expired.
+    acked: dict[int, int] = field(default_factory=dict)
 
     def count(self, offset: int) -> int:
         return self.deliveries.get(offset, 0)
+
+    def acknowledged_by(self, offset: int) -> int | None:
+        """The delivery count that acknowledged `offset`, if it is among the recent ones."""
+        return self.acked.get(offset)
+
+    def _remember_ack(self, offset: int, attempt: int) -> None:
+        self.acked[offset] = attempt
+        while len(self.acked) > RECENT_ACKS:
+            del self.acked[next(iter(self.acked))]
 
     def is_settled(self, offset: int) -> bool:
         return offset < self.start or offset in self.settled
@@ -81,15 +95,17 @@ class PartitionState:
         assert len(self.deliveries) + len(self.settled) <= WINDOW, "Q4: state outgrew its window"
 
     def to_json(self) -> list[Any]:
-        return [self.start, sorted(self.deliveries.items()), sorted(self.settled.items())]
+        deliveries, settled = sorted(self.deliveries.items()), sorted(self.settled.items())
+        return [self.start, deliveries, settled, list(self.acked.items())]  # acked: in order
 
     @classmethod
     def from_json(cls, data: list[Any]) -> PartitionState:
-        start, deliveries, settled = data
+        start, deliveries, settled, *acked = data  # snapshots before `acked` have three
         return cls(
             int(start),
             {int(o): int(c) for o, c in deliveries},
             {int(o): str(s) for o, s in settled},
+            {int(o): int(a) for o, a in (acked[0] if acked else [])},
         )
 
 
@@ -262,10 +278,11 @@ class QueueState:
             if offset >= state.start + WINDOW:
                 results.append("not_delivered")
                 continue
-            state.deliveries.pop(offset, None)
+            count = state.deliveries.pop(offset, 0)
             state.settled[offset] = outcome
             if outcome == "ack":
                 queue.acknowledged += 1
+                state._remember_ack(offset, count)
             elif outcome == "dead":
                 queue.dead_lettered += 1
             elif outcome == "drop":

@@ -1,0 +1,75 @@
+"""A receive or an ack that spans several partitions of a queue proposes its commands (the
+delivery counts, the acknowledgements) to the shard's Raft group together, so they commit in one
+round (one fsync on a majority), not one partition after another."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from inproc_harness import serving
+
+from raftline.node.broker import Broker
+from raftline.node.queues.service import QueueService
+from raftline.raftlog.records import Record, build_batch
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def queue_over(broker: Broker, partitions: int) -> None:
+    await broker.create_topic("t", partitions, 1, {})
+    for p in range(partitions):
+        batch = build_batch([Record(f"{p}-{i}".encode()) for i in range(3)])
+        await broker.produce("t", p, batch, "all")
+    create = {"topic": "t", "lock_ms": 30_000, "max_deliveries": 5, "dead_letter_topic": None}
+    await broker.queue_call("q", "queue_create", create)
+
+
+def count_in_flight(monkeypatch: pytest.MonkeyPatch, op: str) -> list[int]:
+    """Patches the service's proposals; the list gets the number of `op` commands in flight
+    at each proposal of one."""
+    real_propose = QueueService._propose
+    in_flight: list[int] = [0]
+    seen: list[int] = []
+
+    async def propose(self: QueueService, shard: str, command: dict[str, Any]) -> Any:
+        if command.get("op") != op or command.get("outcome") == "gap":
+            return await real_propose(self, shard, command)
+        in_flight[0] += 1
+        seen.append(in_flight[0])
+        try:
+            await asyncio.sleep(0.01)  # the others of the same call are proposed meanwhile
+            return await real_propose(self, shard, command)
+        finally:
+            in_flight[0] -= 1
+
+    monkeypatch.setattr(QueueService, "_propose", propose)
+    return seen
+
+
+async def test_a_receive_over_four_partitions_proposes_their_delivery_counts_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with serving(tmp_path / "data") as (_, broker):
+        await queue_over(broker, 4)
+        seen = count_in_flight(monkeypatch, "deliver")
+        got = await broker.queue_call("q", "queue_receive", {"max_messages": 12, "wait_ms": 0})
+        assert len(got["messages"]) == 12
+        assert max(seen) == 4  # one round for the four partitions (the old code: 1 at a time)
+
+
+async def test_an_ack_over_four_partitions_proposes_their_settles_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with serving(tmp_path / "data") as (_, broker):
+        await queue_over(broker, 4)
+        got = await broker.queue_call("q", "queue_receive", {"max_messages": 12, "wait_ms": 0})
+        seen = count_in_flight(monkeypatch, "settle")
+        receipts = [m["receipt"] for m in got["messages"]]
+        acked = await broker.queue_call("q", "queue_ack", {"receipts": receipts})
+        assert [r["ok"] for r in acked["results"]] == [True] * 12
+        assert max(seen) == 4
+        described = await broker.queue_call("q", "queue_describe", {})
+        assert described["acknowledged"] == 12
