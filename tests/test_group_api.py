@@ -5,20 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from aiohttp.test_utils import TestClient
-from inproc_harness import call, serving
+from inproc_harness import call
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[TestClient]:
-    async with serving(tmp_path / "data") as (client, _):
-        yield client
 
 
 async def topic_with(api: TestClient, name: str, partitions: int, per_partition: int) -> None:

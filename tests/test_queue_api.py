@@ -9,21 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
-from inproc_harness import call, ok, serving
+from inproc_harness import call, ok
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[TestClient]:
-    async with serving(tmp_path / "data") as (client, _):
-        yield client
 
 
 async def setup(api: TestClient, partitions: int = 2, per_partition: int = 3, **queue: Any) -> None:
