@@ -115,7 +115,11 @@ def availability(
     }
 
 
-# Issue 21: from an election timeout (1 s) + 1 s after a fault until its heal, acknowledged sends
+# The acknowledged write of each workload: a send (log, queue, group, idempotent and share
+# workloads), a transactional produce (transactions) and a routed publish (route).
+ACKED_WRITES = frozenset({"send", "txn-send", "publish"})
+
+# Issue 21: from an election timeout (1 s) + 1 s after a fault until its heal, acknowledged writes
 # per second stay at least 70% of the rate before it, wherever a majority stayed connected.
 GRACE_S = 2.0
 TARGET_RATIO = 0.7
@@ -140,10 +144,11 @@ def majority_connected(window: FaultWindow) -> bool:
 
 
 def throughput_ratios(ops: list[Op]) -> list[dict[str, Any]]:
-    """Per fault window: acknowledged sends per second from GRACE_S after the fault until the
-    heal, against the quiet period before it (BASELINE_SKIP_S after the previous heal on)."""
+    """Per fault window: acknowledged writes (ACKED_WRITES) per second from GRACE_S after the
+    fault until the heal, against the quiet period before it (BASELINE_SKIP_S after the
+    previous heal on)."""
     acked = sorted(
-        op.end for op in pair(client_ops(ops)) if op.invoke.f == "send" and op.type == "ok"
+        op.end for op in pair(client_ops(ops)) if op.invoke.f in ACKED_WRITES and op.type == "ok"
     )
     windows = sorted(fault_windows(ops), key=lambda w: w.start)
     first = acked[0] if acked else 0
@@ -188,18 +193,19 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 
 def timeline(ops: list[Op], bucket_s: float = 1.0) -> list[dict[str, Any]]:
-    """Per time bucket (by completion time): outcomes per type and ok latency p50/p99 in ms."""
+    """Per time bucket (by completion time): outcomes per type, acknowledged writes and ok
+    latency p50/p99 in ms."""
     buckets: dict[int, dict[str, Any]] = {}
     for op in pair(client_ops(ops)):
         if op.complete is None:
             continue
         b = int(op.complete.time / NS / bucket_s)
         entry = buckets.setdefault(
-            b, {"ok": 0, "fail": 0, "info": 0, "sends_ok": 0, "latencies": []}
+            b, {"ok": 0, "fail": 0, "info": 0, "writes_ok": 0, "latencies": []}
         )
         entry[op.type] += 1
-        if op.type == "ok" and op.invoke.f == "send":
-            entry["sends_ok"] += 1
+        if op.type == "ok" and op.invoke.f in ACKED_WRITES:
+            entry["writes_ok"] += 1
         if op.type == "ok":
             entry["latencies"].append((op.complete.time - op.start) / 1e6)
     rows = []

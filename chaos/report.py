@@ -163,7 +163,7 @@ def summary_text(result: dict[str, Any]) -> str:
     for fault, count in avail["not_injected"].items():
         lines.append(f"  {fault}: {count} injections failed (see nemesis ops in the history)")
     lines.append(
-        "acknowledged sends/s from 2 s after each fault to its heal, against before it"
+        "acknowledged writes/s from 2 s after each fault to its heal, against before it"
         f" (target >= 0.7 where a majority stayed connected): "
         f"{'met' if avail['throughput_target_met'] else 'MISSED'}, "
         f"lowest {avail['throughput_ratio_min']}"
@@ -203,7 +203,7 @@ def plot(ops: list[Op], path: Path) -> bool:
     t = [r["t"] for r in rows]
     for outcome, colour in (("ok", "tab:green"), ("info", "tab:orange"), ("fail", "tab:red")):
         top.plot(t, [r[outcome] for r in rows], label=outcome, color=colour, linewidth=1)
-    top.plot(t, [r["sends_ok"] for r in rows], label="sends acked", color="black", linewidth=1)
+    top.plot(t, [r["writes_ok"] for r in rows], label="writes acked", color="black", linewidth=1)
     top.set_ylabel("ops/s")
     top.legend(loc="upper right")
     for q in ("p50_ms", "p99_ms"):
@@ -227,7 +227,7 @@ def plot(ops: list[Op], path: Path) -> bool:
             axis.axvspan(
                 w.start / availability.NS, end, alpha=0.15, color=colours.get(w.fault, "tab:gray")
             )
-    # Each window's throughput ratio (acked sends/s after the grace period against before it).
+    # Each window's throughput ratio (acked writes/s after the grace period against before it).
     for row in availability.throughput_ratios(ops):
         if row["ratio"] is not None:
             mark = "" if row["majority_connected"] else "*"

@@ -111,7 +111,7 @@ class RouteWorkload:
         transaction is open on it; None if that did not happen before `deadline`."""
         while time.monotonic() < deadline:
             entries: list[list[Any]] = []
-            offset, caught_up, stable_end = 0, False, 0
+            offset, caught_up, settled = 0, False, False
             while not caught_up and time.monotonic() < deadline:
                 _, outcome = await self.work.request_picked(
                     http,
@@ -119,7 +119,7 @@ class RouteWorkload:
                     "GET",
                     f"/v1/topics/{topic}/partitions/0/messages?offset={offset}"
                     f"&max_messages={READ_MAX}&isolation=read_committed",
-                    expect=("messages", "next_offset", "last_stable_offset"),
+                    expect=("messages", "next_offset", "last_stable_offset", "high_watermark"),
                 )
                 if outcome.type != "ok":
                     await asyncio.sleep(0.3)
@@ -129,22 +129,11 @@ class RouteWorkload:
                 offset = int(body["next_offset"])
                 stable_end = int(body["last_stable_offset"])
                 caught_up = not body["messages"] and offset >= stable_end
-            if caught_up and await self._nothing_open(http, topic, stable_end):
+                settled = stable_end == int(body["high_watermark"])
+            if caught_up and settled:
                 return entries
             await asyncio.sleep(1.0)  # a transaction is open: its coordinator will end it
         return None
-
-    async def _nothing_open(self, http: aiohttp.ClientSession, topic: str, stable: int) -> bool:
-        """Whether no data lies past the last stable offset (only control batches: leaders'
-        term starts and markers), so no transaction is open."""
-        _, outcome = await self.work.request_picked(
-            http,
-            self.scope,
-            "GET",
-            f"/v1/topics/{topic}/partitions/0/messages?offset={stable}&max_messages=1",
-            expect=("messages",),
-        )
-        return outcome.type == "ok" and not outcome.body["messages"]
 
     async def final_phase(
         self, http: aiohttp.ClientSession, process: int, deadline: float

@@ -386,10 +386,6 @@ class Broker:
                             log.warning("no producer snapshot for %s: %s", group, exc)
                             continue
                     self.runtime.trim(group, point)
-                    if producers is not None:
-                        # aborts wholly below the log start are read by nobody (the log's
-                        # transaction index is what reads use; this list is for tiering)
-                        producers.state.forget_aborted_before(point + 1)
 
     async def _clean_logs(self) -> None:
         """Compact the local replicas of compacted topics, one partition at a time on the disk

@@ -12,7 +12,9 @@ prefix would otherwise know no producer of it).
 Invariants:
 - Applied state changes only in apply(), from committed DATA entries in log order, keyed by
   Kafka offsets (entry.index is the batch's base offset); the leader's in-flight view lives in
-  the state machine's check()/clear_in_flight() and is wiped on every term change.
+  the state machine's check()/clear_in_flight() and is wiped on every term change. Every other
+  committed entry (Raft's no-op, configuration) only moves the applied end past it: it opens no
+  transaction, so it never holds the last stable offset back.
 - Expiry runs at points that depend on the log alone (each time the committed clock enters a
   new period of expiry_ms / 10), so every replica forgets the same producers at the same
   offset, and a restart (snapshot + replayed tail) reaches the same state. A producer's last
@@ -179,10 +181,13 @@ class PartitionProducers:
 
     def apply(self, entry: Entry) -> None:
         """Apply one committed entry (called in log order)."""
-        if entry.kind not in _BATCHES or entry.index < self.state.next_offset:
-            # NOOP / config entries take offsets but carry no batch; replayed twice: skip
+        if entry.index < self.state.next_offset:  # replayed twice: skip
             if self._shipped_aborts:
                 self._record_shipped(entry.index)
+            return
+        if entry.kind not in _BATCHES:
+            # NOOP / config entries take offsets but carry no batch: Raft's own, no transaction
+            self._pass_over(entry)
             return
         data = entry.data
         if len(data) >= _HEADER_END and data[_PRODUCER_ID] == _NO_PRODUCER:
@@ -190,15 +195,14 @@ class PartitionProducers:
             # for a clock entry, the clock move (read straight from the header).
             if entry.kind == EntryKind.CONTROL:
                 self._tick(int.from_bytes(data[_MAX_TIMESTAMP], "big", signed=True))
-            self.state.next_offset = entry.last_index + 1
             self._since_snapshot += 1
-            if self._rebuild_until is not None:
-                self._rebuilt()
+            self._pass_over(entry)
             return
         try:
             meta = meta_of_batch(entry.data)
         except CorruptBatchError:
             log.error("%s: committed entry %d is not a batch", self.path.parent, entry.index)
+            self._pass_over(entry)  # no producer's either: it must not hold the LSO back
             return
         if meta.is_control:  # a marker: stamped by the coordinator's clock
             self._tick(meta.max_timestamp)
@@ -206,11 +210,10 @@ class PartitionProducers:
         self._since_snapshot += 1
         if meta.producer_id < 0:
             return
-        aborted = self.state.aborted
-        if aborted and aborted[-1].last_offset == entry.index and self.log is not None:
+        if verdict.aborted is not None and self.log is not None:
             # an abort marker just ended a transaction: index it beside its segment
             lso = self.state.last_stable_offset(self.state.next_offset)
-            self.log.record_aborted(AbortedTxn(*aborted[-1], lso))
+            self.log.record_aborted(AbortedTxn(*verdict.aborted, lso))
         if self._rebuild_until is not None:
             self._rebuilt()
         waiter = self._pending.pop(meta.key, None) if self._pending else None
@@ -227,6 +230,11 @@ class PartitionProducers:
             )
         if waiter is not None and not waiter.done():
             waiter.set_result(entry.index)
+
+    def _pass_over(self, entry: Entry) -> None:
+        self.state.pass_over(entry.last_index)
+        if self._rebuild_until is not None:
+            self._rebuilt()
 
     def _rebuilt(self) -> None:
         if self._rebuild_until is not None and self.state.next_offset > self._rebuild_until:

@@ -554,10 +554,9 @@ class PartitionTiering:
         data = await self.node.off_loop(self._read_run, start, end)
         if not data:
             return None
-        producers = self.replica.producers
-        aborted = []
-        if producers is not None:
-            aborted = layout.aborted_ranges(producers.state.aborted_in(start, end))
+        # the log's transaction index: every abort with data in the run, markers in later
+        # segments included, each with the LSO recorded after it
+        aborted = layout.aborted_ranges(self.replica.log.aborted_txns(start, end))
         return await self.node.off_loop(self._build, data, aborted)
 
     def _read_run(self, start: int, end: int) -> bytes:

@@ -122,12 +122,16 @@ def test_a_ring_partition_leaves_no_connected_majority() -> None:
     assert not majority_connected(partition_window(sees))
 
 
-def acked_sends(from_s: float, to_s: float, per_s: int) -> list[Op]:
+def acked_writes(f: str, from_s: float, to_s: float, per_s: int) -> list[Op]:
     ops: list[Op] = []
-    steps = int((to_s - from_s) * per_s)
-    for i in range(steps):
-        ops += send(1, from_s + i / per_s, "ok", took_s=0.001)
+    for i in range(int((to_s - from_s) * per_s)):
+        t = int((from_s + i / per_s) * NS)
+        ops += [Op(1, "invoke", f, {}, time=t), Op(1, "ok", f, {}, time=t + 1)]
     return ops
+
+
+def acked_sends(from_s: float, to_s: float, per_s: int) -> list[Op]:
+    return acked_writes("send", from_s, to_s, per_s)
 
 
 def test_throughput_ratio_compares_acked_sends_after_the_grace_period_with_before() -> None:
@@ -154,3 +158,25 @@ def test_throughput_within_target_when_the_rate_holds_after_the_grace_period() -
     )
     assert throughput_ratios(ops)[0]["meets_target"] is True
     assert availability(ops)["throughput_target_met"] is True
+
+
+@pytest.mark.parametrize("f", ["txn-send", "publish"])
+def test_the_transactions_and_route_workloads_acknowledged_writes_make_the_throughput(
+    f: str,
+) -> None:
+    ops = index_ops(
+        acked_writes(f, 0.0, 10.0, 50)
+        + nemesis("start", 10.0)
+        + acked_writes(f, 10.0 + GRACE_S, 20.0, 40)
+        + nemesis("stop", 20.0)
+    )
+    (row,) = throughput_ratios(ops)
+    assert row["before_per_s"] == pytest.approx(50, rel=0.02)
+    assert row["during_per_s"] == pytest.approx(40, rel=0.02)
+    assert row["meets_target"] is True
+    assert sum(r["writes_ok"] for r in timeline(ops)) == 50 * 10 + 40 * 8
+
+
+def test_reads_and_transaction_ends_are_no_acknowledged_writes() -> None:
+    ops = index_ops(acked_writes("txn-end", 0.0, 2.0, 10) + acked_writes("poll", 0.0, 2.0, 10))
+    assert sum(r["writes_ok"] for r in timeline(ops)) == 0

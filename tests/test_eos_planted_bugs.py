@@ -18,17 +18,17 @@ from eos_models import (
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
-from test_eos_read_committed import check_read_committed
+from test_eos_read_committed import Collect, check_read_committed
 from test_eos_snapshot import check_restart
 
 from raftline.node.eos.markers import BatchMeta
 from raftline.node.eos.producer_state import (
-    AbortedTxn,
     ProducerEntry,
     ProducerStateMachine,
     Verdict,
 )
 from raftline.node.eos.txn_coordinator import TxnCoordinator, TxnMetadata, TxnResult, TxnState
+from raftline.raftlog import txnindex
 
 # No shrinking: finding a failure is the point, and it is faster without.
 FIND = settings(
@@ -72,12 +72,12 @@ class LsoFromCommitIndex(ProducerStateMachine):
         return min([high_watermark, *self._open.values()])
 
 
-class AbortedListFromFetchStart(ProducerStateMachine):
-    """aborted_in lists only transactions that begin inside the fetched range, so a fetch
-    starting in the middle of an aborted transaction returns its tail."""
-
-    def aborted_in(self, start: int, end: int) -> list[AbortedTxn]:
-        return [a for a in super().aborted_in(start, end) if a.first_offset >= start]
+def aborts_from_fetch_start(
+    indexes: list[txnindex.TxnIndex], start: int, end: int
+) -> list[txnindex.AbortedTxn]:
+    """The transaction index lists only transactions that begin inside the fetched range, so a
+    fetch starting in the middle of an aborted transaction returns its tail."""
+    return [a for a in txnindex.collect(indexes, start, end) if a.first_offset >= start]
 
 
 class RestoreForgetsOpenTransactions(ProducerStateMachine):
@@ -129,12 +129,12 @@ def run_model(model: type[RuleBasedStateMachine], core: type) -> None:
     run_state_machine_as_test(machine_with(model, core), settings=FIND)
 
 
-def run_read_committed(core: type[ProducerStateMachine]) -> None:
+def run_read_committed(collect: Collect) -> None:
     @FIND
     @given(log=transactional_logs(), data=st.data())
     def run(log: list[LoggedBatch], data: st.DataObject) -> None:
         end = log[-1].base_offset + 1 if log else 0
-        check_read_committed(core, log, data.draw(st.integers(0, end)))
+        check_read_committed(collect, log, data.draw(st.integers(0, end)))
 
     run()
 
@@ -148,8 +148,9 @@ def run_snapshot(core: type[ProducerStateMachine]) -> None:
     run()
 
 
-# (run, core with the bug, the checks that may fail: functions holding the assertion)
-CASES: list[tuple[Callable[[type], None], type, str]] = [
+# (run, core (or collect function) with the bug, the checks that may fail: functions holding
+# the assertion)
+CASES: list[tuple[Callable[[Any], None], Any, str]] = [
     (lambda core: run_model(DedupModel, core), WindowOfOne, "_check_against_reference"),
     (lambda core: run_model(DedupModel, core), ChecksOnlyAppliedState, "_check_against_reference"),
     (
@@ -162,7 +163,7 @@ CASES: list[tuple[Callable[[type], None], type, str]] = [
         LsoFromCommitIndex,
         "lso_is_the_reference_and_never_goes_back",
     ),
-    (run_read_committed, AbortedListFromFetchStart, "check_read_committed"),
+    (run_read_committed, aborts_from_fetch_start, "check_read_committed"),
     (
         lambda core: run_model(TransactionsModel, core),
         SkipsVerification,
@@ -194,7 +195,7 @@ def test_the_model_tests_catch_a_planted_bug(
     [
         (lambda core: run_model(DedupModel, core), ProducerStateMachine),
         (lambda core: run_model(LsoModel, core), ProducerStateMachine),
-        (run_read_committed, ProducerStateMachine),
+        (run_read_committed, txnindex.collect),
         (run_snapshot, ProducerStateMachine),
         (lambda core: run_model(CoordinatorModel, core), TxnCoordinator),
         (lambda core: run_model(TransactionsModel, core), ProducerStateMachine),

@@ -28,7 +28,6 @@ def replayed_from_snapshot(
     return [
         (whole.snapshot(), restarted.snapshot()),
         (whole.last_stable_offset(high_watermark), restarted.last_stable_offset(high_watermark)),
-        (whole.aborted_in(0, high_watermark), restarted.aborted_in(0, high_watermark)),
     ]
 
 

@@ -394,3 +394,16 @@ async def test_transactional_offsets_naming_a_member_are_fenced_by_its_generatio
             },
         )
         assert bad.status == 400  # a member id without its generation
+
+
+async def test_a_never_written_partition_is_stable_up_to_its_high_watermark(
+    tmp_path: Path,
+) -> None:
+    """The leader's Raft no-op takes offset 0 but opens no transaction: a reader waiting for
+    "no transaction open" (LSO == HW) must not wait forever on an empty partition."""
+    async with serving(tmp_path / "d") as (api, _):
+        await _topic(api, partitions=1)
+        stable = await _read(api, 0, "read_committed")
+        assert stable["high_watermark"] >= 1  # the no-op is committed
+        assert stable["last_stable_offset"] == stable["high_watermark"]
+        assert _values(stable) == []

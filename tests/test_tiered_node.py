@@ -363,9 +363,9 @@ async def test_read_committed_from_the_bucket_drops_aborted_transactions(
             ),
             timeout=30,
         )
-        # Local producer state forgot the aborted transactions below the local log start:
-        # only the bucket's transaction index can drop them now.
-        assert replica.producers.state.aborted_in(0, replica.log.log_start_offset) == []
+        # The local log's transaction index left with the segments below the local log start:
+        # only the bucket's transaction index can drop those aborts now.
+        assert replica.log.aborted_txns(0, replica.log.log_start_offset) == []
         assert sorted(await _read_all(api, "read_committed")) == sorted(expected)
         assert await _read_all(api, "read_committed") == expected
         assert await _read_all(api, "read_uncommitted") == everything

@@ -10,6 +10,7 @@ from seaweedfs import SeaweedServer
 
 from raftline.raftlog.log import LogConfig, PartitionLog
 from raftline.raftlog.records import Record, build_batch, build_control_batch
+from raftline.raftlog.txnindex import AbortedTxn, TxnIndex
 from raftline.tiered import layout, reader
 from raftline.tiered.manifest import SegmentMeta
 from raftline.tiered.store import ObjectStore, S3Config
@@ -99,3 +100,18 @@ def test_the_transaction_index_lists_aborts_touching_the_segment() -> None:
     assert objects.txn_index is not None
     assert layout.read_txn_index(objects.txn_index) == aborted[1:3]
     assert objects.meta.aborted_transactions == 2 and objects.meta.txn_index == "t.txnindex"
+
+
+def test_the_transaction_index_object_carries_the_local_index_entries_as_they_are(
+    tmp_path: Path,
+) -> None:
+    """The bucket's .txnindex holds the local log's entries byte for byte, the last stable
+    offset after each abort included (FORMAT.md section 6), not the marker's offset."""
+    index = TxnIndex(tmp_path / "0.txnindex")
+    index.append(AbortedTxn(8, 3, 10, 11))
+    index.append(AbortedTxn(9, 11, 40, 12))
+    local = list(index.entries)
+    data = build_batch([Record(b"x")], base_offset=10) + build_batch([Record(b"y")], base_offset=11)
+    objects = layout.build_segment(lambda b, last: "t", data, 12, layout.aborted_ranges(local))
+    assert objects.txn_index == (tmp_path / "0.txnindex").read_bytes()
+    assert layout.read_txn_index(objects.txn_index) == local

@@ -27,6 +27,7 @@ class AbortedRange(NamedTuple):
     producer_id: int
     first_offset: int
     last_offset: int  # the offset of its ABORT marker
+    last_stable_offset: int = -1  # the partition's LSO right after the abort; -1: not known
 
 
 def partition_hash(topic: str, topic_id: int, partition: int) -> str:
@@ -101,7 +102,7 @@ def build_segment(
     )
     name = stem(base, last)
     txn = b"".join(
-        TXN_ENTRY.pack(0, a.producer_id, a.first_offset, a.last_offset, a.last_offset)
+        TXN_ENTRY.pack(0, a.producer_id, a.first_offset, a.last_offset, a.last_stable_offset)
         for a in relevant
     )
     meta = SegmentMeta(
@@ -126,8 +127,8 @@ def read_txn_index(data: Bytes) -> list[AbortedRange]:
     if len(data) % TXN_ENTRY.size:
         raise ValueError(f"transaction index of {len(data)} bytes is not whole entries")
     return [
-        AbortedRange(pid, first, last)
-        for _, pid, first, last, _ in TXN_ENTRY.iter_unpack(bytes(data))
+        AbortedRange(pid, first, last, lso)
+        for _, pid, first, last, lso in TXN_ENTRY.iter_unpack(bytes(data))
     ]
 
 
@@ -165,5 +166,8 @@ def topic_document(
 
 
 def aborted_ranges(items: Iterable[Any]) -> list[AbortedRange]:
-    """AbortedRange of anything with producer_id, first_offset, last_offset (producer state's)."""
-    return [AbortedRange(a.producer_id, a.first_offset, a.last_offset) for a in items]
+    """AbortedRange of each entry of a log's transaction index (raftlog.txnindex.AbortedTxn)."""
+    return [
+        AbortedRange(a.producer_id, a.first_offset, a.last_offset, a.last_stable_offset)
+        for a in items
+    ]

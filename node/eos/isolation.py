@@ -24,7 +24,7 @@ def read_committed(
 ) -> Iterator[T]:
     """The payloads of the (base offset, meta, payload) batches, in log order, that a
     read_committed reader sees. `aborted`: the aborts with data in [range start, LSO), from the
-    log's transaction index (raftlog/txnindex.py) or producer state's aborted_in."""
+    log's transaction index (raftlog/txnindex.py) or the bucket's copy of it."""
     pending = [(a.first_offset, a.producer_id) for a in aborted]
     heapq.heapify(pending)
     aborting: set[int] = set()

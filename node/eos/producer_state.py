@@ -1,8 +1,10 @@
 """Producer state of one partition, applied only from committed batches of its Raft log.
 
 Owns per producer id its epoch, its last 5 batches (sequences and offsets), its open transaction's
-first offset and last timestamp; the aborted-transaction list; the last stable offset; and the
-leader's in-flight view (batches proposed, not yet applied) used to check a batch before proposal.
+first offset and last timestamp; the last stable offset; and the leader's in-flight view (batches
+proposed, not yet applied) used to check a batch before proposal. The transactions an abort
+marker ends are returned by apply_batch (Verdict.aborted): the log's transaction index
+(raftlog/txnindex.py) keeps them, beside their segments, for every reader.
 
 Invariants:
 - Applied state changes only in apply_batch, from committed batches in log order, so every
@@ -26,7 +28,6 @@ Invariants:
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -55,12 +56,13 @@ class Outcome(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """The decision on one batch. duplicate: the original's offsets; in_flight: the key of the
-    original to await."""
+    original to await; an applied abort marker: the transaction it aborted."""
 
     outcome: Outcome
     base_offset: int | None = None
     last_offset: int | None = None
     key: BatchKey | None = None
+    aborted: AbortedTxn | None = None
 
     @property
     def accepted(self) -> bool:
@@ -112,7 +114,6 @@ class ProducerStateMachine:
 
     def __init__(self, next_offset: int = 0) -> None:
         self.producers: dict[int, ProducerEntry] = {}
-        self.aborted: list[AbortedTxn] = []  # in marker (last offset) order
         self.next_offset = next_offset  # one past the last applied batch
         self._open: dict[int, int] = {}  # producer id -> first offset of its open transaction
         self._in_flight: dict[int, list[BatchMeta]] = {}  # proposal order per producer
@@ -134,8 +135,16 @@ class ProducerStateMachine:
         entry = self.producers.get(meta.producer_id)
         verdict = self._decide(entry, meta, verified=True)
         if verdict.accepted:
-            self._advance(meta, base_offset, last_offset, now_ms)
+            aborted = self._advance(meta, base_offset, last_offset, now_ms)
+            if aborted is not None:
+                return Verdict(Outcome.NEW, aborted=aborted)
         return verdict
+
+    def pass_over(self, last_offset: int) -> None:
+        """Apply an entry that is no producer's batch and ends at `last_offset` (Raft's no-op or
+        a configuration entry, a clock entry): it opens no transaction, so the applied end, and
+        with it the LSO, moves past it."""
+        self.next_offset = max(self.next_offset, last_offset + 1)
 
     def last_stable_offset(self, high_watermark: int) -> int:
         """The offset below which no transaction is open: what read_committed may read."""
@@ -143,18 +152,6 @@ class ProducerStateMachine:
         if self._open:
             lso = min(lso, min(self._open.values()))
         return lso
-
-    def aborted_in(self, start: int, end: int) -> list[AbortedTxn]:
-        """Aborted transactions with data in [start, end), by first offset: a read_committed
-        fetch of that range returns these so the reader drops their batches."""
-        i = bisect.bisect_left(self.aborted, start, key=lambda a: a.last_offset)
-        found = [a for a in self.aborted[i:] if a.first_offset < end]
-        return sorted(found, key=lambda a: a.first_offset)
-
-    def forget_aborted_before(self, log_start: int) -> None:
-        """Drop aborted transactions wholly below the log start (after retention)."""
-        i = bisect.bisect_left(self.aborted, log_start, key=lambda a: a.last_offset)
-        del self.aborted[:i]
 
     def expire(self, now_ms: int, producer_expiry_ms: int) -> list[int]:
         """Forget producers idle since now_ms - producer_expiry_ms with no open transaction;
@@ -172,20 +169,19 @@ class ProducerStateMachine:
 
     def _advance(
         self, meta: BatchMeta, base_offset: int, last_offset: int, now_ms: int | None
-    ) -> None:
+    ) -> AbortedTxn | None:
         pid = meta.producer_id
         entry = self.producers.get(pid)
         if entry is None:
             entry = self.producers[pid] = ProducerEntry(meta.producer_epoch)
         stamp = meta.max_timestamp if now_ms is None else now_ms
         aborted = _advance_entry(entry, meta, base_offset, last_offset, self.WINDOW, stamp)
-        if aborted is not None:
-            self.aborted.append(AbortedTxn(pid, aborted, base_offset))
         if entry.txn_first_offset is None:
             self._open.pop(pid, None)
         else:
             assert entry.txn_first_offset <= base_offset, "a transaction opened in the future"
             self._open[pid] = entry.txn_first_offset
+        return None if aborted is None else AbortedTxn(pid, aborted, base_offset)
 
     # ------------------------------------------------------------------ leader's view
 
@@ -284,7 +280,6 @@ class ProducerStateMachine:
                 ]
                 for pid, e in sorted(self.producers.items())
             ],
-            "aborted": [list(a) for a in self.aborted],
         }
 
     @classmethod
@@ -299,7 +294,6 @@ class ProducerStateMachine:
             state.producers[pid] = entry
             if txn_first is not None:
                 state._open[pid] = txn_first
-        state.aborted = [AbortedTxn(*a) for a in snapshot["aborted"]]
         return state
 
 
