@@ -9,7 +9,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from cluster_harness import Node, running_cluster
+from cluster_harness import Cluster, Node, running_cluster
 from cluster_harness import call_until_done as call
 
 from raftline.clients.client import Client
@@ -17,14 +17,19 @@ from raftline.clients.client import Client
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 
+def jobs_queue(cluster: Cluster) -> tuple[Node, Node]:
+    """Queue "jobs" over a 2-partition topic "work": its shard leader and another node."""
+    cluster.create_topic("work", partitions=2)
+    first = cluster.nodes[0]
+    call(first, "POST", "/v1/queues", {"name": "jobs", "topic": "work"})
+    leader_id = call(first, "GET", "/v1/queues/jobs")["shard"]["leader"]
+    elsewhere = next(n for n in cluster.nodes if n.node_id != leader_id)
+    return cluster.node(leader_id), elsewhere
+
+
 def test_queue_answers_name_the_shard_leader_and_the_client_goes_there(tmp_path: Path) -> None:
     with running_cluster(tmp_path) as cluster:
-        cluster.create_topic("work", partitions=2)
-        first = cluster.nodes[0]
-        call(first, "POST", "/v1/queues", {"name": "jobs", "topic": "work"})
-        leader_id = call(first, "GET", "/v1/queues/jobs")["shard"]["leader"]
-        leader = cluster.node(leader_id)
-        elsewhere = next(n for n in cluster.nodes if n.node_id != leader_id)
+        leader, elsewhere = jobs_queue(cluster)
 
         request = urllib.request.Request(f"{elsewhere.url}/v1/queues/jobs", method="GET")
         with urllib.request.urlopen(request, timeout=15) as answer:
@@ -61,12 +66,7 @@ def open_queue_streams(node: Node) -> int:
 
 def test_a_streamed_receiver_opens_its_stream_at_the_shard_leader(tmp_path: Path) -> None:
     with running_cluster(tmp_path) as cluster:
-        cluster.create_topic("work", partitions=2)
-        first = cluster.nodes[0]
-        call(first, "POST", "/v1/queues", {"name": "jobs", "topic": "work"})
-        leader_id = call(first, "GET", "/v1/queues/jobs")["shard"]["leader"]
-        leader = cluster.node(leader_id)
-        elsewhere = next(n for n in cluster.nodes if n.node_id != leader_id)
+        leader, elsewhere = jobs_queue(cluster)
         client = Client(elsewhere.url)
         try:
             client.produce("work", [{"value": f"m{i}", "partition": i % 2} for i in range(4)])
