@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raftline.api.openapi_groups import _body, _error, _ref
+from raftline.api.openapi_groups import _POSITIONS, _body, _error, _objects, _ref
 
 _UNAVAILABLE = {
     "503": _error(
@@ -25,17 +25,6 @@ _DESTINATION = {
     "type": "object",
     "description": "exactly one of topic or queue (a queue is written to through its topic)",
     "properties": {"topic": {"type": "string"}, "queue": _ref("ExchangeName")},
-}
-_ROUTED = {
-    "type": "array",
-    "items": {
-        "type": "object",
-        "properties": {
-            "topic": {"type": "string"},
-            "partition": {"type": "integer"},
-            "offset": {"type": "integer"},
-        },
-    },
 }
 
 EXCHANGE_SCHEMAS: dict[str, Any] = {
@@ -85,17 +74,13 @@ EXCHANGE_SCHEMAS: dict[str, Any] = {
     "ExchangeList": {
         "type": "object",
         "properties": {
-            "exchanges": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "name": {"type": "string"},
-                        "kind": {"type": "string"},
-                        "bindings": {"type": "integer"},
-                    },
-                },
-            }
+            "exchanges": _objects(
+                {
+                    "name": {"type": "string"},
+                    "kind": {"type": "string"},
+                    "bindings": {"type": "integer"},
+                }
+            )
         },
     },
     "Publish": {
@@ -131,7 +116,7 @@ EXCHANGE_SCHEMAS: dict[str, Any] = {
                 "items": {
                     "type": "object",
                     "properties": {
-                        "routed": _ROUTED,
+                        "routed": _POSITIONS,
                         "dropped": {"type": "boolean"},
                         "alternate": {"type": "boolean"},
                     },
@@ -179,7 +164,7 @@ EXCHANGE_SCHEMAS: dict[str, Any] = {
         "type": "object",
         "properties": {
             "correlation_id": {"type": "string"},
-            "request": _ROUTED,
+            "request": _POSITIONS,
             "reply": {
                 **_ref("FetchedMessage"),
                 "description": "the first message on the reply topic, after the request was "

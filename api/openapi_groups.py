@@ -27,6 +27,17 @@ def _error(description: str) -> dict[str, Any]:
     return _body("Error", description)
 
 
+def _objects(properties: dict[str, Any]) -> dict[str, Any]:
+    """An array of objects with `properties`."""
+    return {"type": "array", "items": {"type": "object", "properties": properties}}
+
+
+# Where records went or where a group now reads: one topic-partition offset each.
+_POSITIONS = _objects(
+    {"topic": {"type": "string"}, "partition": {"type": "integer"}, "offset": {"type": "integer"}}
+)
+
+
 _UNAVAILABLE = {
     "503": _error("leader_unavailable: the group's coordinator is electing a leader (retryable)"),
     "504": _error("timeout (retryable)"),
@@ -147,19 +158,15 @@ GROUP_SCHEMAS: dict[str, Any] = {
     "GroupOffsets": {
         "type": "object",
         "properties": {
-            "offsets": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "topic": {"type": "string"},
-                        "partition": {"type": "integer"},
-                        "offset": {"type": "integer"},
-                        "high_watermark": {"type": ["integer", "null"]},
-                        "lag": {"type": ["integer", "null"]},
-                    },
-                },
-            }
+            "offsets": _objects(
+                {
+                    "topic": {"type": "string"},
+                    "partition": {"type": "integer"},
+                    "offset": {"type": "integer"},
+                    "high_watermark": {"type": ["integer", "null"]},
+                    "lag": {"type": ["integer", "null"]},
+                }
+            )
         },
     },
     "ResetOffsets": {
@@ -186,34 +193,18 @@ GROUP_SCHEMAS: dict[str, Any] = {
     },
     "ResetResult": {
         "type": "object",
-        "properties": {
-            "offsets": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "topic": {"type": "string"},
-                        "partition": {"type": "integer"},
-                        "offset": {"type": "integer"},
-                    },
-                },
-            }
-        },
+        "properties": {"offsets": _POSITIONS},
     },
     "GroupList": {
         "type": "object",
         "properties": {
-            "groups": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "group": {"type": "string"},
-                        "state": {"type": "string", "enum": ["empty", "rebalancing", "stable"]},
-                        "members": {"type": "integer"},
-                    },
-                },
-            }
+            "groups": _objects(
+                {
+                    "group": {"type": "string"},
+                    "state": {"type": "string", "enum": ["empty", "rebalancing", "stable"]},
+                    "members": {"type": "integer"},
+                }
+            )
         },
     },
     "GroupDescription": {
@@ -223,21 +214,17 @@ GROUP_SCHEMAS: dict[str, Any] = {
             "state": {"type": "string", "enum": ["empty", "rebalancing", "stable"]},
             "generation": {"type": "integer"},
             "assignor": {"type": "string"},
-            "members": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "member_id": {"type": "string"},
-                        "topics": {"type": "array", "items": {"type": "string"}},
-                        "session_timeout_ms": {"type": "integer"},
-                        "auto_offset_reset": {"type": "string"},
-                        "client": {"type": ["string", "null"]},
-                        "joined_ms": {"type": "integer"},
-                        "assignment": _ASSIGNMENT,
-                    },
-                },
-            },
+            "members": _objects(
+                {
+                    "member_id": {"type": "string"},
+                    "topics": {"type": "array", "items": {"type": "string"}},
+                    "session_timeout_ms": {"type": "integer"},
+                    "auto_offset_reset": {"type": "string"},
+                    "client": {"type": ["string", "null"]},
+                    "joined_ms": {"type": "integer"},
+                    "assignment": _ASSIGNMENT,
+                }
+            ),
             "offsets": _ref("GroupOffsets"),
             "coordinator": {
                 "type": "object",

@@ -10,7 +10,7 @@ import os
 import subprocess
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,18 +19,11 @@ from bench.consumers import collect_garbage_rarely
 from bench.drivers import driver_class
 from bench.drivers.base import Endpoint
 from bench.peers import PEERS, PeerError, ensure_installed
+from bench.report import PEER_ORDER
 from bench.runner import WorkloadRun
 from bench.workload import Workload
 
-SYSTEMS = (
-    "raftline",
-    "raftline-idempotent",
-    "raftline-nofsync",
-    "nats",
-    "rabbitmq-quorum",
-    "rabbitmq-stream",
-    "redis",
-)
+SYSTEMS = PEER_ORDER  # every system a comparison knows, in the order reports list them
 # System -> the peer (bench.peers.PEERS) that serves it; systems sharing a peer share its servers.
 PEER_OF = {
     "raftline": "raftline",
@@ -163,38 +156,27 @@ async def _run_system(
 ) -> list[dict[str, Any]]:
     """Every workload on one system."""
     driver = driver_class(system)(endpoint)
-    durability = driver.durability
     await asyncio.wait_for(driver.connect(), SETUP_TIMEOUT_S)
-    runs: list[dict[str, Any]] = []
-    max_rates: dict[str, float] = {}
+
+    async def run_one(workload: Workload, rate: float | None) -> dict[str, Any] | None:
+        if workload.kind == "queue-ack" and not driver.queues:
+            options.log(f"[{key}] {workload.name}: no queue driver for {system}")
+            return None
+        if rate is None:
+            options.log(f"[{key}] {workload.name}: no max rate from {workload.rate_of_workload}")
+            return None
+        result = await _run_workload(driver, workload, run_id, rate, options)
+        if workload.kind == "queue-ack":
+            result.update(durability=driver.queue_durability)  # type: ignore[attr-defined]
+        return result
+
     try:
-        for workload in options.workloads:
-            if options.quick:
-                workload = workload.for_quick_run()
-            if workload.kind == "queue-ack" and not driver.queues:
-                options.log(f"[{key}] {workload.name}: no queue driver for {system}")
-                continue
-            rate = _target_rate(workload, max_rates)
-            if rate is None:
-                options.log(
-                    f"[{key}] {workload.name}: no max rate from {workload.rate_of_workload}"
-                )
-                continue
-            result = await _run_workload(driver, workload, run_id, rate, options)
-            if workload.kind == "queue-ack":
-                result.update(durability=driver.queue_durability)  # type: ignore[attr-defined]
-            result.setdefault("durability", durability)
-            result.update(system=system, replicas=endpoint.replicas)
-            runs.append(result)
-            if workload.max_rate and not result["errors"]:
-                max_rates[workload.name] = result["publish_msgs_per_s"]
-            options.log(f"[{key}] {_one_line(result)}")
+        return await _run_workloads(driver, system, endpoint, options, key, run_one)
     finally:
         try:
             await asyncio.wait_for(driver.close(), 10)
         except Exception as error:  # a failing close must not lose the results
             options.log(f"[{key}] close failed: {error}")
-    return runs
 
 
 async def _run_native(
@@ -203,28 +185,47 @@ async def _run_native(
     """Every log workload through the native generator (topics made by the Python driver)."""
     driver = driver_class(system)(endpoint)
     await asyncio.wait_for(driver.connect(), SETUP_TIMEOUT_S)
-    runs: list[dict[str, Any]] = []
-    max_rates: dict[str, float] = {}
+
+    async def run_one(workload: Workload, rate: float | None) -> dict[str, Any] | None:
+        if workload.kind != "log" or workload.topics != 1 or rate is None:
+            return None
+        await asyncio.to_thread(os.sync)
+        try:
+            return await native.run_workload(system, driver, workload, rate)
+        except Exception as error:  # one failing workload is reported, the rest still run
+            options.log(f"[{key}] {workload.name} failed: {error}")
+            return None
+
     try:
-        for workload in options.workloads:
-            if options.quick:
-                workload = workload.for_quick_run()
-            rate = _target_rate(workload, max_rates)
-            if workload.kind != "log" or workload.topics != 1 or rate is None:
-                continue
-            await asyncio.to_thread(os.sync)
-            try:
-                result = await native.run_workload(system, driver, workload, rate)
-            except Exception as error:  # one failing workload is reported, the rest still run
-                options.log(f"[{key}] {workload.name} failed: {error}")
-                continue
-            result.update(system=system, replicas=endpoint.replicas, durability=driver.durability)
-            runs.append(result)
-            if workload.max_rate and not result["errors"]:
-                max_rates[workload.name] = result["publish_msgs_per_s"]
-            options.log(f"[{key}] {_one_line(result)}")
+        return await _run_workloads(driver, system, endpoint, options, key, run_one)
     finally:
         await asyncio.wait_for(driver.close(), 10)
+
+
+async def _run_workloads(
+    driver: Any,
+    system: str,
+    endpoint: Endpoint,
+    options: CompareOptions,
+    key: str,
+    run_one: Callable[[Workload, float | None], Awaitable[dict[str, Any] | None]],
+) -> list[dict[str, Any]]:
+    """Each workload through `run_one` (None: skipped) at its target rate; a max-rate workload's
+    clean result sets the rate of the workloads paced from it."""
+    runs: list[dict[str, Any]] = []
+    max_rates: dict[str, float] = {}
+    for workload in options.workloads:
+        if options.quick:
+            workload = workload.for_quick_run()
+        result = await run_one(workload, _target_rate(workload, max_rates))
+        if result is None:
+            continue
+        result.setdefault("durability", driver.durability)
+        result.update(system=system, replicas=endpoint.replicas)
+        runs.append(result)
+        if workload.max_rate and not result["errors"]:
+            max_rates[workload.name] = result["publish_msgs_per_s"]
+        options.log(f"[{key}] {_one_line(result)}")
     return runs
 
 

@@ -6,6 +6,7 @@ Owns result.json, summary.txt and timeline.png (throughput and latency, fault wi
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,50 +94,64 @@ def _anomaly_lines(title: str, checked: dict[str, Any]) -> list[str]:
     return [f"{title}:"] + [f"  {kind}: {n}" for kind, n in checked["anomaly_counts"].items()]
 
 
+def _queue_headline(checked: dict[str, Any]) -> str:
+    stats = checked["stats"]
+    return (
+        f"queue: {stats['acknowledged']} acknowledged of {stats['sends']} sends,"
+        f" {stats['values_read']} values read in {stats['polls']} polls"
+    )
+
+
+def _share_headline(checked: dict[str, Any]) -> str:
+    stats = checked["stats"]
+    return (
+        f"share queue: {stats['sent']} acknowledged sends; {stats['acknowledged']} accepted,"
+        f" {stats['dead_lettered']} dead-lettered, {stats['deliveries']} deliveries"
+        f" (max_deliveries {checked['max_deliveries']})"
+    )
+
+
+def _stats_headline(key: str) -> Callable[[dict[str, Any]], str]:
+    return lambda checked: f"{key}: " + ", ".join(f"{k} {v}" for k, v in checked["stats"].items())
+
+
+def _route_headline(checked: dict[str, Any]) -> str:
+    stats = checked["stats"]
+    return (
+        f"routing: {stats['acknowledged']} acknowledged of {stats['published']} publishes"
+        f" ({stats.get('failed', 0)} refused) to {stats.get('destinations', 0)} topics,"
+        f" {stats.get('values_read', 0)} values read"
+    )
+
+
+def _group_headline(checked: dict[str, Any]) -> str:
+    stats = checked["stats"]
+    return (
+        f"groups: {stats['acknowledged']} acknowledged, {stats['consumed']} values fetched by"
+        f" {stats['members']} members over {stats['generations']} generations;"
+        f" {stats['commits_ok']} commits ok, {stats['commits_refused']} refused"
+    )
+
+
+# Each workload checker's result key, the title of its anomaly lines and its headline.
+_CHECKED_SECTIONS: tuple[tuple[str, str, Callable[[dict[str, Any]], str]], ...] = (
+    ("queue", "anomalies", _queue_headline),
+    ("share", "share anomalies", _share_headline),
+    ("idempotent", "idempotent anomalies", _stats_headline("idempotent")),
+    ("transactions", "transactions anomalies", _stats_headline("transactions")),
+    ("route", "routing anomalies", _route_headline),
+    ("group", "group anomalies", _group_headline),
+)
+
+
 def summary_text(result: dict[str, Any]) -> str:
     meta, avail = result["metadata_linearizability"], result["availability"]
     lines = [f"verdict: {'VALID' if result['valid'] else 'INVALID'}"]
-    queue = result.get("queue")
-    if queue is not None:
-        lines.append(
-            f"queue: {queue['stats']['acknowledged']} acknowledged of {queue['stats']['sends']}"
-            f" sends, {queue['stats']['values_read']} values read in"
-            f" {queue['stats']['polls']} polls"
-        )
-        lines += _anomaly_lines("anomalies", queue)
-    share = result.get("share")
-    if share is not None:
-        stats = share["stats"]
-        lines.append(
-            f"share queue: {stats['sent']} acknowledged sends; {stats['acknowledged']} accepted,"
-            f" {stats['dead_lettered']} dead-lettered, {stats['deliveries']} deliveries"
-            f" (max_deliveries {share['max_deliveries']})"
-        )
-        lines += _anomaly_lines("share anomalies", share)
-    for key in ("idempotent", "transactions"):
+    for key, title, headline in _CHECKED_SECTIONS:
         checked = result.get(key)
         if checked is not None:
-            stats = ", ".join(f"{k} {v}" for k, v in checked["stats"].items())
-            lines.append(f"{key}: {stats}")
-            lines += _anomaly_lines(f"{key} anomalies", checked)
-    route = result.get("route")
-    if route is not None:
-        stats = route["stats"]
-        lines.append(
-            f"routing: {stats['acknowledged']} acknowledged of {stats['published']} publishes"
-            f" ({stats.get('failed', 0)} refused) to {stats.get('destinations', 0)} topics,"
-            f" {stats.get('values_read', 0)} values read"
-        )
-        lines += _anomaly_lines("routing anomalies", route)
-    group = result.get("group")
-    if group is not None:
-        stats = group["stats"]
-        lines.append(
-            f"groups: {stats['acknowledged']} acknowledged, {stats['consumed']} values fetched by"
-            f" {stats['members']} members over {stats['generations']} generations;"
-            f" {stats['commits_ok']} commits ok, {stats['commits_refused']} refused"
-        )
-        lines += _anomaly_lines("group anomalies", group)
+            lines.append(headline(checked))
+            lines += _anomaly_lines(title, checked)
     lines.append(f"metadata linearizability: {meta['verdict']} over {meta['keys']} topics")
     for failure in meta["failures"]:
         lines.append(

@@ -22,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from raftline.chaos.workload import Outcome, Workload
+from raftline.chaos.workload import Workload
 
 READ_MAX = 1_000
 
@@ -44,20 +44,6 @@ class RouteWorkload:
     def scope(self) -> tuple[str, str]:
         return ("exchange", self.exchange)
 
-    async def _call(
-        self,
-        http: aiohttp.ClientSession,
-        method: str,
-        path: str,
-        body: Any = None,
-        expect: tuple[str, ...] = (),
-    ) -> tuple[str, Outcome]:
-        endpoint = self.work.nodes.pick(self.scope)
-        outcome = await self.work.request(
-            http, endpoint, method, path, body, expect, scope=self.scope
-        )
-        return endpoint.name, outcome
-
     async def _until_done(
         self,
         http: aiohttp.ClientSession,
@@ -67,7 +53,7 @@ class RouteWorkload:
         deadline: float,
     ) -> bool:
         while time.monotonic() < deadline:
-            _, outcome = await self._call(http, "POST", path, body)
+            _, outcome = await self.work.request_picked(http, self.scope, "POST", path, body)
             if outcome.type == "ok" or outcome.error in done_codes:
                 return True
             await asyncio.sleep(0.5)
@@ -127,8 +113,9 @@ class RouteWorkload:
             entries: list[list[Any]] = []
             offset, caught_up, settled = 0, False, False
             while not caught_up and time.monotonic() < deadline:
-                _, outcome = await self._call(
+                _, outcome = await self.work.request_picked(
                     http,
+                    self.scope,
                     "GET",
                     f"/v1/topics/{topic}/partitions/0/messages?offset={offset}"
                     f"&max_messages={READ_MAX}&isolation=read_committed",

@@ -86,6 +86,23 @@ async def _faults(cluster: Cluster, schedule: Schedule, until: float) -> None:
     await asyncio.to_thread(_heal, cluster)
 
 
+async def _drive(
+    config: RunConfig,
+    cluster: Cluster,
+    work: Workload,
+    http: Any,
+    schedule: Schedule,
+    faults_until: float,
+    clients: list[Any],
+) -> bool:
+    """Runs the faults, `clients` and the leader watchers through the recovery period; whether
+    the cluster was ready after the last heal."""
+    until = faults_until + config.recovery_s
+    helpers = [work.nodes.probe(http, until), work.watch_leaders(http, until)]
+    await asyncio.gather(_faults(cluster, schedule, faults_until), *clients, *helpers)
+    return await asyncio.to_thread(cluster.wait_ready, config.ready_timeout_s)
+
+
 async def _workload(
     config: RunConfig, cluster: Cluster, recorder: Recorder, schedule: Schedule
 ) -> dict[str, Any]:
@@ -122,9 +139,7 @@ async def _workload(
                 work.reread(http, first + r, r % config.partitions, until)
                 for r in range(config.rereaders)
             ]
-        clients += [work.nodes.probe(http, until), work.watch_leaders(http, until)]
-        await asyncio.gather(_faults(cluster, schedule, faults_until), *clients)
-        ready = await asyncio.to_thread(cluster.wait_ready, config.ready_timeout_s)
+        ready = await _drive(config, cluster, work, http, schedule, faults_until, clients)
         complete = await work.final_reads(
             http, config.producers + config.consumers + 1, time.monotonic() + config.final_read_s
         )
@@ -145,11 +160,8 @@ async def _group_clients(
     group = GroupWorkload(work, config.group, session_timeout_ms=config.session_timeout_ms)
     members = [group.member(http, config.producers + m, m, until) for m in range(config.members)]
     observer = group.observe(http, config.producers + config.members, until)
-    helpers = [work.nodes.probe(http, until), work.watch_leaders(http, until)]
-    await asyncio.gather(
-        _faults(cluster, schedule, faults_until), *producers, *members, observer, *helpers
-    )
-    ready = await asyncio.to_thread(cluster.wait_ready, config.ready_timeout_s)
+    clients = [*producers, *members, observer]
+    ready = await _drive(config, cluster, work, http, schedule, faults_until, clients)
     final = await group.final_phase(
         http, config.producers + config.members + 1, time.monotonic() + config.final_read_s
     )
@@ -173,9 +185,8 @@ async def _share_clients(
     if not await share.setup(http, first + config.receivers + 2, time.monotonic() + 60):
         raise ClusterError(f"could not create queue {share.queue!r} within 60 s")
     receivers = [share.receiver(http, first + r, until) for r in range(config.receivers)]
-    helpers = [work.nodes.probe(http, until), work.watch_leaders(http, until)]
-    await asyncio.gather(_faults(cluster, schedule, faults_until), *producers, *receivers, *helpers)
-    ready = await asyncio.to_thread(cluster.wait_ready, config.ready_timeout_s)
+    clients = [*producers, *receivers]
+    ready = await _drive(config, cluster, work, http, schedule, faults_until, clients)
     final = await share.final_phase(
         http, first + config.receivers, time.monotonic() + config.final_read_s
     )
@@ -194,15 +205,13 @@ async def _eos_clients(
     """The exactly-once workloads (chaos/eos_workload.py), then their final reads."""
     until = faults_until + config.recovery_s
     eos = EosWorkload(work, readers=config.consumers)
-    helpers = [work.nodes.probe(http, until), work.watch_leaders(http, until)]
     if config.workload == "idempotent":
         clients = [eos.idempotent_producer(http, p, until) for p in range(config.producers)]
     else:
         clients = [eos.txn_producer(http, p, until) for p in range(config.producers)]
         first = config.producers
         clients += [eos.reader(http, first + r, until) for r in range(config.consumers)]
-    await asyncio.gather(_faults(cluster, schedule, faults_until), *clients, *helpers)
-    ready = await asyncio.to_thread(cluster.wait_ready, config.ready_timeout_s)
+    ready = await _drive(config, cluster, work, http, schedule, faults_until, clients)
     process = config.producers + config.consumers
     deadline = time.monotonic() + config.final_read_s
     if config.workload == "idempotent":
@@ -226,9 +235,7 @@ async def _route_clients(
     if not await route.setup(http, time.monotonic() + 60):
         raise ClusterError(f"could not set up exchange {route.exchange!r} within 60 s")
     publishers = [route.publisher(http, p, until) for p in range(config.producers)]
-    helpers = [work.nodes.probe(http, until), work.watch_leaders(http, until)]
-    await asyncio.gather(_faults(cluster, schedule, faults_until), *publishers, *helpers)
-    ready = await asyncio.to_thread(cluster.wait_ready, config.ready_timeout_s)
+    ready = await _drive(config, cluster, work, http, schedule, faults_until, publishers)
     final = await route.final_phase(http, config.producers, time.monotonic() + config.final_read_s)
     done = final["destinations_read"]
     return {"ready_after_heal": ready, "final_reads_complete": {"route": done}, "route": final}

@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 
 from raftline.chaos.history import Op
-from raftline.chaos.workload import Outcome, Workload
+from raftline.chaos.workload import Workload
 
 ACTIONS = ("accept", "release", "reject", "forget")
 SHARE_FS = ("receive", "settle", "final", "queue-create")
@@ -73,20 +73,6 @@ class ShareWorkload:
     def scope(self) -> tuple[str, str]:
         return ("queue", self.queue)
 
-    async def _call(
-        self,
-        http: aiohttp.ClientSession,
-        method: str,
-        path: str,
-        body: Any = None,
-        expect: tuple[str, ...] = (),
-    ) -> tuple[str, Outcome]:
-        endpoint = self.work.nodes.pick(self.scope)
-        outcome = await self.work.request(
-            http, endpoint, method, path, body, expect, scope=self.scope
-        )
-        return endpoint.name, outcome
-
     # Setup ------------------------------------------------------------------------------
 
     async def setup(self, http: aiohttp.ClientSession, process: int, deadline: float) -> bool:
@@ -105,14 +91,18 @@ class ShareWorkload:
         }
         made = False
         while time.monotonic() < deadline:
-            _, outcome = await self._call(http, "POST", "/v1/topics", topic)
+            _, outcome = await self.work.request_picked(
+                http, self.scope, "POST", "/v1/topics", topic
+            )
             if outcome.type == "ok" or outcome.error == "topic_exists":
                 made = True
                 break
             await asyncio.sleep(1.0)
         while made and time.monotonic() < deadline:
             invoke = self.work.recorder.invoke(process, "queue-create", config)
-            _, outcome = await self._call(http, "POST", "/v1/queues", config)
+            _, outcome = await self.work.request_picked(
+                http, self.scope, "POST", "/v1/queues", config
+            )
             self.work.recorder.complete(invoke, outcome.type, config, outcome.error)
             if outcome.type == "ok":
                 return True
@@ -217,8 +207,9 @@ class ShareWorkload:
         offset = 0
         topic = self.dead_letter_topic
         while time.monotonic() < deadline:
-            _, outcome = await self._call(
+            _, outcome = await self.work.request_picked(
                 http,
+                self.scope,
                 "GET",
                 f"/v1/topics/{topic}/partitions/0/messages"
                 f"?offset={offset}&max_messages=1000&wait_ms=0",

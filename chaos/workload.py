@@ -187,6 +187,20 @@ class Workload:
         self.nodes.observe(endpoint, outcome, scope)
         return outcome
 
+    async def request_picked(
+        self,
+        session: aiohttp.ClientSession,
+        scope: Hashable,
+        method: str,
+        path: str,
+        body: Any = None,
+        expect: tuple[str, ...] = (),
+    ) -> tuple[str, Outcome]:
+        """`request` on the node `self.nodes` picks for `scope`: its name and the outcome."""
+        endpoint = self.nodes.pick(scope)
+        outcome = await self.request(session, endpoint, method, path, body, expect, scope=scope)
+        return endpoint.name, outcome
+
     def pick_partition(self) -> int:
         """A random partition, one that some node can serve where there is one: a partition
         without a reachable leader is skipped for a while, as Kafka's producers do (KIP-794)."""

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from raftline.clients.core import Call, Op, Returns, json_call
 from raftline.clients.streaming import StreamCursor
 from raftline.clients.wire import (
+    Answer,
     HeaderValue,
     RaftlineError,
     _decoded,
@@ -146,9 +147,16 @@ class QueueCore:
             if error.retryable:
                 self._leader = None
             raise
+        self._learn_leader(answer)
+        return answer.json()
+
+    def _learn_leader(self, answer: Answer) -> None:
         address = answer.headers.get(LEADER_HEADER)
         self._leader = f"http://{address}" if address else None
-        return answer.json()
+
+    def _located(self) -> Op[None]:
+        """Learn the shard leader from the queue's description (its answer names it)."""
+        self._learn_leader((yield Call("GET", queue_path(self.name), json_request(None))))
 
     def received(self, max_messages: int, wait_ms: int) -> Op[list[QueueMessage]]:
         if self.stream.active():
@@ -170,7 +178,10 @@ class QueueCore:
             params["filter"] = self.record_filter
         if self.stream.handle is None:
             self._unsettled.clear()  # a new stream starts with the whole window
-        if not (yield from self.stream.opened(queue_path(self.name, "stream"), params)):
+            if self.leader_url() is None:  # open it at the shard leader: no forward per round
+                yield from self._located()
+        path = queue_path(self.name, "stream")
+        if not (yield from self.stream.opened(path, params, self.leader_url())):
             return None
         try:
             frame = yield from self.stream.frame(wait_ms / 1000)

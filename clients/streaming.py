@@ -102,13 +102,13 @@ class StreamCursor:
     def active(self) -> bool:
         return self.enabled and self.clock() >= self._fallback_until
 
-    def opened(self, path: str, params: dict[str, str]) -> StreamOp:
-        """The stream, opened now unless it is open; False when the server or a proxy refused
-        the upgrade (the caller long-polls instead)."""
+    def opened(self, path: str, params: dict[str, str], url: str | None = None) -> StreamOp:
+        """The stream, opened now (at `url`, else a bootstrap node) unless it is open; False
+        when the server or a proxy refused the upgrade (the caller long-polls instead)."""
         if self.handle is not None:
             return True
         try:
-            self.handle = yield Open(path, {**params, "credit": str(self.window)})
+            self.handle = yield Open(path, {**params, "credit": str(self.window)}, url)
         except RaftlineError as error:
             if error.code != STREAM_UNSUPPORTED:
                 raise

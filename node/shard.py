@@ -30,7 +30,6 @@ from raftline.raftlog.types import Entry, EntryKind
 log = logging.getLogger(__name__)
 
 CHECKPOINT_EVERY = 1_000  # commands between checkpoints (the log then holds about this many)
-CHECKPOINT_DRAIN_S = 1.0  # how long proposals may be held while those in flight are applied
 
 
 def not_leader(shard: str) -> BrokerError:
@@ -61,7 +60,6 @@ class ShardReplica:
         self.checkpoint_index: int | None = None
         self._waiters: dict[int, tuple[int, asyncio.Future[dict[str, Any]]]] = {}
         self._checkpointing = False
-        self._gate: asyncio.Event | None = None  # set while a checkpoint is being placed
         self._closed = False
 
     # Raft callbacks
@@ -125,13 +123,7 @@ class ShardReplica:
     def serving(self) -> bool:
         return self.role == "leader" and self.term_committed and not self._closed
 
-    async def propose(
-        self, command: dict[str, Any], timeout: float, gated: bool = True
-    ) -> dict[str, Any]:
-        if gated and self._gate is not None:  # a checkpoint is being placed: wait a moment
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
-                    await self._gate.wait()
+    async def propose(self, command: dict[str, Any], timeout: float) -> dict[str, Any]:
         if not self.serving:
             raise not_leader(self.shard)
         loop = asyncio.get_running_loop()
@@ -167,9 +159,11 @@ class ShardReplica:
             raise not_leader(self.shard)
 
     async def maybe_checkpoint(self, timeout: float) -> bool:
-        """Leader: write a checkpoint once enough commands piled up since the last one. New
-        proposals wait (a commit round or so) until the ones in flight are applied and the
-        checkpoint is appended, so that it lands right after the state it holds."""
+        """Leader: write a checkpoint once enough commands piled up since the last one. It must
+        land right after the state it holds, so it carries the state at the end of the log:
+        the applied state plus the commands appended or queued but not yet applied, replayed
+        on a copy. Proposals are never held for it (holding them cost a commit round of latency
+        to every call that came meanwhile); should anything else land first, it is refused."""
         group = self.runtime.groups.get(self.shard)
         if (
             self._checkpointing
@@ -178,31 +172,40 @@ class ShardReplica:
             or self.state.applied_commands < self._checkpoint_every
         ):
             return False
+        after, snapshot = self._state_at_log_end(group)
+        if snapshot is None:
+            return False
         self._checkpointing = True
-        self._gate = asyncio.Event()
         try:
-            deadline = asyncio.get_running_loop().time() + CHECKPOINT_DRAIN_S
-            while group.core.last_index != self.applied_index or group.proposals:
-                if asyncio.get_running_loop().time() > deadline or not self.serving:
-                    return False
-                await asyncio.sleep(0.002)
-            command = {
-                "op": "checkpoint",
-                "after": self.applied_index,
-                "snapshot": self.state.snapshot(),
-            }
-            written = asyncio.ensure_future(self.propose(command, timeout, gated=False))
-            await asyncio.sleep(0)  # queued in the runtime before the gated proposals
-            self._gate.set()
-            await written
+            command = {"op": "checkpoint", "after": after, "snapshot": snapshot}
+            await self.propose(command, timeout)
             return True
         except BrokerError as exc:
             log.debug("%s: checkpoint not written: %s", self.shard, exc.message)
             return False
         finally:
-            self._gate.set()
-            self._gate = None
             self._checkpointing = False
+
+    def _state_at_log_end(self, group: Any) -> tuple[int, dict[str, Any] | None]:
+        """The offset a proposal made now would follow, and the state after applying everything
+        up to it (None where an earlier checkpoint is still on its way: no second one yet)."""
+        snapshot = self.state.snapshot()
+        last = group.core.last_index
+        pending = [(e.kind, e.data) for e in group.core.entries(self.applied_index + 1, last)]
+        pending += [(p.kind, p.data) for p in group.proposals]
+        after = last + sum(p.count for p in group.proposals)
+        commands = [decode_command(data) for kind, data in pending if kind == EntryKind.DATA]
+        if not commands:
+            return after, snapshot
+        if any(c.get("op") == "checkpoint" for c in commands):
+            return after, None
+        copy = type(self.state)()
+        # through the log's own encoding, so that the copy shares nothing with the live state
+        copy.apply(decode_command(encode_command({"op": "checkpoint", "snapshot": snapshot})))
+        for command in commands:
+            with contextlib.suppress(Exception):  # a refused command: as every replica refuses it
+                copy.apply(command)
+        return after, copy.snapshot()
 
     def close(self) -> None:
         self._closed = True

@@ -22,7 +22,6 @@
 #define MAX_BATCH_SIZE (16 * 1024 * 1024)
 #define CRC_AT 17
 #define CRC_START 21
-#define MIN_RECORD_BODY 6
 #define MAX_ARROW_OFFSET 2147483647LL
 
 #define ATTR_CODEC 0x07
@@ -183,22 +182,13 @@ static int utf8_check(const unsigned char *p, int64_t size) {
 /* One record's headers: checked always, appended when `keep`. */
 static int walk_headers(Walk *w, Reader *r, Py_ssize_t record_end, int keep) {
     int64_t count;
-    if (read_zigzag(r, 32, &count) < 0)
+    if (read_header_count(r, record_end, &count) < 0)
         return -1;
-    if (count != 0 && (count < 0 || 2 * count > (int64_t)(record_end - r->pos))) {
-        corrupt("header count %lld out of range", (long long)count);
-        return -1;
-    }
     for (int64_t i = 0; i < count; i++) {
-        Py_ssize_t key_start = 0, value_start = 0;
+        Py_ssize_t key_start, value_start;
         int64_t key_size, value_size;
-        if (read_field(r, record_end, &key_start, &key_size) < 0)
-            return -1;
-        if (key_size < 0) {
-            corrupt("null header key");
-            return -1;
-        }
-        if (read_field(r, record_end, &value_start, &value_size) < 0)
+        if (read_header_fields(r, record_end, &key_start, &key_size, &value_start, &value_size) <
+            0)
             return -1;
         if (utf8_check(r->data + key_start, key_size) < 0)
             return -1;
@@ -230,33 +220,15 @@ static int walk_records(Walk *w, const unsigned char *section, Py_ssize_t size,
     Reader r = {section, size, 0};
     int64_t previous_delta = -1;
     for (int64_t n = 0; n < count; n++) {
-        int64_t length, timestamp_delta, offset_delta;
-        if (read_zigzag(&r, 32, &length) < 0)
+        RecordHead h;
+        if (read_record_head(&r, last_offset_delta, &previous_delta, &h) < 0)
             return -1;
-        if (length < MIN_RECORD_BODY || r.pos + length > r.end) {
-            corrupt("record length %lld out of range at %zd", (long long)length, r.pos);
-            return -1;
-        }
-        Py_ssize_t record_end = r.pos + (Py_ssize_t)length;
-        r.pos++; /* record attributes: no bits are defined */
-        if (read_zigzag(&r, 64, &timestamp_delta) < 0 || read_zigzag(&r, 32, &offset_delta) < 0)
-            return -1;
-        if (!(previous_delta < offset_delta && offset_delta <= last_offset_delta)) {
-            corrupt("offset delta %lld out of order or range", (long long)offset_delta);
-            return -1;
-        }
-        previous_delta = offset_delta;
-        Py_ssize_t key_start = 0, value_start = 0;
-        int64_t key_size, value_size;
-        if (read_field(&r, record_end, &key_start, &key_size) < 0 ||
-            read_field(&r, record_end, &value_start, &value_size) < 0)
-            return -1;
-        int64_t offset = base_offset + offset_delta;
+        int64_t offset = base_offset + h.offset_delta;
         int keep = offset >= w->start_offset && offset < w->end_offset;
-        if (walk_headers(w, &r, record_end, keep && w->headers) < 0)
+        if (walk_headers(w, &r, h.end, keep && w->headers) < 0)
             return -1;
-        if (r.pos != record_end) {
-            corrupt("record declares %lld bytes but holds a different size", (long long)length);
+        if (r.pos != h.end) {
+            corrupt("record declares %lld bytes but holds a different size", (long long)h.length);
             return -1;
         }
         if (!keep)
@@ -264,8 +236,8 @@ static int walk_records(Walk *w, const unsigned char *section, Py_ssize_t size,
         int64_t timestamp, micros;
         if (append_time) {
             timestamp = max_timestamp;
-        } else if (__builtin_add_overflow(base_timestamp, timestamp_delta, &timestamp)) {
-            corrupt("timestamp delta %lld overflows", (long long)timestamp_delta);
+        } else if (__builtin_add_overflow(base_timestamp, h.timestamp_delta, &timestamp)) {
+            corrupt("timestamp delta %lld overflows", (long long)h.timestamp_delta);
             return -1;
         }
         if (__builtin_mul_overflow(timestamp, 1000, &micros)) { /* Arrow wants microseconds */
@@ -274,8 +246,8 @@ static int walk_records(Walk *w, const unsigned char *section, Py_ssize_t size,
         }
         if (buf_put_i64(&w->offsets, offset) < 0 || buf_put_i64(&w->timestamps, micros) < 0 ||
             buf_put_i32(&w->timestamp_types, append_time) < 0 ||
-            column_append(&w->keys, section + key_start, key_size) < 0 ||
-            column_append(&w->values, section + value_start, value_size) < 0)
+            column_append(&w->keys, section + h.key_start, h.key_size) < 0 ||
+            column_append(&w->values, section + h.value_start, h.value_size) < 0)
             return -1;
         if (w->headers && buf_put_i32(&w->header_offsets, (int32_t)w->header_count) < 0)
             return -1;

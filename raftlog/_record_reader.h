@@ -100,4 +100,70 @@ static int read_field(Reader *r, Py_ssize_t limit, Py_ssize_t *start, int64_t *s
     return 0;
 }
 
+/* Smallest record body after its length: attributes, timestamp delta, offset delta, key
+ * length, value length, header count, one byte each (records.py's _MIN_RECORD_SIZE - 1). */
+#define MIN_RECORD_BODY 6
+
+/* A record's fields before its headers. */
+typedef struct {
+    int64_t length;   /* of the body, as the record declares it */
+    Py_ssize_t end;   /* where the body ends in the section */
+    int64_t timestamp_delta, offset_delta;
+    Py_ssize_t key_start, value_start;
+    int64_t key_size, value_size; /* -1: null */
+} RecordHead;
+
+/* Reads a record up to its headers: the length (within the section), the attributes, the
+ * deltas (offset deltas strictly rising from *previous_delta, at most last_offset_delta;
+ * *previous_delta becomes this one), the key and the value. */
+static inline int read_record_head(Reader *r, int64_t last_offset_delta, int64_t *previous_delta,
+                                   RecordHead *h) {
+    if (read_zigzag(r, 32, &h->length) < 0)
+        return -1;
+    /* length is an int32 and pos <= end, so this cannot overflow */
+    if (h->length < MIN_RECORD_BODY || r->pos + h->length > r->end) {
+        corrupt("record length %lld out of range at %zd", (long long)h->length, r->pos);
+        return -1;
+    }
+    h->end = r->pos + (Py_ssize_t)h->length;
+    r->pos++; /* record attributes: no bits are defined */
+    if (read_zigzag(r, 64, &h->timestamp_delta) < 0 || read_zigzag(r, 32, &h->offset_delta) < 0)
+        return -1;
+    if (!(*previous_delta < h->offset_delta && h->offset_delta <= last_offset_delta)) {
+        corrupt("offset delta %lld out of order or range", (long long)h->offset_delta);
+        return -1;
+    }
+    *previous_delta = h->offset_delta;
+    h->key_start = h->value_start = 0;
+    if (read_field(r, h->end, &h->key_start, &h->key_size) < 0 ||
+        read_field(r, h->end, &h->value_start, &h->value_size) < 0)
+        return -1;
+    return 0;
+}
+
+/* A record's header count, bounded by its remaining bytes (each header takes two at least). */
+static inline int read_header_count(Reader *r, Py_ssize_t record_end, int64_t *count) {
+    if (read_zigzag(r, 32, count) < 0)
+        return -1;
+    if (*count != 0 && (*count < 0 || 2 * *count > (int64_t)(record_end - r->pos))) {
+        corrupt("header count %lld out of range", (long long)*count);
+        return -1;
+    }
+    return 0;
+}
+
+/* One header's key (never null; its UTF-8 is the caller's check) and value (maybe null). */
+static inline int read_header_fields(Reader *r, Py_ssize_t record_end, Py_ssize_t *key_start,
+                                     int64_t *key_size, Py_ssize_t *value_start,
+                                     int64_t *value_size) {
+    *key_start = *value_start = 0;
+    if (read_field(r, record_end, key_start, key_size) < 0)
+        return -1;
+    if (*key_size < 0) {
+        corrupt("null header key");
+        return -1;
+    }
+    return read_field(r, record_end, value_start, value_size);
+}
+
 #endif

@@ -21,9 +21,6 @@
 #include "_record_reader.h"
 
 #define INT32_LIMIT 2147483647LL
-/* Smallest record body after its length: attributes, timestamp delta, offset delta, key
- * length, value length, header count, one byte each (records.py's _MIN_RECORD_SIZE - 1). */
-#define MIN_RECORD_BODY 6
 
 /* Set once by bind(): the classes records.py defines. */
 static PyObject *record_type;        /* Record, a slots dataclass */
@@ -524,52 +521,40 @@ static int header_int(PyObject *header, const char *name, int64_t *out) {
 static int read_headers(Reader *r, Py_ssize_t record_end, int keep, PyObject **headers_out) {
     int64_t count;
     PyObject *headers = NULL;
-    if (read_zigzag(r, 32, &count) < 0)
+    if (read_header_count(r, record_end, &count) < 0)
         return -1;
     if (keep && (headers = PyList_New(0)) == NULL)
         return -1;
-    if (count != 0) {
-        /* Each header takes at least two bytes: bounds the loop by the data. */
-        if (count < 0 || 2 * count > (int64_t)(record_end - r->pos)) {
-            corrupt("header count %lld out of range", (long long)count);
+    for (int64_t i = 0; i < count; i++) {
+        Py_ssize_t key_start, value_start;
+        int64_t key_size, value_size;
+        if (read_header_fields(r, record_end, &key_start, &key_size, &value_start,
+                               &value_size) < 0)
+            goto fail;
+        /* Python's str decode is the UTF-8 check in both modes. */
+        PyObject *key = PyUnicode_DecodeUTF8((const char *)r->data + key_start,
+                                             (Py_ssize_t)key_size, "strict");
+        if (key == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                goto fail;
+            PyErr_Clear();
+            corrupt("header key is not UTF-8");
             goto fail;
         }
-        for (int64_t i = 0; i < count; i++) {
-            Py_ssize_t key_start = 0, value_start = 0;
-            int64_t key_size, value_size;
-            if (read_field(r, record_end, &key_start, &key_size) < 0)
-                goto fail;
-            if (key_size < 0) {
-                corrupt("null header key");
-                goto fail;
-            }
-            if (read_field(r, record_end, &value_start, &value_size) < 0)
-                goto fail;
-            /* Python's str decode is the UTF-8 check in both modes. */
-            PyObject *key = PyUnicode_DecodeUTF8((const char *)r->data + key_start,
-                                                 (Py_ssize_t)key_size, "strict");
-            if (key == NULL) {
-                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
-                    goto fail;
-                PyErr_Clear();
-                corrupt("header key is not UTF-8");
-                goto fail;
-            }
-            if (!keep) {
-                Py_DECREF(key);
-                continue;
-            }
-            PyObject *value = field_object(r, value_start, value_size);
-            PyObject *pair = value ? PyTuple_Pack(2, key, value) : NULL;
+        if (!keep) {
             Py_DECREF(key);
-            Py_XDECREF(value);
-            if (pair == NULL)
-                goto fail;
-            int appended = PyList_Append(headers, pair);
-            Py_DECREF(pair);
-            if (appended < 0)
-                goto fail;
+            continue;
         }
+        PyObject *value = field_object(r, value_start, value_size);
+        PyObject *pair = value ? PyTuple_Pack(2, key, value) : NULL;
+        Py_DECREF(key);
+        Py_XDECREF(value);
+        if (pair == NULL)
+            goto fail;
+        int appended = PyList_Append(headers, pair);
+        Py_DECREF(pair);
+        if (appended < 0)
+            goto fail;
     }
     *headers_out = headers;
     return 0;
@@ -619,40 +604,21 @@ static PyObject *decode_records(PyObject *self, PyObject *args) {
     Reader r = {view.buf, view.len, 0};
     int64_t previous_delta = -1, largest = 0;
     for (int64_t n = 0; n < count; n++) {
-        int64_t length, timestamp_delta, offset_delta;
-        if (read_zigzag(&r, 32, &length) < 0)
+        RecordHead h;
+        if (read_record_head(&r, last_offset_delta, &previous_delta, &h) < 0)
             goto fail;
-        /* length is an int32 and pos <= end, so this cannot overflow */
-        if (length < MIN_RECORD_BODY || r.pos + length > r.end) {
-            corrupt("record length %lld out of range at %zd", (long long)length, r.pos);
-            goto fail;
-        }
-        Py_ssize_t record_end = r.pos + (Py_ssize_t)length;
-        if (length > largest)
-            largest = length;
-        r.pos++; /* record attributes: no bits are defined */
-        if (read_zigzag(&r, 64, &timestamp_delta) < 0 || read_zigzag(&r, 32, &offset_delta) < 0)
-            goto fail;
-        if (!(previous_delta < offset_delta && offset_delta <= last_offset_delta)) {
-            corrupt("offset delta %lld out of order or range", (long long)offset_delta);
-            goto fail;
-        }
-        previous_delta = offset_delta;
-        Py_ssize_t key_start = 0, value_start = 0;
-        int64_t key_size, value_size;
-        if (read_field(&r, record_end, &key_start, &key_size) < 0 ||
-            read_field(&r, record_end, &value_start, &value_size) < 0)
-            goto fail;
+        if (h.length > largest)
+            largest = h.length;
         PyObject *headers = NULL;
-        if (read_headers(&r, record_end, keep == 1, &headers) < 0)
+        if (read_headers(&r, h.end, keep == 1, &headers) < 0)
             goto fail;
-        if (r.pos != record_end) {
+        if (r.pos != h.end) {
             Py_XDECREF(headers);
-            corrupt("record declares %lld bytes but holds a different size", (long long)length);
+            corrupt("record declares %lld bytes but holds a different size", (long long)h.length);
             goto fail;
         }
         if (keep == 2) {
-            PyObject *value = field_object(&r, value_start, value_size);
+            PyObject *value = field_object(&r, h.value_start, h.value_size);
             int appended = value == NULL ? -1 : PyList_Append(records, value);
             Py_XDECREF(value);
             if (appended < 0)
@@ -669,16 +635,16 @@ static PyObject *decode_records(PyObject *self, PyObject *args) {
             goto fail;
         }
         PyTuple_SET_ITEM(record, 4, headers);
-        PyObject *offset = sum_object(base_offset, offset_delta);
+        PyObject *offset = sum_object(base_offset, h.offset_delta);
         PyObject *timestamp;
         if (append_time != NULL) {
             Py_INCREF(append_time);
             timestamp = append_time;
         } else {
-            timestamp = sum_object(base_timestamp, timestamp_delta);
+            timestamp = sum_object(base_timestamp, h.timestamp_delta);
         }
-        PyObject *key = field_object(&r, key_start, key_size);
-        PyObject *value = field_object(&r, value_start, value_size);
+        PyObject *key = field_object(&r, h.key_start, h.key_size);
+        PyObject *value = field_object(&r, h.value_start, h.value_size);
         /* A NULL item is harmless to the tuple's dealloc; fail after filling every slot. */
         PyTuple_SET_ITEM(record, 0, offset);
         PyTuple_SET_ITEM(record, 1, timestamp);

@@ -158,6 +158,14 @@ class RaftNode:
         """Term of the entry covering an offset in this replica's log (unstable tail included)."""
         return self._log.term_at(index)
 
+    def entries(self, lo: int, hi: int) -> list[Entry]:
+        """Entries covering offsets lo..hi of this replica's log (lo at an entry boundary)."""
+        found: list[Entry] = []
+        while lo <= hi:
+            found.extend(self._log.slice(lo, hi, 1 << 20))
+            lo = found[-1].last_index + 1
+        return found
+
     def progress(self, peer: int) -> Progress | None:
         """Leader only: the replication progress of a follower (for tests and metrics)."""
         return self._progress.get(peer)

@@ -235,11 +235,11 @@ def running_cluster(root: Path, size: int = 3) -> Iterator[Cluster]:
                 os.killpg(node.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
 
 
-def call_until_done(
+def call_retrying(
     node: Node, method: str, path: str, body: Any = None, retry_s: float = 20.0
-) -> Any:
+) -> tuple[int, Any]:
     """One HTTP call to `node`, tried again while its answer is retryable (or the node cannot
-    be reached) for up to `retry_s`; it must end in a 2xx, whose body is returned."""
+    be reached) for up to `retry_s`: the last (status, body)."""
     deadline = time.monotonic() + retry_s
     while True:
         try:
@@ -250,9 +250,17 @@ def call_until_done(
             status >= 500 and isinstance(answer, dict) and answer["error"].get("retryable")
         )
         if not retryable or time.monotonic() > deadline:
-            assert status in (200, 201, 204), (method, path, status, answer)
-            return answer
+            return status, answer
         time.sleep(0.1)
+
+
+def call_until_done(
+    node: Node, method: str, path: str, body: Any = None, retry_s: float = 20.0
+) -> Any:
+    """`call_retrying` that must end in a 2xx, whose body is returned."""
+    status, answer = call_retrying(node, method, path, body, retry_s)
+    assert status in (200, 201, 204), (method, path, status, answer)
+    return answer
 
 
 class ContinuousProducer:

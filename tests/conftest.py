@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient
 from cluster_harness import Cluster, running_cluster
-from inproc_harness import configs, start_all
+from inproc_harness import configs, serving, start_all
 from seaweedfs import SeaweedServer, running_seaweedfs
 
 from raftline.clients.client import Client
@@ -28,6 +29,13 @@ async def cluster(tmp_path: Path) -> AsyncIterator[list[Broker]]:
     yield brokers
     for broker in brokers:
         await broker.stop()
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[TestClient]:
+    """One in-process broker and an HTTP test client on it, ready."""
+    async with serving(tmp_path / "data") as (client, _):
+        yield client
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from raftline.api.app import create_app
@@ -104,3 +105,45 @@ async def start_all(cfgs: list[NodeConfig]) -> list[Broker]:
         await broker.start()
     await wait_for(lambda: all(b.ready() for b in brokers))
     return brokers
+
+
+class HttpCluster:
+    """Started brokers, each behind an aiohttp server on its config's HTTP address."""
+
+    def __init__(self, cfgs: list[NodeConfig], brokers: list[Broker]) -> None:
+        self.brokers = brokers
+        self.urls = [f"http://{c.http}" for c in cfgs]
+        self.runners: list[web.AppRunner] = []
+        self.live = list(range(len(brokers)))
+
+    async def serve(self, cfgs: list[NodeConfig]) -> None:
+        for broker, config in zip(self.brokers, cfgs, strict=True):
+            runner = web.AppRunner(create_app(broker, self_http=config.http))
+            await runner.setup()
+            host, port = config.http.rsplit(":", 1)
+            await web.TCPSite(runner, host, int(port)).start()
+            self.runners.append(runner)
+
+    async def stop(self, index: int) -> None:
+        """Stops one node, HTTP and all."""
+        self.live.remove(index)
+        await self.runners[index].cleanup()
+        await self.brokers[index].stop()
+
+    async def close(self) -> None:
+        for i, (runner, broker) in enumerate(zip(self.runners, self.brokers, strict=False)):
+            if i in self.live:
+                await runner.cleanup()
+                await broker.stop()
+
+
+@asynccontextmanager
+async def http_cluster(tmp_path: Path, size: int) -> AsyncIterator[HttpCluster]:
+    """`size` started brokers serving HTTP; the live ones stop on exit."""
+    cfgs = configs(tmp_path, size)
+    cluster = HttpCluster(cfgs, await start_all(cfgs))
+    try:
+        await cluster.serve(cfgs)
+        yield cluster
+    finally:
+        await cluster.close()

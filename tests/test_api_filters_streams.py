@@ -7,25 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient
-from inproc_harness import serving
 
 from raftline.clients.streaming import batch_frame
 from raftline.clients.wire import fetch_answer
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[TestClient]:
-    async with serving(tmp_path / "data") as (client, _):
-        yield client
 
 
 async def ok(api: TestClient, method: str, path: str, body: Any = None, **kw: Any) -> Any:

@@ -6,24 +6,15 @@ import asyncio
 import base64
 import json
 import random
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import msgpack
 import pytest
 from aiohttp.test_utils import TestClient
-from inproc_harness import serving
 
 from raftline.api.partitioner import partition_for_key
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[TestClient]:
-    async with serving(tmp_path / "data") as (client, _):
-        yield client
 
 
 async def _create(api: TestClient, name: str = "orders", **fields: Any) -> dict[str, Any]:

@@ -7,21 +7,13 @@ topic removes its bindings; and the documented 4xx answers to bad input."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
-from inproc_harness import call, ok, serving
+from inproc_harness import call, ok
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[TestClient]:
-    async with serving(tmp_path / "data") as (client, _):
-        yield client
 
 
 async def error(api: TestClient, method: str, path: str, body: Any = None) -> tuple[int, str]:

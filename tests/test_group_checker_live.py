@@ -9,10 +9,8 @@ import random
 import time
 from pathlib import Path
 
-from aiohttp import web
-from inproc_harness import configs, start_all
+from inproc_harness import http_cluster
 
-from raftline.api.app import create_app
 from raftline.chaos import report
 from raftline.chaos.group_workload import GroupWorkload
 from raftline.chaos.history import Recorder
@@ -22,19 +20,9 @@ MEMBERS = 3
 
 
 async def test_group_workload_against_three_in_process_brokers_is_valid(tmp_path: Path) -> None:
-    cfgs = configs(tmp_path, 3)
-    brokers = await start_all(cfgs)
-    runners = []
     recorder = Recorder(tmp_path / "history.jsonl")
-    try:
-        for broker, cfg in zip(brokers, cfgs, strict=True):
-            runner = web.AppRunner(create_app(broker, self_http=cfg.http))
-            await runner.setup()
-            host, port = cfg.http.rsplit(":", 1)
-            await web.TCPSite(runner, host, int(port)).start()
-            runners.append(runner)
-        work = Workload(recorder, [f"http://{c.http}" for c in cfgs], "orders", 3,
-                        random.Random(7), 3)  # fmt: skip
+    async with http_cluster(tmp_path, 3) as cluster:
+        work = Workload(recorder, cluster.urls, "orders", 3, random.Random(7), 3)
         group = GroupWorkload(
             work,
             "billing",
@@ -53,12 +41,7 @@ async def test_group_workload_against_three_in_process_brokers_is_valid(tmp_path
                 group.observe(http, 2 + MEMBERS, until, every_s=0.1),
             )
             final = await group.final_phase(http, 3 + MEMBERS, time.monotonic() + 30)
-    finally:
-        recorder.close()
-        for runner in runners:
-            await runner.cleanup()
-        for broker in brokers:
-            await broker.stop()
+    recorder.close()
     ops = recorder.ops
     assert final["consumed_to_end"] and final["offsets_read"], final
     result = report.analyse(ops)

@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_harness import Node, running_cluster
-
-from bench.node_procs import http_json
+from cluster_harness import Node, call_retrying, running_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -21,18 +19,7 @@ RETRY_S = 15.0
 
 def call(node: Node, method: str, path: str, body: Any = None, retry_s: float = RETRY_S) -> Any:
     """(status, body), retrying connection failures and retryable errors for a while."""
-    deadline = time.monotonic() + retry_s
-    while True:
-        try:
-            status, answer = http_json(f"{node.url}{path}", method, body, timeout=10.0)
-        except OSError as error:
-            status, answer = 0, {"error": {"retryable": True, "message": str(error)}}
-        retryable = status == 0 or (
-            status >= 500 and isinstance(answer, dict) and answer["error"].get("retryable")
-        )
-        if not retryable or time.monotonic() > deadline:
-            return status, answer
-        time.sleep(0.05)
+    return call_retrying(node, method, path, body, retry_s)
 
 
 def ok(node: Node, method: str, path: str, body: Any = None) -> Any:

@@ -9,33 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
-from inproc_harness import serving
+from inproc_harness import call, ok
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[TestClient]:
-    async with serving(tmp_path / "data") as (client, _):
-        yield client
-
-
-async def call(api: TestClient, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    response = await api.request(method, path, json=body)
-    text = await response.text()
-    return response.status, (await response.json()) if text else None
-
-
-async def ok(api: TestClient, method: str, path: str, body: Any = None) -> Any:
-    status, answer = await call(api, method, path, body)
-    assert status in (200, 201, 204), (method, path, status, answer)
-    return answer
 
 
 async def setup(api: TestClient, partitions: int = 2, per_partition: int = 3, **queue: Any) -> None:

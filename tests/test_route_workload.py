@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
-from inproc_harness import configs, start_all
+from inproc_harness import http_cluster
 
 from raftline.api import codec
 from raftline.api.app import ApiState, _produce_partition
@@ -32,20 +31,9 @@ pytestmark = pytest.mark.timeout(150)
 async def run_route(
     tmp_path: Path, seconds: float = 3.0, stop_leader_at: float | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    cfgs = configs(tmp_path, 3)
-    brokers = await start_all(cfgs)
-    runners = []
-    live = list(range(len(brokers)))
-    try:
-        for broker, config in zip(brokers, cfgs, strict=True):
-            runner = web.AppRunner(create_app_for(broker, config.http))
-            await runner.setup()
-            host, port = config.http.split(":")
-            await web.TCPSite(runner, host, int(port)).start()
-            runners.append(runner)
-        urls = [f"http://{c.http}" for c in cfgs]
+    async with http_cluster(tmp_path, 3) as cluster:
         recorder = Recorder(tmp_path / "history.jsonl")
-        work = Workload(recorder, urls, "t", 1, random.Random(7), 3)
+        work = Workload(recorder, cluster.urls, "t", 1, random.Random(7), 3)
         route = RouteWorkload(work, destinations=3)
 
         async def stop_leader() -> None:
@@ -56,14 +44,12 @@ async def run_route(
             topic = route.topics[-1]
             index = next(
                 i
-                for i in live
-                for group, replica in brokers[i].partitions.items()
+                for i in cluster.live
+                for group, replica in cluster.brokers[i].partitions.items()
                 if group.startswith(f"{topic}~")
-                and brokers[i].runtime.groups[group].role == "leader"
+                and cluster.brokers[i].runtime.groups[group].role == "leader"
             )
-            live.remove(index)
-            await runners[index].cleanup()
-            await brokers[index].stop()
+            await cluster.stop(index)
 
         async with session() as http:
             assert await route.setup(http, time.monotonic() + 30)
@@ -76,17 +62,6 @@ async def run_route(
             final = await route.final_phase(http, 3, time.monotonic() + 60)
         recorder.close()
         return report.analyse(recorder.ops), final
-    finally:
-        for i, (runner, broker) in enumerate(zip(runners, brokers, strict=False)):
-            if i in live:
-                await runner.cleanup()
-                await broker.stop()
-
-
-def create_app_for(broker: Any, http: str) -> web.Application:
-    from raftline.api.app import create_app
-
-    return create_app(broker, self_http=http)
 
 
 async def test_route_workload_over_http_leaves_a_valid_history(tmp_path: Path) -> None:

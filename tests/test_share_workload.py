@@ -12,10 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
-from inproc_harness import configs, start_all
+from inproc_harness import http_cluster
 
-from raftline.api.app import create_app
 from raftline.chaos import report
 from raftline.chaos.history import Recorder
 from raftline.chaos.share_workload import ShareWorkload
@@ -28,20 +26,9 @@ pytestmark = pytest.mark.timeout(120)
 async def run_share(
     tmp_path: Path, seconds: float = 3.0, stop_leader_at: float | None = None
 ) -> tuple[dict[str, Any], dict]:
-    cfgs = configs(tmp_path, 3)
-    brokers = await start_all(cfgs)
-    runners = []
-    live = list(range(len(brokers)))
-    try:
-        for broker, config in zip(brokers, cfgs, strict=True):
-            runner = web.AppRunner(create_app(broker, self_http=config.http))
-            await runner.setup()
-            host, port = config.http.split(":")
-            await web.TCPSite(runner, host, int(port)).start()
-            runners.append(runner)
-        urls = [f"http://{c.http}" for c in cfgs]
+    async with http_cluster(tmp_path, 3) as cluster:
         recorder = Recorder(tmp_path / "history.jsonl")
-        work = Workload(recorder, urls, "t", 2, random.Random(5), 3)
+        work = Workload(recorder, cluster.urls, "t", 2, random.Random(5), 3)
         share = ShareWorkload(work, lock_ms=300, max_deliveries=3)
         share.crash_share = share.late_share = 0.1
 
@@ -52,13 +39,11 @@ async def run_share(
             await asyncio.sleep(stop_leader_at)
             index = next(
                 i
-                for i in live
-                for r in brokers[i].queues.replicas.values()
+                for i in cluster.live
+                for r in cluster.brokers[i].queues.replicas.values()
                 if r.serving and share.queue in r.state.queues
             )
-            live.remove(index)
-            await runners[index].cleanup()
-            await brokers[index].stop()
+            await cluster.stop(index)
 
         async with session() as http:
             assert await work.create_topic(http, time.monotonic() + 20)
@@ -74,11 +59,6 @@ async def run_share(
             final = await share.final_phase(http, 5, time.monotonic() + 40)
         recorder.close()
         return report.analyse(recorder.ops), final
-    finally:
-        for i, (runner, broker) in enumerate(zip(runners, brokers, strict=False)):
-            if i in live:
-                await runner.cleanup()
-                await broker.stop()
 
 
 async def test_share_workload_over_http_leaves_a_valid_history(tmp_path: Path) -> None:

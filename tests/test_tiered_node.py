@@ -376,10 +376,7 @@ async def test_read_committed_from_the_bucket_drops_aborted_transactions(
 async def test_bucket_objects_are_kafka_batches_with_tiered_entries_as_control_batches(
     node: Broker, s3_env: SeaweedServer, bucket: str, prefix: str
 ) -> None:
-    await node.create_topic("kafka", 1, 1, TIERED)
-    values = await produce(node, "kafka", 80)
-    replica = next(r for r in node.partitions.values() if r.topic == "kafka")
-    tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+    values, _, tiering = await tiered_topic(node, "kafka", 80)
     await wait_for(lambda: len(tiering.state.segments) >= 4, timeout=30)
     store = store_of(s3_env, bucket, prefix)
     seen: list[bytes] = []
@@ -512,10 +509,7 @@ async def test_a_store_failing_some_requests_still_gets_every_segment_and_manife
 async def test_a_stale_manifest_never_replaces_a_newer_one_in_the_bucket(
     node: Broker, s3_env: SeaweedServer, bucket: str, prefix: str
 ) -> None:
-    await node.create_topic("cas", 1, 1, TIERED)
-    await produce(node, "cas", 40)
-    replica = next(r for r in node.partitions.values() if r.topic == "cas")
-    tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+    _, _, tiering = await tiered_topic(node, "cas", 40)
     await wait_for(lambda: tiering.state.durable_revision >= 2, timeout=30)
     tiering.stop()
     store = store_of(s3_env, bucket, prefix)
@@ -590,10 +584,7 @@ async def test_a_restarted_node_keeps_its_manifest_state_and_serves_the_bucket(
 async def test_deleting_a_topic_removes_its_objects_from_the_bucket(
     node: Broker, s3_env: SeaweedServer, bucket: str, prefix: str
 ) -> None:
-    await node.create_topic("doomed", 1, 1, TIERED)
-    await produce(node, "doomed", 40)
-    replica = next(r for r in node.partitions.values() if r.topic == "doomed")
-    tiering = node.tiering.partitions[replica.group]  # type: ignore[union-attr]
+    _, _, tiering = await tiered_topic(node, "doomed", 40)
     await wait_for(lambda: tiering.state.durable_revision > 0, timeout=30)
     topic_id = node.meta.state.topics["doomed"].topic_id
     store = store_of(s3_env, bucket, prefix)
