@@ -1,0 +1,298 @@
+"""RF 3 latency against the disk's own fsync tail, measured in the same session, sides alternated.
+
+Owns the RF 3 fixed-rate run (three `raftline serve --fsync always` nodes, end-to-end p99), the
+per-node write pattern read from /metrics and the data directories, and the plain fsync probe
+that replays that pattern (same writers, sizes and rate) on the same disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from bench.drivers.base import Endpoint
+from bench.drivers.raftline import RaftlineDriver
+from bench.histogram import Histogram
+from bench.host_samples import _cpu_and_rss
+from bench.node_procs import NodeCluster, running_nodes
+from bench.runner import WorkloadRun
+from bench.workload import WORKLOAD_DIR, load_workload
+from raftline.node.runtime import FSYNC_THREADS
+
+NODES = 3
+PORT_BASE = 19400
+DRAIN_S = 5.0
+TARGET_P99_MS = 20.0
+FSYNCS_LINE = re.compile(r'^raftline_raft_fsyncs_total\{node="\d+"\} (\d+)$', re.M)
+
+
+@dataclass(frozen=True)
+class WritePattern:
+    """What one node did to its disk per second: log fsyncs and bytes appended."""
+
+    fsyncs_per_s: float
+    bytes_per_s: float
+
+    @property
+    def bytes_per_fsync(self) -> int:
+        return max(1, int(self.bytes_per_s / max(self.fsyncs_per_s, 1e-9)))
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _fsyncs(cluster: NodeCluster) -> list[int]:
+    counts = []
+    for node in cluster.nodes:
+        found = FSYNCS_LINE.search(_metrics(node.url))
+        counts.append(int(found.group(1)) if found else 0)
+    return counts
+
+
+def _metrics(url: str) -> str:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
+        return response.read().decode()
+
+
+class CpuWatch:
+    """CPU % per watched process, averaged over the time between `start()` and `stop()`."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+
+    def start(self) -> CpuWatch:
+        self.began = time.monotonic()
+        self.before, _ = _cpu_and_rss(list(self.pids.values()))
+        return self
+
+    def stop(self) -> dict[str, float]:
+        after, _ = _cpu_and_rss(list(self.pids.values()))
+        seconds = time.monotonic() - self.began
+        return {
+            name: round(100 * (after.get(pid, 0.0) - self.before.get(pid, 0.0)) / seconds, 1)
+            for name, pid in self.pids.items()
+        }
+
+
+def raftline_side(rate: float, seconds: float, root: Path, fsync: str = "always") -> dict[str, Any]:
+    """One fixed-rate RF 3 run of the 16-partition 1 KB half-max workload at `rate` msgs/s
+    (0: as fast as acks allow) on fresh nodes; e2e latency plus each node's write pattern."""
+    workload = load_workload(WORKLOAD_DIR / "1-topic-16-partitions-1kb-half-max.yaml")
+    workload = replace(workload, duration_seconds=seconds, warmup_seconds=5.0)
+    with running_nodes(root, NODES, PORT_BASE, fsync) as cluster:
+        pids = {f"node-{n.node_id}": n.pid for n in cluster.nodes}
+        pids["bench (producer)"] = os.getpid()
+        port = int(cluster.nodes[0].http.rsplit(":", 1)[1])
+        driver = RaftlineDriver(Endpoint("127.0.0.1", {"http": port}, NODES, {"fsync": fsync}))
+        marks: dict[str, Any] = {}
+
+        def mark_at_window() -> None:
+            # The measurement window opens after warm-up: sample the disk pattern inside it.
+            time.sleep(workload.warmup_seconds + 0.5)
+            marks["t0"] = time.monotonic()
+            marks["fsyncs0"] = _fsyncs(cluster)
+            marks["bytes0"] = [_dir_bytes(n.data_dir) for n in cluster.nodes]
+            marks["cpu"] = CpuWatch(pids).start()
+            time.sleep(max(1.0, seconds - 1.0))
+            marks["fsyncs1"] = _fsyncs(cluster)
+            marks["bytes1"] = [_dir_bytes(n.data_dir) for n in cluster.nodes]
+            marks["cpu_pct"] = marks["cpu"].stop()
+            marks["load"] = os.getloadavg()[0]
+            marks["t1"] = time.monotonic()
+
+        async def go() -> dict[str, Any]:
+            await driver.connect()
+            try:
+                run = WorkloadRun(driver, workload, uuid.uuid4().hex[:6], rate)
+                return await run.run(DRAIN_S)
+            finally:
+                await driver.close()
+
+        sampler = threading.Thread(target=mark_at_window, daemon=True)
+        sampler.start()
+        result = asyncio.run(go())
+        sampler.join(timeout=seconds + 30)
+    span = marks["t1"] - marks["t0"]
+    patterns = [
+        WritePattern((f1 - f0) / span, (b1 - b0) / span)
+        for f0, f1, b0, b1 in zip(
+            marks["fsyncs0"], marks["fsyncs1"], marks["bytes0"], marks["bytes1"], strict=True
+        )
+    ]
+    return {
+        "side": "raftline",
+        "fsync": fsync,
+        "target_rate": rate,
+        "publish_msgs_per_s": result["publish_msgs_per_s"],
+        "consume_msgs_per_s": result["consume_msgs_per_s"],
+        "e2e_ms": result["e2e_latency_ms"],
+        "ack_ms": result["publish_latency_ms"],
+        "errors": result["errors"],
+        "nodes": [
+            {
+                "fsyncs_per_s": round(p.fsyncs_per_s),
+                "bytes_per_fsync": p.bytes_per_fsync,
+                "mb_per_s": round(p.bytes_per_s / 1e6, 1),
+            }
+            for p in patterns
+        ],
+        "cpu_pct": marks["cpu_pct"],
+        "load_1m": marks["load"],
+    }
+
+
+def _probe_writer(directory: str, writers: int, fsyncs_per_s: float, size: int, seconds: float):
+    """One process standing for one node: `writers` threads (the node's fsync pool), each with
+    its own file, together appending `size` bytes + fdatasync `fsyncs_per_s` times a second.
+    Returns (fdatasync latencies us, write+fdatasync latencies from the intended start us)."""
+    block = os.urandom(size)
+    per_thread_interval = writers / fsyncs_per_s
+    began = time.monotonic() + 0.2
+    sync_us: list[int] = []
+    late_us: list[int] = []
+    lock = threading.Lock()
+
+    def loop(index: int) -> None:
+        path = os.path.join(directory, f"w{os.getpid()}-{index}.log")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        mine_sync, mine_late = [], []
+        due = began + index * per_thread_interval / writers
+        try:
+            while due < began + seconds:
+                pause = due - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+                os.write(fd, block)
+                t0 = time.monotonic()
+                os.fdatasync(fd)
+                t1 = time.monotonic()
+                mine_sync.append(int((t1 - t0) * 1e6))
+                mine_late.append(int((t1 - due) * 1e6))
+                due += per_thread_interval
+        finally:
+            os.close(fd)
+            os.unlink(path)
+        with lock:
+            sync_us.extend(mine_sync)
+            late_us.extend(mine_late)
+
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sync_us, late_us
+
+
+def disk_side(nodes: list[dict[str, Any]], seconds: float, threads: int) -> dict[str, Any]:
+    """Replay the nodes' write pattern with plain files: one process per node."""
+    directory = tempfile.mkdtemp(prefix="fsync-tail-", dir=os.environ.get("BENCH_DIR"))
+    sync, late = Histogram(), Histogram()
+    began = time.monotonic()
+    load_before = os.getloadavg()[0]
+    try:
+        with ProcessPoolExecutor(len(nodes)) as pool:
+            futures = [
+                pool.submit(
+                    _probe_writer,
+                    directory,
+                    threads,
+                    max(1.0, n["fsyncs_per_s"]),
+                    n["bytes_per_fsync"],
+                    seconds,
+                )
+                for n in nodes
+            ]
+            for future in futures:
+                sync_us, late_us = future.result(timeout=seconds + 60)
+                for value in sync_us:
+                    sync.record(value, 1)
+                for value in late_us:
+                    late.record(value, 1)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    return {
+        "side": "disk",
+        "writers": f"{len(nodes)} processes x {threads} threads",
+        "fsyncs_per_s": round(sync.total / (time.monotonic() - began)),
+        "fdatasync_ms": sync.summary_ms(),
+        "write_fdatasync_from_due_ms": late.summary_ms(),
+        "load_1m_before": load_before,
+        "load_1m": os.getloadavg()[0],
+    }
+
+
+def _ms(summary: dict[str, float] | None) -> str:
+    if not summary:
+        return "-"
+    return " / ".join(f"{summary[k]:.1f}" for k in ("p50", "p99", "p99.9", "max"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.fsync_tail", description=__doc__)
+    parser.add_argument(
+        "--rate", type=float, default=0, help="msgs/s of 1 KB; 0: half the max measured first"
+    )
+    parser.add_argument("--max-seconds", type=float, default=30.0, help="window of the max run")
+    parser.add_argument("--seconds", type=float, default=30.0, help="window of each side")
+    parser.add_argument("--rounds", type=int, default=2, help="raftline then disk, repeated")
+    parser.add_argument("--threads", type=int, default=FSYNC_THREADS, help="writers per node")
+    parser.add_argument("--fsync", default="always", help="the nodes' --fsync (never: a contrast)")
+    parser.add_argument("--out", type=Path, default=None, help="append JSON lines here")
+    args = parser.parse_args(argv)
+    if args.rate <= 0:
+        root = Path(tempfile.mkdtemp(prefix="rf3-max-", dir=os.environ.get("BENCH_DIR")))
+        try:
+            top = raftline_side(0, args.max_seconds, root, args.fsync)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        args.rate = round(top["publish_msgs_per_s"] / 2)
+        print(
+            f"max rate over {args.max_seconds:.0f} s (after 5 s warm-up): "
+            f"{top['publish_msgs_per_s']:.0f} msg/s, load {top['load_1m']:.1f}; "
+            f"fixed rate {args.rate} msg/s",
+            flush=True,
+        )
+    for round_no in range(args.rounds):
+        root = Path(tempfile.mkdtemp(prefix="rf3-", dir=os.environ.get("BENCH_DIR")))
+        try:
+            ours = raftline_side(args.rate, args.seconds, root, args.fsync)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        disk = disk_side(ours["nodes"], args.seconds, args.threads)
+        stamp = time.strftime("%H:%M", time.gmtime())
+        print(
+            f"[{stamp}] round {round_no + 1}: raftline --fsync {args.fsync} "
+            f"{ours['publish_msgs_per_s']:.0f} msg/s, "
+            f"e2e ms p50/p99/p99.9/max {_ms(ours['e2e_ms'])}, ack {_ms(ours['ack_ms'])}, "
+            f"load {ours['load_1m']:.1f}, cpu% {ours['cpu_pct']}, nodes {ours['nodes']}",
+            flush=True,
+        )
+        print(
+            f"[{stamp}] round {round_no + 1}: disk {disk['writers']} at {disk['fsyncs_per_s']} "
+            f"fsync/s, fdatasync ms {_ms(disk['fdatasync_ms'])}, write+fdatasync from due "
+            f"{_ms(disk['write_fdatasync_from_due_ms'])}, load {disk['load_1m']:.1f}",
+            flush=True,
+        )
+        if args.out:
+            with args.out.open("a") as out:
+                out.write(json.dumps({"round": round_no + 1, "raftline": ours, "disk": disk}))
+                out.write("\n")
+
+
+if __name__ == "__main__":
+    main()
