@@ -506,8 +506,8 @@ class Broker:
                 name = check_topic_name(args["name"])
                 config = validate_topic_config(args["config"])
                 factor = args["replication_factor"]
-                if factor is None:
-                    factor = min(DEFAULT_REPLICATION_FACTOR, len(self.meta.state.nodes))
+                if factor is None:  # at least 1: before any node registered, a retryable 503
+                    factor = min(DEFAULT_REPLICATION_FACTOR, len(self.meta.state.nodes)) or 1
                 replicas = place_replicas(self.meta.state, int(args["partitions"]), int(factor))
                 command = {"op": "create_topic", "name": name, "config": config}
                 if args.get("restore") is not None:  # from the bucket (node/restore.py)
