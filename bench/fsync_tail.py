@@ -18,6 +18,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,12 +32,16 @@ from bench.node_procs import NodeCluster, running_nodes
 from bench.runner import WorkloadRun
 from bench.workload import WORKLOAD_DIR, load_workload
 from raftline.node.runtime import FSYNC_THREADS
+from raftline.node.stages import BUCKETS_S, METRIC, STAGES
 
 NODES = 3
 PORT_BASE = 19400
 DRAIN_S = 5.0
 TARGET_P99_MS = 20.0
 FSYNCS_LINE = re.compile(r'^raftline_raft_fsyncs_total\{node="\d+"\} (\d+)$', re.M)
+STAGE_LINE = re.compile(
+    rf'^{METRIC}_bucket\{{node="\d+",stage="(\w+)",le="([^"]+)"\}} (\d+)$', re.M
+)
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,33 @@ def _fsyncs(cluster: NodeCluster) -> list[int]:
         found = FSYNCS_LINE.search(_metrics(node.url))
         counts.append(int(found.group(1)) if found else 0)
     return counts
+
+
+def _stage_buckets(cluster: NodeCluster) -> dict[str, list[int]]:
+    """Cumulative bucket counts per write-path stage, summed over the nodes."""
+    totals = {stage: [0] * (len(BUCKETS_S) + 1) for stage in STAGES}
+    for node in cluster.nodes:
+        bounds: dict[str, int] = defaultdict(int)
+        for stage, _, count in STAGE_LINE.findall(_metrics(node.url)):
+            totals[stage][bounds[stage]] += int(count)
+            bounds[stage] += 1
+    return totals
+
+
+def stage_summary(before: dict[str, list[int]], after: dict[str, list[int]]) -> dict[str, Any]:
+    """Per stage, the count in the window and the bucket bounds (ms) holding its p50 and p99."""
+    out: dict[str, Any] = {}
+    for stage in STAGES:
+        cumulative = [a - b for a, b in zip(after[stage], before[stage], strict=True)]
+        total = cumulative[-1]
+        if not total:
+            continue
+        summary: dict[str, Any] = {"count": total}
+        for name, q in (("p50", 0.5), ("p99", 0.99)):
+            at = next(i for i, c in enumerate(cumulative) if c >= q * total)
+            summary[name] = BUCKETS_S[at] * 1000 if at < len(BUCKETS_S) else float("inf")
+        out[stage] = summary
+    return out
 
 
 def _metrics(url: str) -> str:
@@ -105,10 +137,12 @@ def raftline_side(rate: float, seconds: float, root: Path, fsync: str = "always"
             time.sleep(workload.warmup_seconds + 0.5)
             marks["t0"] = time.monotonic()
             marks["fsyncs0"] = _fsyncs(cluster)
+            marks["stages0"] = _stage_buckets(cluster)
             marks["bytes0"] = [_dir_bytes(n.data_dir) for n in cluster.nodes]
             marks["cpu"] = CpuWatch(pids).start()
             time.sleep(max(1.0, seconds - 1.0))
             marks["fsyncs1"] = _fsyncs(cluster)
+            marks["stages1"] = _stage_buckets(cluster)
             marks["bytes1"] = [_dir_bytes(n.data_dir) for n in cluster.nodes]
             marks["cpu_pct"] = marks["cpu"].stop()
             marks["load"] = os.getloadavg()[0]
@@ -152,6 +186,7 @@ def raftline_side(rate: float, seconds: float, root: Path, fsync: str = "always"
         ],
         "cpu_pct": marks["cpu_pct"],
         "load_1m": marks["load"],
+        "stages_ms": stage_summary(marks["stages0"], marks["stages1"]),
     }
 
 
@@ -242,6 +277,12 @@ def _ms(summary: dict[str, float] | None) -> str:
     return " / ".join(f"{summary[k]:.1f}" for k in ("p50", "p99", "p99.9", "max"))
 
 
+def _stages(stages: dict[str, Any]) -> str:
+    """One line: each stage's p50 / p99 bucket bounds in ms, over all nodes."""
+    parts = [f"{name} {s['p50']:g}/{s['p99']:g}" for name, s in stages.items()]
+    return "stage ms p50/p99 (bucket bounds): " + ", ".join(parts)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.fsync_tail", description=__doc__)
     parser.add_argument(
@@ -282,6 +323,7 @@ def main(argv: list[str] | None = None) -> None:
             f"load {ours['load_1m']:.1f}, cpu% {ours['cpu_pct']}, nodes {ours['nodes']}",
             flush=True,
         )
+        print(f"[{stamp}] round {round_no + 1}: {_stages(ours['stages_ms'])}", flush=True)
         print(
             f"[{stamp}] round {round_no + 1}: disk {disk['writers']} at {disk['fsyncs_per_s']} "
             f"fsync/s, fdatasync ms {_ms(disk['fdatasync_ms'])}, write+fdatasync from due "

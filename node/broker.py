@@ -1132,6 +1132,7 @@ class Broker:
         for name, value in values.items():
             kind = "counter" if name.endswith("_total") else "gauge"
             lines += [f"# TYPE {name} {kind}", f'{name}{{node="{self.node_id}"}} {value}']
+        lines += runtime.stage_times.metrics_lines(self.node_id)
         lines += self.coordinator.metrics_lines()
         lines += self.transactions.metrics_lines()
         lines += self.queues.metrics_lines()
