@@ -100,8 +100,18 @@ def _metrics(url: str) -> str:
         return response.read().decode()
 
 
+def _run_delay_s(pid: int) -> float:
+    """Seconds the process's main thread (its event loop) has waited on a run queue, ready to
+    run but without a CPU (schedstat's second field); 0 where the kernel keeps none."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 class CpuWatch:
-    """CPU % per watched process, averaged over the time between `start()` and `stop()`."""
+    """Per watched process, averaged over the time between `start()` and `stop()`: CPU %, and
+    the % of that time its main thread was runnable but waiting for a CPU (scheduling)."""
 
     def __init__(self, pids: dict[str, int]) -> None:
         self.pids = pids
@@ -109,15 +119,21 @@ class CpuWatch:
     def start(self) -> CpuWatch:
         self.began = time.monotonic()
         self.before, _ = _cpu_and_rss(list(self.pids.values()))
+        self.delays = {pid: _run_delay_s(pid) for pid in self.pids.values()}
         return self
 
-    def stop(self) -> dict[str, float]:
+    def stop(self) -> tuple[dict[str, float], dict[str, float]]:
         after, _ = _cpu_and_rss(list(self.pids.values()))
         seconds = time.monotonic() - self.began
-        return {
+        cpu = {
             name: round(100 * (after.get(pid, 0.0) - self.before.get(pid, 0.0)) / seconds, 1)
             for name, pid in self.pids.items()
         }
+        waits = {
+            name: round(100 * (_run_delay_s(pid) - self.delays[pid]) / seconds, 1)
+            for name, pid in self.pids.items()
+        }
+        return cpu, waits
 
 
 def raftline_side(rate: float, seconds: float, root: Path, fsync: str = "always") -> dict[str, Any]:
@@ -144,7 +160,7 @@ def raftline_side(rate: float, seconds: float, root: Path, fsync: str = "always"
             marks["fsyncs1"] = _fsyncs(cluster)
             marks["stages1"] = _stage_buckets(cluster)
             marks["bytes1"] = [_dir_bytes(n.data_dir) for n in cluster.nodes]
-            marks["cpu_pct"] = marks["cpu"].stop()
+            marks["cpu_pct"], marks["runq_wait_pct"] = marks["cpu"].stop()
             marks["load"] = os.getloadavg()[0]
             marks["t1"] = time.monotonic()
 
@@ -185,6 +201,7 @@ def raftline_side(rate: float, seconds: float, root: Path, fsync: str = "always"
             for p in patterns
         ],
         "cpu_pct": marks["cpu_pct"],
+        "runq_wait_pct": marks["runq_wait_pct"],
         "load_1m": marks["load"],
         "stages_ms": stage_summary(marks["stages0"], marks["stages1"]),
     }
@@ -320,7 +337,8 @@ def main(argv: list[str] | None = None) -> None:
             f"[{stamp}] round {round_no + 1}: raftline --fsync {args.fsync} "
             f"{ours['publish_msgs_per_s']:.0f} msg/s, "
             f"e2e ms p50/p99/p99.9/max {_ms(ours['e2e_ms'])}, ack {_ms(ours['ack_ms'])}, "
-            f"load {ours['load_1m']:.1f}, cpu% {ours['cpu_pct']}, nodes {ours['nodes']}",
+            f"load {ours['load_1m']:.1f}, cpu% {ours['cpu_pct']}, "
+            f"main thread waiting for a CPU % {ours['runq_wait_pct']}, nodes {ours['nodes']}",
             flush=True,
         )
         print(f"[{stamp}] round {round_no + 1}: {_stages(ours['stages_ms'])}", flush=True)

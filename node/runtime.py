@@ -838,7 +838,16 @@ class Runtime:
         # A term or vote change is a state file written and fsynced (three syncs): saved one
         # after the other, a round of a thousand new groups' votes took seconds, longer than
         # an election timeout. Each group's saves keep their order; groups go side by side.
-        run_all(self._fsyncs, [partial(_save_all, *item) for item in saves.values()])
+        # A commit-index change is kept in memory: saved right here. Handed to the fsync pool
+        # it waited for a free thread behind other logs' fsyncs, holding up this write and,
+        # in a round of commit changes only (run on the loop), the event loop itself.
+        voted = []
+        for storage, states in saves.values():
+            if _changes_vote(storage, states):
+                voted.append(partial(_save_all, storage, states))
+            else:
+                _save_all(storage, states)
+        run_all(self._fsyncs, voted)
         if loop is not None and write is not None:
             loop.call_soon_threadsafe(self._entries_written, write)
         fsync_all(self._fsyncs, list(to_sync.values()))
@@ -1141,6 +1150,12 @@ def run_all(pool: ThreadPoolExecutor, calls: list[Callable[[], None]]) -> None:
 def _save_all(storage: GroupStorage, states: list[HardState]) -> None:
     for state in states:
         storage.save(state)
+
+
+def _changes_vote(storage: GroupStorage, states: list[HardState]) -> bool:
+    """Whether saving `states` writes the state file: only a new term or vote does."""
+    saved = storage.hard_state
+    return any((s.term, s.vote) != (saved.term, saved.vote) for s in states)
 
 
 def _close_all(groups: list[Group]) -> None:
