@@ -364,10 +364,12 @@ class Runtime:
 
     async def read_log(self, name: str, log: Any, offset: int, max_bytes: int, upto: int) -> bytes:
         """`log.read(offset, max_bytes, upto)` of group `name`'s thread-safe PartitionLog. A
-        small read while the group has no round on disk (so nothing holds the log's lock for
-        long) runs right here: from the page cache it costs less than a thread hop. Others
-        run on the reader thread, beside (not after) the disk pool's writes and fsyncs."""
-        if max_bytes <= LOOP_READ_BYTES and name not in self._writes:
+        small read while no write of the group is writing entries (so nothing holds the log's
+        lock for long: an fsync runs without it) runs right here: from the page cache it costs
+        less than a thread hop, and a consumer's fetch usually comes while the leader's fsync of
+        the batch it waited for still runs. Others run on the reader thread, beside (not after)
+        the disk pool's writes and fsyncs."""
+        if max_bytes <= LOOP_READ_BYTES and not self._unwritten(name):
             data: bytes = log.read(offset, max_bytes, upto)
             return data
         loop = asyncio.get_running_loop()

@@ -1,4 +1,4 @@
-"""What a driver round's persist step waits for: commit-index saves never wait on the fsync pool."""
+"""What the runtime leaves waiting for a thread: commit saves never, fetch reads only if need be."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from inproc_harness import configs
 
-from raftline.node.runtime import FSYNC_THREADS, Runtime, _Round
+from raftline.node.runtime import FSYNC_THREADS, Runtime, _Round, _Write
 from raftline.raftlog.log import LogConfig
 from raftline.raftlog.storage import RaftStorage
 from raftline.raftlog.types import HardState, Ready
@@ -23,6 +23,35 @@ def _commit_round(storage: RaftStorage, commit: int) -> _Round:
     saved = storage.hard_state
     ready = Ready(hard_state=HardState(saved.term, saved.vote, commit))
     return _Round(SimpleNamespace(storage=storage), ready, [])  # type: ignore[arg-type]
+
+
+class _ThreadNotingLog:
+    """A log whose reads note the thread they ran on."""
+
+    thread: threading.Thread | None = None
+
+    def read(self, offset: int, max_bytes: int, upto: int) -> bytes:
+        self.thread = threading.current_thread()
+        return b""
+
+
+async def test_a_fetch_read_runs_on_the_loop_while_the_groups_write_only_fsyncs(
+    tmp_path: Path,
+) -> None:
+    runtime = Runtime(configs(tmp_path, 1)[0], on_rpc=_no_rpc)
+    log = _ThreadNotingLog()
+    try:
+        write = _Write([], written=True)  # entries in the file, its fsync still running
+        runtime._writes["g"] = [write]
+        await runtime.read_log("g", log, 0, 4096, 1)
+        assert log.thread is threading.current_thread()
+        write.written = False  # still writing: the log's lock may be held for a while
+        await runtime.read_log("g", log, 0, 4096, 1)
+        assert log.thread is not threading.current_thread()
+    finally:
+        runtime._reader.shutdown(wait=True)
+        runtime._disk.shutdown(wait=True)
+        runtime._fsyncs.shutdown(wait=True)
 
 
 def test_commit_index_saves_of_several_groups_do_not_wait_for_busy_fsync_threads(
