@@ -1,8 +1,10 @@
 """RF 3 latency against the disk's own fsync tail, measured in the same session, sides alternated.
 
-Owns the RF 3 fixed-rate run (three `raftline serve --fsync always` nodes, end-to-end p99), the
+Owns the RF 3 fixed-rate run (three `raftline serve --fsync always` nodes, end-to-end p99, each
+write-path stage's p50/p99 from the nodes' /metrics, CPU and run-queue wait per process), the
 per-node write pattern read from /metrics and the data directories, and the plain fsync probe
-that replays that pattern (same writers, sizes and rate) on the same disk.
+that replays that pattern (same writers, sizes and rate) on the same disk; then the machine's
+wake-up tail (bench.wakeup_ring) right after.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from bench.histogram import Histogram
 from bench.host_samples import _cpu_and_rss
 from bench.node_procs import NodeCluster, running_nodes
 from bench.runner import WorkloadRun
+from bench.wakeup_ring import HOPS, ring_tail
 from bench.workload import WORKLOAD_DIR, load_workload
 from raftline.node.runtime import FSYNC_THREADS
 from raftline.node.stages import BUCKETS_S, METRIC, STAGES
@@ -38,6 +41,7 @@ NODES = 3
 PORT_BASE = 19400
 DRAIN_S = 5.0
 TARGET_P99_MS = 20.0
+RING_LAPS_PER_S = 200  # the producer's batches at half max: one per 5 ms linger
 FSYNCS_LINE = re.compile(r'^raftline_raft_fsyncs_total\{node="\d+"\} (\d+)$', re.M)
 STAGE_LINE = re.compile(
     rf'^{METRIC}_bucket\{{node="\d+",stage="(\w+)",le="([^"]+)"\}} (\d+)$', re.M
@@ -332,6 +336,8 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             shutil.rmtree(root, ignore_errors=True)
         disk = disk_side(ours["nodes"], args.seconds, args.threads)
+        ring = ring_tail(RING_LAPS_PER_S, args.seconds)
+        ring["load_1m"] = os.getloadavg()[0]
         stamp = time.strftime("%H:%M", time.gmtime())
         print(
             f"[{stamp}] round {round_no + 1}: raftline --fsync {args.fsync} "
@@ -348,9 +354,15 @@ def main(argv: list[str] | None = None) -> None:
             f"{_ms(disk['write_fdatasync_from_due_ms'])}, load {disk['load_1m']:.1f}",
             flush=True,
         )
+        print(
+            f"[{stamp}] round {round_no + 1}: wake-up ring of {HOPS} idle processes at "
+            f"{RING_LAPS_PER_S} laps/s, lap ms {_ms(ring['lap_ms'])}, load {ring['load_1m']:.1f}",
+            flush=True,
+        )
         if args.out:
             with args.out.open("a") as out:
-                out.write(json.dumps({"round": round_no + 1, "raftline": ours, "disk": disk}))
+                record = {"round": round_no + 1, "raftline": ours, "disk": disk, "ring": ring}
+                out.write(json.dumps(record))
                 out.write("\n")
 
 
