@@ -42,7 +42,9 @@ PORT_BASE = 19400
 DRAIN_S = 5.0
 TARGET_P99_MS = 20.0
 RING_LAPS_PER_S = 200  # the producer's batches at half max: one per 5 ms linger
-FSYNCS_LINE = re.compile(r'^raftline_raft_fsyncs_total\{node="\d+"\} (\d+)$', re.M)
+FSYNCS = "raftline_raft_fsyncs_total"
+# requests a node passed on to the partition's leader: the client's leader was stale
+FORWARDED = "raftline_forwarded_requests_total"
 STAGE_LINE = re.compile(
     rf'^{METRIC}_bucket\{{node="\d+",stage="(\w+)",le="([^"]+)"\}} (\d+)$', re.M
 )
@@ -64,11 +66,14 @@ def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def _fsyncs(cluster: NodeCluster) -> list[int]:
-    counts = []
+def _counters(cluster: NodeCluster, names: tuple[str, ...]) -> dict[str, list[int]]:
+    """Each named counter of every node (0 where a node has none yet)."""
+    counts: dict[str, list[int]] = {name: [] for name in names}
     for node in cluster.nodes:
-        found = FSYNCS_LINE.search(_metrics(node.url))
-        counts.append(int(found.group(1)) if found else 0)
+        text = _metrics(node.url)
+        for name in names:
+            found = re.search(rf'^{name}\{{node="\d+"\}} (\d+)$', text, re.M)
+            counts[name].append(int(found.group(1)) if found else 0)
     return counts
 
 
@@ -156,12 +161,12 @@ def raftline_side(rate: float, seconds: float, root: Path, fsync: str = "always"
             # The measurement window opens after warm-up: sample the disk pattern inside it.
             time.sleep(workload.warmup_seconds + 0.5)
             marks["t0"] = time.monotonic()
-            marks["fsyncs0"] = _fsyncs(cluster)
+            marks["counts0"] = _counters(cluster, (FSYNCS, FORWARDED))
             marks["stages0"] = _stage_buckets(cluster)
             marks["bytes0"] = [_dir_bytes(n.data_dir) for n in cluster.nodes]
             marks["cpu"] = CpuWatch(pids).start()
             time.sleep(max(1.0, seconds - 1.0))
-            marks["fsyncs1"] = _fsyncs(cluster)
+            marks["counts1"] = _counters(cluster, (FSYNCS, FORWARDED))
             marks["stages1"] = _stage_buckets(cluster)
             marks["bytes1"] = [_dir_bytes(n.data_dir) for n in cluster.nodes]
             marks["cpu_pct"], marks["runq_wait_pct"] = marks["cpu"].stop()
@@ -181,10 +186,11 @@ def raftline_side(rate: float, seconds: float, root: Path, fsync: str = "always"
         result = asyncio.run(go())
         sampler.join(timeout=seconds + 30)
     span = marks["t1"] - marks["t0"]
+    before, after = marks["counts0"], marks["counts1"]
     patterns = [
         WritePattern((f1 - f0) / span, (b1 - b0) / span)
         for f0, f1, b0, b1 in zip(
-            marks["fsyncs0"], marks["fsyncs1"], marks["bytes0"], marks["bytes1"], strict=True
+            before[FSYNCS], after[FSYNCS], marks["bytes0"], marks["bytes1"], strict=True
         )
     ]
     return {
@@ -196,6 +202,7 @@ def raftline_side(rate: float, seconds: float, root: Path, fsync: str = "always"
         "e2e_ms": result["e2e_latency_ms"],
         "ack_ms": result["publish_latency_ms"],
         "errors": result["errors"],
+        "forwarded_requests": sum(after[FORWARDED]) - sum(before[FORWARDED]),
         "nodes": [
             {
                 "fsyncs_per_s": round(p.fsyncs_per_s),
@@ -344,7 +351,8 @@ def main(argv: list[str] | None = None) -> None:
             f"{ours['publish_msgs_per_s']:.0f} msg/s, "
             f"e2e ms p50/p99/p99.9/max {_ms(ours['e2e_ms'])}, ack {_ms(ours['ack_ms'])}, "
             f"load {ours['load_1m']:.1f}, cpu% {ours['cpu_pct']}, "
-            f"main thread waiting for a CPU % {ours['runq_wait_pct']}, nodes {ours['nodes']}",
+            f"main thread waiting for a CPU % {ours['runq_wait_pct']}, "
+            f"forwarded requests {ours['forwarded_requests']}, nodes {ours['nodes']}",
             flush=True,
         )
         print(f"[{stamp}] round {round_no + 1}: {_stages(ours['stages_ms'])}", flush=True)
