@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
+from inproc_harness import http_cluster
 from test_node_cluster import batch_of, leader_of, produce_anywhere
 
+from raftline.clients.client import AsyncClient
 from raftline.node.broker import Broker
 from raftline.node.stages import BUCKETS_S, METRIC, LatencyHistogram, StageTimes
 
@@ -76,3 +79,17 @@ async def test_the_tick_timer_records_how_late_it_fired(cluster: list[Broker]) -
     before = lag.count
     await asyncio.sleep(3 * cluster[0].config.tick_ms / 1000)
     assert lag.count > before
+
+
+async def test_a_produce_sent_to_a_follower_counts_as_forwarded(tmp_path: Path) -> None:
+    async with http_cluster(tmp_path, 3) as cluster:
+        brokers = cluster.brokers
+        await brokers[0].create_topic("routed", 1, 3, {})
+        await produce_anywhere(brokers, "routed", batch_of(b"warm"))
+        leader = leader_of(brokers, "routed")
+        index = next(i for i, b in enumerate(brokers) if b is not leader)
+        follower = brokers[index]
+        async with AsyncClient(cluster.urls[index]) as client:
+            await client.produce_batch("routed", 0, [b"x"], url=cluster.urls[index])
+        assert follower.counters["forwarded_requests"] == 1
+        assert leader.counters["forwarded_requests"] == 0
