@@ -151,7 +151,7 @@ class Broker:
             "exchange_transactions": 0,  # multi-destination publishes committed atomically
             "requests": 0,  # POST /v1/request calls answered with a reply
             "request_timeouts": 0,  # POST /v1/request calls that got no reply in time
-            "forwarded_requests": 0,  # produce and fetch requests passed on to the leader
+            "forwarded_requests": 0,  # requests passed on to the partition leader (HTTP)
         }
         self._producer_ids: range = range(0)
         self._producer_ids_lock = asyncio.Lock()
