@@ -56,6 +56,7 @@ from raftline.node.queues.state import (
     due_ms,
     priority,
     spent,
+    under_lease,
 )
 from raftline.node.runtime import Runtime
 from raftline.node.shard import ShardLeadership, ShardReplica, not_leader
@@ -352,7 +353,9 @@ class QueueService:
     async def _deliver(
         self, shard: str, name: str, partition: int, offsets: list[int]
     ) -> list[dict[str, Any]]:
-        """Count a delivery of each offset (durably, first), then lock them to the caller."""
+        """Count a delivery of each offset (durably, first), then lock them to the caller.
+        First deliveries under the partition's delivery lease are counted already (the lease
+        committed before them): they go out at once; the others wait for a `deliver` command."""
         replica, leading = self._lead(shard)
         queue = self._queue(replica, name)
         view = leading.views[(name, partition)]
@@ -365,30 +368,33 @@ class QueueService:
         offsets = available(queue, partition, offsets, held, len(offsets))
         if not offsets:
             return []
-        keys = [(name, partition, o) for o in offsets]
-        leading.busy.update(keys)
-        try:
-            command = {
-                "op": "deliver",
-                "queue": name,
-                "incarnation": queue.incarnation,
-                "partition": partition,
-                "offsets": offsets,
-            }
-            answer = await self._propose(shard, command)
-        finally:
-            leading.busy.difference_update(keys)
+        first = under_lease(queue, partition, offsets, view.floor, view.handed)
+        view.handed.update(first)
+        deadline = now_ms() + queue.lock_ms
+        for offset in first:  # locked at once: no other receive may take them meanwhile
+            leading.locks.acquire((name, partition, offset), 1, deadline)
+        delivered = [[offset, 1] for offset in first]
+        if rest := [o for o in offsets if o not in set(first)]:
+            try:
+                counted = await self._count_deliveries(shard, leading, queue, partition, rest)
+            except BrokerError:
+                if not first:
+                    raise
+                counted = []  # the first deliveries are locked: they go out; the rest waits
+            deadline = now_ms() + queue.lock_ms
+            for offset, count in counted:
+                if offset in view.records:  # else settled while the command committed
+                    leading.locks.acquire((name, partition, offset), count, deadline)
+                    delivered.append([offset, count])
         replica, now_leading = self._lead(shard)
         if now_leading is not leading:
             raise not_leader(shard)
         secret = replica.state.secret or await self._ensure_secret(shard)
-        deadline = now_ms() + queue.lock_ms
         out = []
-        for offset, count in answer["delivered"]:
+        for offset, count in delivered:
             record = view.records.get(offset)
-            if record is None:  # settled while the command committed: not delivered
+            if record is None:  # the queue was deleted meanwhile
                 continue
-            leading.locks.acquire((name, partition, offset), count, deadline)
             receipt = receipts.Receipt(queue.incarnation, partition, offset, count)
             out.append(
                 {
@@ -399,6 +405,27 @@ class QueueService:
                 }
             )
         return out
+
+    async def _count_deliveries(
+        self, shard: str, leading: Leading, queue: Queue, partition: int, offsets: list[int]
+    ) -> list[list[int]]:
+        """Commit one more delivery of each of `offsets`; [offset, count] of those counted."""
+        keys = [(queue.name, partition, o) for o in offsets]
+        leading.busy.update(keys)
+        try:
+            command = {
+                "op": "deliver",
+                "queue": queue.name,
+                "incarnation": queue.incarnation,
+                "partition": partition,
+                "offsets": offsets,
+                "leased": (queue.partitions.get(partition) or PartitionState()).leased,
+            }
+            answer = await self._propose(shard, command)
+        finally:
+            leading.busy.difference_update(keys)
+        delivered: list[list[int]] = answer["delivered"]
+        return delivered
 
     # ack, release, reject, extend
 
