@@ -110,6 +110,14 @@ class Leading:
         self.changed.set()
         self.changed = asyncio.Event()
 
+    def taken(self, queue: str, partition: int) -> set[int]:
+        """Offsets of a queue's partition no receive may hand out now: locked, being handed
+        out or archived, or rejected and not yet archived (its dead-letter copy may be written
+        already: delivered again and accepted, it would be acknowledged and dead-lettered)."""
+        taken = self.locks.locked(queue, partition)
+        taken |= {o for (q, p, o) in self.busy if q == queue and p == partition}
+        return taken | {o for (q, p, o) in self.rejected if q == queue and p == partition}
+
 
 def now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
@@ -314,8 +322,7 @@ class QueueService:
             view = await self.reads.fill(shard, queue, partition, limit, wall, matches)
             replica, leading = self._lead(shard)
             queue = self._queue(replica, name)
-            busy = {o for (q, p, o) in leading.busy if q == name and p == partition}
-            busy |= leading.locks.locked(name, partition)
+            busy = leading.taken(name, partition)
             for offset in available(queue, partition, sorted(view.records), busy, WINDOW):
                 record = view.records[offset]
                 if matches is not None and not matched(matches, record):
@@ -363,9 +370,7 @@ class QueueService:
         # receive may have locked or settled some since. Only what is still free goes out
         # (counted again, a record held elsewhere would be delivered twice and its holder's
         # settle refused as stale).
-        held = leading.locks.locked(name, partition)
-        held |= {o for (q, p, o) in leading.busy if q == name and p == partition}
-        offsets = available(queue, partition, offsets, held, len(offsets))
+        offsets = available(queue, partition, offsets, leading.taken(name, partition), len(offsets))
         if not offsets:
             return []
         first = under_lease(queue, partition, offsets, view.floor, view.handed)
