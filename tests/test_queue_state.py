@@ -122,9 +122,12 @@ class Driver:
             outcome = after_failure(self.queue, attempt)
             if outcome != "available":
                 self._archive(offset, outcome)
-        else:
-            self.ref[offset][2] = True
-            self._archive(offset, after_reject(self.queue))
+        else:  # the reject is decided; the leader's round archives it (as after a failover)
+            result = self.apply(
+                {"op": "reject", "partition": 0, "offsets": [offset], "attempts": [attempt]}
+            )
+            if result["results"] == ["ok"]:
+                self.ref[offset][2] = True
 
     def _archive(self, offset: int, outcome: str) -> None:
         result = self.apply(
@@ -138,6 +141,8 @@ class Driver:
             return
         if final is not None:
             raise Violation(f"{offset} settled twice: {final} then {outcome}")
+        if outcome == "ack" and rejected:
+            raise Violation(f"{offset} acknowledged after its receiver rejected it")
         if outcome != "ack" and not rejected and count < self.max:
             raise Violation(f"{offset} archived after {count} of {self.max} deliveries")
         self.ref[offset][1] = outcome
@@ -153,6 +158,8 @@ class Driver:
             assert lock is not None
             if after_failure(self.queue, lock.attempt) != "available":
                 self._archive(key[2], after_failure(self.queue, lock.attempt))
+        for offset in sorted(self.queue.partition(0).rejected):  # the leader's round
+            self._archive(offset, after_reject(self.queue))
 
     def failover(self, checkpoint: bool) -> None:
         """A new leader: locks are gone; the state is what the log (or a checkpoint) holds."""
@@ -299,6 +306,12 @@ def test_planted_leader_that_forgets_the_last_leaders_lease_is_caught() -> None:
 def test_planted_checkpoint_losing_the_lease_is_caught() -> None:
     original = state.PartitionState.to_json
     with planted(state.PartitionState, "to_json", lambda self: original(self)[:4]):
+        assert caught()
+
+
+def test_planted_checkpoint_losing_rejects_is_caught() -> None:
+    original = state.PartitionState.to_json
+    with planted(state.PartitionState, "to_json", lambda self: [*original(self)[:5], []]):
         assert caught()
 
 

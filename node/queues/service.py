@@ -100,7 +100,6 @@ class Leading:
     locks: Locks = field(default_factory=Locks)
     views: dict[tuple[str, int], View] = field(default_factory=dict)
     busy: set[Key] = field(default_factory=set)  # being handed out or archived
-    rejected: dict[Key, int] = field(default_factory=dict)  # rejects to archive (count)
     failing: set[Key] = field(default_factory=set)  # archives that failed (logged once)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     waiting: collections.Counter[str] = field(default_factory=collections.Counter)  # by queue
@@ -111,12 +110,10 @@ class Leading:
         self.changed = asyncio.Event()
 
     def taken(self, queue: str, partition: int) -> set[int]:
-        """Offsets of a queue's partition no receive may hand out now: locked, being handed
-        out or archived, or rejected and not yet archived (its dead-letter copy may be written
-        already: delivered again and accepted, it would be acknowledged and dead-lettered)."""
+        """Offsets of a queue's partition no receive may hand out now: locked, or being handed
+        out or archived."""
         taken = self.locks.locked(queue, partition)
-        taken |= {o for (q, p, o) in self.busy if q == queue and p == partition}
-        return taken | {o for (q, p, o) in self.rejected if q == queue and p == partition}
+        return taken | {o for (q, p, o) in self.busy if q == queue and p == partition}
 
 
 def now_ms() -> int:
@@ -507,53 +504,57 @@ class QueueService:
         locks: dict[Key, Any],
     ) -> None:
         locks = dict(locks)
-        if outcome == "accept":
-            by_partition: dict[int, list[tuple[int, Key, int]]] = {}
-            for index, key, attempt in claimed:
-                by_partition.setdefault(key[1], []).append((index, key, attempt))
-            # All partitions' settles are proposed together: one Raft round, not one each.
-            settled = await asyncio.gather(
-                *(
-                    self._accept(shard, leading, queue, p, items, errors, locks)
-                    for p, items in by_partition.items()
-                ),
-                return_exceptions=True,
-            )
-            failure = next((r for r in settled if isinstance(r, BaseException)), None)
-            if isinstance(failure, BrokerError):
-                # Not acknowledged (or not known to be): the locks stay as they were, so the
-                # receiver may retry with the same receipts while they last.
-                self._restore(shard, leading, locks)
-            if failure is not None:
-                raise failure
-        elif outcome == "release":
+        if outcome == "release":
             for _, key, attempt in claimed:
                 decision = after_failure(queue, attempt)
                 if decision != "available":
                     await self._archive(shard, key, decision, "max_deliveries", attempt, True)
             leading.wake()
-        else:
-            for _, key, attempt in claimed:
-                await self._archive(shard, key, after_reject(queue), "rejected", attempt, True)
+            return
+        # An accept commits the acknowledgement; a reject commits the reject first (so that no
+        # leader hands the record out again once its dead-letter copy may exist), then archives.
+        by_partition: dict[int, list[tuple[int, Key, int]]] = {}
+        for index, key, attempt in claimed:
+            by_partition.setdefault(key[1], []).append((index, key, attempt))
+        # All partitions' commands are proposed together: one Raft round, not one each.
+        settled = await asyncio.gather(
+            *(
+                self._decide(shard, leading, queue, outcome, p, items, errors, locks)
+                for p, items in by_partition.items()
+            ),
+            return_exceptions=True,
+        )
+        failure = next((r for r in settled if isinstance(r, BaseException)), None)
+        if isinstance(failure, BrokerError):
+            # Not decided (or not known to be): the locks stay as they were, so the receiver
+            # may retry with the same receipts while they last.
+            self._restore(shard, leading, locks)
+        if failure is not None:
+            raise failure
+        if outcome == "reject":
+            for index, key, attempt in claimed:
+                if errors[index] is None:
+                    await self._archive(shard, key, after_reject(queue), "rejected", attempt, True)
 
-    async def _accept(
+    async def _decide(
         self,
         shard: str,
         leading: Leading,
         queue: Queue,
+        outcome: str,
         partition: int,
         items: list[tuple[int, Key, int]],
         errors: list[str | None],
         locks: dict[Key, Any],
     ) -> None:
-        """Commit the acknowledgement of `items` (of one partition): each one's error, and its
-        lock gone from `locks` (settled, or another delivery's: never put back)."""
+        """Commit the acknowledgement (`outcome` accept) or the reject of `items` (of one
+        partition): each one's error, and its lock gone from `locks` (decided, or another
+        delivery's: never put back)."""
         command = {
-            "op": "settle",
+            **({"op": "settle", "outcome": "ack"} if outcome == "accept" else {"op": "reject"}),
             "queue": queue.name,
             "incarnation": queue.incarnation,
             "partition": partition,
-            "outcome": "ack",
             "offsets": [key[2] for _, key, _ in items],
             "attempts": [attempt for _, _, attempt in items],
         }
@@ -562,7 +563,7 @@ class QueueService:
         for (index, key, _), result in zip(items, answer["results"], strict=True):
             errors[index] = SETTLE_ERRORS.get(result)
             locks.pop(key, None)
-            if view is not None and result == "ok":
+            if view is not None and result == "ok" and outcome == "accept":
                 view.drop(key[2])  # frees the cache at once
 
     def _restore(self, shard: str, leading: Leading, locks: dict[Key, Any]) -> None:
@@ -598,9 +599,9 @@ class QueueService:
         self, shard: str, key: Key, outcome: str, reason: str, count: int, reserved: bool = False
     ) -> None:
         """Settle `key` as dead (after its append to the dead-letter topic) or dropped. A
-        failure leaves it to the leader's rounds: spent records are found again, rejects are
-        kept in `rejected` for this term (a new leader redelivers them: at-least-once).
-        `reserved`: the caller holds `key` in `busy` already (else nobody else may)."""
+        failure leaves it to the leader's rounds (this one's or the next's): spent and rejected
+        records are found again in the state (`spent`). `reserved`: the caller holds `key` in
+        `busy` already (else nobody else may)."""
         replica, leading = self._lead(shard)
         name, partition, offset = key
         if not reserved:
@@ -621,7 +622,6 @@ class QueueService:
                 "attempts": [count],
             }
             await self._propose(shard, command)
-            leading.rejected.pop(key, None)
             leading.failing.discard(key)
             view = leading.views.get((name, partition))
             if view is not None:
@@ -632,8 +632,6 @@ class QueueService:
                 log.warning(
                     "archiving %s/%d/%d: %s (retried)", name, partition, offset, exc.message
                 )
-            if reason == "rejected":
-                leading.rejected[key] = count
         finally:
             if not reserved:
                 leading.busy.discard(key)
@@ -694,22 +692,18 @@ class QueueService:
                     woke = True
                 else:
                     self._spawn(self._archive(shard, key, decision, "max_deliveries", lock.attempt))
-            for key, count in list(leading.rejected.items()):
-                queue = replica.state.queues.get(key[0])
-                if queue is not None:
-                    self._spawn(self._archive(shard, key, after_reject(queue), "rejected", count))
             for queue in replica.state.queues.values():
                 for partition in list(queue.partitions):
                     held = leading.locks.locked(queue.name, partition)
                     busy = held | {
                         o for (q, p, o) in leading.busy if q == queue.name and p == partition
                     }
+                    state = queue.partitions[partition]
                     for offset in spent(queue, partition, busy):
-                        count = queue.partitions[partition].count(offset)
+                        reason = "rejected" if offset in state.rejected else "max_deliveries"
                         key = (queue.name, partition, offset)
-                        self._spawn(
-                            self._archive(shard, key, after_reject(queue), "max_deliveries", count)
-                        )
+                        count = state.count(offset)
+                        self._spawn(self._archive(shard, key, after_reject(queue), reason, count))
             if woke:
                 leading.wake()
             self._spawn(replica.maybe_checkpoint(self._timeout))

@@ -16,7 +16,9 @@ Record states, per (queue, partition, offset), offset >= the partition's start o
   a control record, a compacted-away key): `settled`, final.
 Only durable facts are replicated: delivery counts (incremented by `deliver` *before* the
 records are handed out, so a count is never under-counted, even across failovers), settle
-decisions (ack, dead, drop, gap), the start offset and the delivery lease.
+decisions (ack, dead, drop, gap), the start offset, the delivery lease and rejects (`reject`
+marks a record its receiver rejected: it is never delivered again and the leader archives it,
+this one or the next: a reject is decided before its dead-letter copy is written).
 
 The delivery lease (`lease`, per partition): every unsettled offset below it that has no
 recorded count counts as delivered once. A leader commits the lease ahead of the records it
@@ -27,7 +29,7 @@ delivery is the second), so no count is ever under-counted; the price is that af
 failover up to a lease's length of records per partition count one delivery they never had.
 Queues with max_deliveries 1 get no lease (a phantom delivery would spend a record unseen).
 
-Commands (`op`): secret, create, delete, deliver, settle, skip, lease, checkpoint.
+Commands (`op`): secret, create, delete, deliver, settle, skip, lease, reject, checkpoint.
 
 Invariants (the cheap ones asserted in `_compact` and `_apply_settle`):
 - Q1 a record is settled at most once: a settle of a settled record changes nothing and
@@ -82,6 +84,7 @@ class PartitionState:
     # also on a new leader, where another delivery's stays lock_expired.
     acked: dict[int, int] = field(default_factory=dict)
     leased: int = 0  # unsettled offsets below it without a count in `deliveries` count 1
+    rejected: set[int] = field(default_factory=set)  # unsettled, rejected: to be archived
 
     def count(self, offset: int, leased: int | None = None) -> int:
         """The delivery count of an unsettled `offset`; `leased`: the lease to read it by
@@ -113,17 +116,18 @@ class PartitionState:
     def to_json(self) -> list[Any]:
         deliveries, settled = sorted(self.deliveries.items()), sorted(self.settled.items())
         acked = list(self.acked.items())  # in order
-        return [self.start, deliveries, settled, acked, self.leased]
+        return [self.start, deliveries, settled, acked, self.leased, sorted(self.rejected)]
 
     @classmethod
     def from_json(cls, data: list[Any]) -> PartitionState:
-        # snapshots before `acked` have three items, before `leased` four
+        # snapshots before `acked` have three items, before `leased` four, before `rejected` five
         start, deliveries, settled, *later = data
         return cls(
             int(start),
             {int(o): int(c) for o, c in deliveries},
             {int(o): str(s) for o, s in settled},
             leased=int(later[1]) if len(later) > 1 else 0,
+            rejected={int(o) for o in later[2]} if len(later) > 2 else set(),
             acked={int(o): int(a) for o, a in (later[0] if later else [])},
         )
 
@@ -295,6 +299,9 @@ class QueueState:
             if attempt is not None and attempt != state.count(offset):
                 results.append("stale")
                 continue
+            if outcome == "ack" and offset in state.rejected:
+                results.append("stale")  # its receiver rejected it: only an archive settles it
+                continue
             if outcome == "ack" and state.count(offset) < 1:
                 results.append("not_delivered")
                 continue
@@ -303,6 +310,7 @@ class QueueState:
                 continue
             count = state.count(offset)
             state.deliveries.pop(offset, None)
+            state.rejected.discard(offset)
             state.settled[offset] = outcome
             if outcome == "ack":
                 queue.acknowledged += 1
@@ -327,8 +335,31 @@ class QueueState:
             state.start = to
             state.deliveries = {o: c for o, c in state.deliveries.items() if o >= to}
             state.settled = {o: s for o, s in state.settled.items() if o >= to}
+            state.rejected = {o for o in state.rejected if o >= to}
         state._compact()
         return {"start": state.start}
+
+    def _apply_reject(self, command: dict[str, Any]) -> dict[str, Any]:
+        """Mark offsets rejected by the delivery that holds them (`attempts`); per offset "ok",
+        "already" (settled), "stale" (another delivery's) or "not_delivered"."""
+        queue = self._queue(command)
+        state = queue.partition(_index(command.get("partition"), "partition"))
+        offsets = _offsets(command.get("offsets"))
+        attempts = command.get("attempts")
+        if not isinstance(attempts, list) or len(attempts) != len(offsets):
+            raise QueueError("invalid_request", "attempts must match offsets")
+        results = []
+        for offset, attempt in zip(offsets, attempts, strict=True):
+            if state.is_settled(offset):
+                results.append("already")
+            elif attempt != state.count(offset):
+                results.append("stale")
+            elif attempt < 1 or offset >= state.start + WINDOW:
+                results.append("not_delivered")
+            else:
+                state.rejected.add(offset)
+                results.append("ok")
+        return {"results": results}
 
     def _apply_lease(self, command: dict[str, Any]) -> dict[str, Any]:
         """Move the partition's delivery lease up to `to` (never down; never past the window:
@@ -425,6 +456,7 @@ def available(
         if (
             state.is_settled(offset)
             or offset in busy
+            or offset in state.rejected
             or state.count(offset) >= queue.max_deliveries
         ):
             continue
@@ -461,14 +493,14 @@ def under_lease(
 
 
 def spent(queue: Queue, partition: int, busy: set[int]) -> list[int]:
-    """Unsettled records whose deliveries are spent and that nobody holds: to be archived
-    (after a failover, the records whose last delivery was in flight)."""
+    """Unsettled records whose deliveries are spent, or that were rejected, and that nobody
+    holds: to be archived (after a failover, the records whose last delivery was in flight,
+    and the rejects whose archive did not commit)."""
     state = queue.partitions.get(partition)
     if state is None:
         return []
-    return sorted(
-        o for o, c in state.deliveries.items() if c >= queue.max_deliveries and o not in busy
-    )
+    out = {o for o, c in state.deliveries.items() if c >= queue.max_deliveries}
+    return sorted((out | state.rejected) - busy)
 
 
 # ---- what a record's headers ask for: delays and priorities ----------------------------------
