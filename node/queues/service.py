@@ -20,9 +20,10 @@ counts are made durable *before* records are handed out, so none is under-counte
 
 Dead-lettering is at-least-once: the record is appended to the dead-letter topic with acks=all
 first (headers name its source topic, partition, offset, delivery count and why), and only then
-is the archive decision committed; a leader that dies in between leaves the record spent and
-unsettled, and the next leader appends it again (a duplicate in the dead-letter topic, never a
-loss). Without a dead-letter topic the record is dropped (settled as such).
+is the archive decision committed; a leader that dies in between leaves the record spent (or,
+after a reject, marked rejected: that commits before the append) and unsettled, and the next
+leader appends it again (a duplicate in the dead-letter topic, never a loss), never delivering
+it again. Without a dead-letter topic the record is dropped (settled as such).
 """
 
 from __future__ import annotations
