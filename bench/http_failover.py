@@ -1,15 +1,20 @@
-"""Seconds from a fault on a leader (SIGKILL, or SIGSTOP: a leader that falls silent as when it is
-cut off) to the next acks=all HTTP ack, as clients with a 3 s timeout see it.
+"""Seconds from a fault on a leader to the next acks=all HTTP ack, as clients with a 3 s timeout
+see it: SIGKILL, SIGSTOP (a leader that falls silent, connections open), or a network cut.
 
-Owns issue 21's failover target (election timeout + 1 s in every round), measured on real
-`raftline serve` processes. One client per node writes through that node and, after a timeout
-or a retryable error, moves on to the next node, as the Python client does.
-Usage: .venv/bin/python -m bench.http_failover [rounds] [kill|pause] [partition|metadata]
+Owns issue 21's failover target (election timeout + 1 s in every round). kill and pause run on
+real `raftline serve` processes (3 nodes, a fresh cluster each round); cut needs nodes with
+addresses of their own: the 5-node compose cluster (docker-compose.yml, image $RAFTLINE_IMAGE,
+project raftline-failover; hold /tmp/raftline-compose.lock), where nftables drops every packet
+between the leader and the other nodes while the leader still answers its own clients; one
+cluster for every round, healed between them. One client per node writes through that node
+and, after a timeout or a retryable error, moves on to the next node, as the Python client does.
+Usage: .venv/bin/python -m bench.http_failover [rounds] [kill|pause|cut] [partition|metadata]
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -17,7 +22,8 @@ import threading
 import time
 from pathlib import Path
 
-from bench.node_procs import NodeCluster, NodeProcess, http_json, running_nodes
+from bench.node_procs import NodeProcess, http_json, running_nodes
+from raftline.chaos.cluster import ComposeCluster
 
 ELECTION_TIMEOUT_S = 2 * 10 * 0.05  # the longest election timeout of the default NodeConfig
 TARGET_S = ELECTION_TIMEOUT_S + 1.0
@@ -28,8 +34,8 @@ PORT_BASE = 19100
 class Client:
     """acks=all messages from a thread, starting at one node, moving on when it fails."""
 
-    def __init__(self, cluster: NodeCluster, topic: str, first: int) -> None:
-        self.cluster = cluster
+    def __init__(self, urls: list[str], topic: str, first: int) -> None:
+        self.urls = urls
         self.url_path = f"/v1/topics/{topic}/messages"
         self.turn = first
         self.acked: list[tuple[float, float]] = []  # (sent at, acknowledged at), monotonic
@@ -46,13 +52,12 @@ class Client:
 
     def _run(self) -> None:
         body = {"acks": "all", "messages": [{"value": "m", "partition": 0}]}
-        nodes = self.cluster.nodes
         while not self._stop.is_set():
-            node = nodes[self.turn % len(nodes)]
+            url = self.urls[self.turn % len(self.urls)]
             sent = time.monotonic()
             try:
                 status, _ = http_json(
-                    f"{node.url}{self.url_path}", "POST", body, timeout=CLIENT_TIMEOUT_S
+                    f"{url}{self.url_path}", "POST", body, timeout=CLIENT_TIMEOUT_S
                 )
             except OSError:
                 status = 0
@@ -74,9 +79,10 @@ def first_ack_after(clients: list[Client], moment: float, timeout: float = 30.0)
     raise TimeoutError("no ack after the fault")
 
 
-def wait_for_acks(clients: list[Client], count: int, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while sum(len(c.acked) for c in clients) < count:
+def wait_for_acks(clients: list[Client], count: int, since: float = 0.0) -> None:
+    """Until `count` messages sent after `since` are acknowledged (at most 60 s)."""
+    deadline = time.monotonic() + 60.0
+    while sum(sent > since for c in clients for sent, _ in c.acked) < count:
         if time.monotonic() > deadline:
             raise TimeoutError("the cluster does not acknowledge writes")
         time.sleep(0.02)
@@ -94,7 +100,8 @@ def one_round(root: Path, fault: str, victim_kind: str) -> float:
         cluster.create_topic("f")
         leader = cluster.leader("f")
         victim = leader if victim_kind == "partition" else cluster.controller()
-        clients = [Client(cluster, "f", i).start() for i in range(len(cluster.nodes))]
+        urls = [node.url for node in cluster.nodes]
+        clients = [Client(urls, "f", i).start() for i in range(len(urls))]
         try:
             wait_for_acks(clients, 50)
             time.sleep(1.0)
@@ -107,18 +114,89 @@ def one_round(root: Path, fault: str, victim_kind: str) -> float:
                 client.stop()
 
 
+def process_rounds(rounds: int, fault: str, victim_kind: str) -> list[float]:
+    times = []
+    for i in range(rounds):
+        with tempfile.TemporaryDirectory() as root:
+            times.append(one_round(Path(root), fault, victim_kind))
+        print(f"round {i}: first ack {times[-1]:.3f} s after {fault} of the {victim_kind} leader")
+    return times
+
+
+def leader_id(url: str, victim_kind: str) -> int | None:
+    """The partition's leader or the controller as the node at `url` sees it."""
+    try:
+        if victim_kind == "partition":
+            status, body = http_json(f"{url}/v1/topics/f", timeout=5)
+            found = body["partitions"][0].get("leader") if status == 200 else None
+        else:
+            status, body = http_json(f"{url}/v1/cluster", timeout=5)
+            found = body.get("controller") if status == 200 else None
+    except OSError:
+        return None
+    return None if found is None else int(found)
+
+
+def all_alive(urls: list[str]) -> bool:
+    """Whether every node sees every other node alive (a healed cut has been noticed)."""
+    for url in urls:
+        try:
+            status, body = http_json(f"{url}/v1/cluster", timeout=5)
+        except OSError:
+            return False
+        if status != 200 or not all(n["alive"] for n in body["nodes"]):
+            return False
+    return True
+
+
+def cut_rounds(rounds: int, victim_kind: str) -> list[float]:
+    cluster = ComposeCluster(5, project="raftline-failover")
+    cluster.up()
+    try:
+        if not cluster.wait_ready(180):
+            raise RuntimeError("the compose cluster did not become ready")
+        urls = [node.http_url for node in cluster.nodes]
+        create = {"name": "f", "partitions": 1, "replication_factor": 3}
+        status, body = http_json(f"{urls[0]}/v1/topics", "POST", create, timeout=30)
+        if status != 201:
+            raise RuntimeError(f"creating topic f failed: {status} {body}")
+        clients = [Client(urls, "f", i).start() for i in range(len(urls))]
+        times = []
+        try:
+            for i in range(rounds):
+                healed = time.monotonic()
+                while not all_alive(urls) or leader_id(urls[0], victim_kind) is None:
+                    if time.monotonic() - healed > 60:
+                        raise TimeoutError("the cluster did not heal")
+                    time.sleep(0.2)
+                wait_for_acks(clients, 50, since=time.monotonic())
+                time.sleep(1.0)
+                victim = cluster.node(leader_id(urls[0], victim_kind) or 1)
+                cluster.pid(victim)  # looked up before the cut, not during it
+                fault_at = time.monotonic()
+                cluster.isolate(victim)
+                try:
+                    times.append(first_ack_after(clients, fault_at))
+                finally:
+                    cluster.heal_all()
+                print(f"round {i}: first ack {times[-1]:.3f} s after the cut of the {victim_kind}"
+                      f" leader (node {victim.node_id})", flush=True)  # fmt: skip
+        finally:
+            for client in clients:
+                client.stop()
+    finally:
+        cluster.down()
+    return times
+
+
 def main() -> int:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     fault = sys.argv[2] if len(sys.argv) > 2 else "kill"
     kind = sys.argv[3] if len(sys.argv) > 3 else "partition"
-    if fault not in ("kill", "pause") or kind not in ("partition", "metadata"):
+    if fault not in ("kill", "pause", "cut") or kind not in ("partition", "metadata"):
         print(__doc__)
         return 2
-    times = []
-    for i in range(rounds):
-        with tempfile.TemporaryDirectory() as root:
-            times.append(one_round(Path(root), fault, kind))
-        print(f"round {i}: first ack {times[-1]:.3f} s after {fault} of the {kind} leader")
+    times = cut_rounds(rounds, kind) if fault == "cut" else process_rounds(rounds, fault, kind)
     ordered = sorted(times)
     summary = {
         "fault": fault,
@@ -131,6 +209,7 @@ def main() -> int:
         "max_s": round(ordered[-1], 3),
         "target_s": TARGET_S,
         "met": ordered[-1] <= TARGET_S,
+        "load1": round(os.getloadavg()[0], 1),
     }
     print(json.dumps(summary))
     return 0 if summary["met"] else 1

@@ -233,16 +233,28 @@ class ComposeCluster:
 
     def drop_from(self, node: Node, peers: Iterable[Node], loss_percent: int = 100) -> None:
         """Drops packets arriving at `node` from `peers` (all of them, or a random share)."""
-        addrs = ", ".join(p.ip for p in peers if p.ip)
-        if not addrs:
-            return
-        match = f"ip saddr {{ {addrs} }}"
-        verdict = "drop" if loss_percent >= 100 else f"numgen random mod 100 < {loss_percent} drop"
-        self._nft(
-            node,
-            f"table inet {NFT_TABLE} {{\n chain input {{\n  type filter hook input priority 0;\n"
-            f"  {match} {verdict}\n }}\n}}\n",
-        )
+        script = _drop_script(peers, loss_percent)
+        if script:
+            self._nft(node, script)
+
+    def isolate(self, victim: Node) -> None:
+        """Cuts `victim` off from every other node at one moment: every node's rule is
+        installed at once (one node after another took seconds on a loaded machine)."""
+        others = [n for n in self.nodes if n is not victim]
+        plan = [(victim, _drop_script(others)), *((n, _drop_script([victim])) for n in others)]
+        entered = [(node, ["nsenter", "-t", str(self.pid(node)), "-n", "nft", "-f", "-"], script)
+                   for node, script in plan]  # fmt: skip
+        running = [
+            (node, subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            for node, argv, _ in entered
+        ]
+        failures = []
+        for (node, process), (_, _, script) in zip(running, entered, strict=True):
+            _, stderr = process.communicate(script, timeout=30)
+            if process.returncode != 0:
+                failures.append(f"{node.service}: {stderr.strip()}")
+        if failures:
+            raise ClusterError(f"nft failed: {'; '.join(failures)}")
 
     def heal(self, node: Node) -> None:
         self._nft(node, f"table inet {NFT_TABLE} {{}}\ndelete table inet {NFT_TABLE}\n")
@@ -268,6 +280,20 @@ class ComposeCluster:
         if self._paused(node):
             self.resume(node)
         self.heal(node)
+
+
+def _drop_script(peers: Iterable[Node], loss_percent: int = 100) -> str:
+    """The nftables script that drops packets from `peers` (all, or a random share); "" when
+    none of them has an address."""
+    addrs = ", ".join(p.ip for p in peers if p.ip)
+    if not addrs:
+        return ""
+    match = f"ip saddr {{ {addrs} }}"
+    verdict = "drop" if loss_percent >= 100 else f"numgen random mod 100 < {loss_percent} drop"
+    return (
+        f"table inet {NFT_TABLE} {{\n chain input {{\n  type filter hook input priority 0;\n"
+        f"  {match} {verdict}\n }}\n}}\n"
+    )
 
 
 def http_ok(url: str, timeout: float = 2.0) -> bool:
