@@ -251,6 +251,21 @@ class MessageDelay:
         return {"fault": self.name}
 
 
+@dataclass
+class Placebo:
+    """Changes nothing. Its windows are measured like any fault's but never judged: their
+    throughput ratios show how far the machine's own noise (other work on a shared machine)
+    moves the ratio in the same run, which tells a real stall from noise."""
+
+    name: str = "none"
+
+    def start(self, rng: random.Random) -> dict[str, Any]:
+        return {"fault": self.name}
+
+    def stop(self) -> dict[str, Any]:
+        return {"fault": self.name}
+
+
 STORAGE_OUTAGES = ("kill", "pause", "cut")
 
 
@@ -308,6 +323,7 @@ def make_faults(cluster: Cluster, names: Sequence[str], topic: str) -> list[Faul
         "clock": lambda: ClockSkew(cluster),
         "delay": lambda: MessageDelay(cluster),
         "s3": lambda: StorageOutage(cluster),
+        "none": Placebo,
     }
     unknown = [n for n in names if n not in makers]
     if unknown:

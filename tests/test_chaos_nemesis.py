@@ -139,3 +139,9 @@ def test_a_hook_reset_reaches_every_node_when_one_fails(monkeypatch: pytest.Monk
     with pytest.raises(ClusterError, match="node 2"):
         ClockSkew(cluster).stop()
     assert reached == [1, 2, 3, 4, 5]
+
+
+def test_the_placebo_nemesis_changes_nothing_and_opens_a_window(tmp_path: Path) -> None:
+    (placebo,) = make_faults(ComposeCluster(3), ["none"], "t")
+    assert placebo.start(random.Random(0)) == {"fault": "none"}
+    assert placebo.stop() == {"fault": "none"}
