@@ -39,6 +39,8 @@ class Client:
         self.url_path = f"/v1/topics/{topic}/messages"
         self.turn = first
         self.acked: list[tuple[float, float]] = []  # (sent at, acknowledged at), monotonic
+        # every try: (sent at, answered at, node index, HTTP status or 0: no answer, error code)
+        self.tries: list[tuple[float, float, int, int, str]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -53,14 +55,16 @@ class Client:
     def _run(self) -> None:
         body = {"acks": "all", "messages": [{"value": "m", "partition": 0}]}
         while not self._stop.is_set():
-            url = self.urls[self.turn % len(self.urls)]
+            node = self.turn % len(self.urls)
             sent = time.monotonic()
             try:
-                status, _ = http_json(
-                    f"{url}{self.url_path}", "POST", body, timeout=CLIENT_TIMEOUT_S
+                status, answer = http_json(
+                    f"{self.urls[node]}{self.url_path}", "POST", body, timeout=CLIENT_TIMEOUT_S
                 )
-            except OSError:
-                status = 0
+                code = "" if status == 200 else str(answer.get("error", {}).get("code", ""))
+            except OSError as error:
+                status, code = 0, type(error).__name__
+            self.tries.append((sent, time.monotonic(), node, status, code))
             if status == 200:
                 self.acked.append((sent, time.monotonic()))
             else:
@@ -77,6 +81,29 @@ def first_ack_after(clients: list[Client], moment: float, timeout: float = 30.0)
             return min(later) - moment
         time.sleep(0.01)
     raise TimeoutError("no ack after the fault")
+
+
+def tries_between(clients: list[Client], start: float, end: float) -> str:
+    """What each client tried from `start` (the fault) to `end`, for a round over the target:
+    `node+status@sent..answered` in seconds from `start`."""
+    lines = []
+    for i, client in enumerate(clients):
+        shown = [
+            f"n{node + 1}:{status}{'/' + code if code else ''}"
+            f"@{sent - start:.2f}..{done - start:.2f}"
+            for sent, done, node, status, code in client.tries
+            if done > start and sent < end
+        ]
+        lines.append(f"  client {i}: {', '.join(shown)}")
+    return "\n".join(lines)
+
+
+def ack_latency_before(clients: list[Client], moment: float, span: float = 5.0) -> float:
+    """Median seconds from send to ack over the `span` seconds before `moment`: the commit
+    latency of the machine at the time, which bounds the first ack after a fault from below
+    (on a loaded 2-core machine it alone can be a second or more)."""
+    took = [a - s for c in clients for s, a in c.acked if moment - span <= a < moment]
+    return statistics.median(took) if took else float("nan")
 
 
 def wait_for_acks(clients: list[Client], count: int, since: float = 0.0) -> None:
@@ -161,7 +188,8 @@ def cut_rounds(rounds: int, victim_kind: str) -> list[float]:
         if status != 201:
             raise RuntimeError(f"creating topic f failed: {status} {body}")
         clients = [Client(urls, "f", i).start() for i in range(len(urls))]
-        times = []
+        times: list[float] = []
+        latencies: list[float] = []
         try:
             for i in range(rounds):
                 healed = time.monotonic()
@@ -172,15 +200,21 @@ def cut_rounds(rounds: int, victim_kind: str) -> list[float]:
                 wait_for_acks(clients, 50, since=time.monotonic())
                 time.sleep(1.0)
                 victim = cluster.node(leader_id(urls[0], victim_kind) or 1)
-                cluster.pid(victim)  # looked up before the cut, not during it
-                fault_at = time.monotonic()
+                cutting = time.monotonic()
+                latencies.append(ack_latency_before(clients, cutting))
                 cluster.isolate(victim)
+                # From the moment every rule is in force: a message sent while they were being
+                # installed may still be committed by the old leader.
+                fault_at = time.monotonic()
                 try:
                     times.append(first_ack_after(clients, fault_at))
                 finally:
                     cluster.heal_all()
                 print(f"round {i}: first ack {times[-1]:.3f} s after the cut of the {victim_kind}"
-                      f" leader (node {victim.node_id})", flush=True)  # fmt: skip
+                      f" leader (node {victim.node_id}; the cut took {fault_at - cutting:.3f} s;"
+                      f" acks took {latencies[-1]:.3f} s before it)", flush=True)  # fmt: skip
+                if times[-1] > TARGET_S:
+                    print(tries_between(clients, fault_at, fault_at + times[-1]), flush=True)
         finally:
             for client in clients:
                 client.stop()

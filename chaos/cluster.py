@@ -238,23 +238,21 @@ class ComposeCluster:
             self._nft(node, script)
 
     def isolate(self, victim: Node) -> None:
-        """Cuts `victim` off from every other node at one moment: every node's rule is
-        installed at once (one node after another took seconds on a loaded machine)."""
-        others = [n for n in self.nodes if n is not victim]
-        plan = [(victim, _drop_script(others)), *((n, _drop_script([victim])) for n in others)]
-        entered = [(node, ["nsenter", "-t", str(self.pid(node)), "-n", "nft", "-f", "-"], script)
-                   for node, script in plan]  # fmt: skip
-        running = [
-            (node, subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-            for node, argv, _ in entered
-        ]
-        failures = []
-        for (node, process), (_, _, script) in zip(running, entered, strict=True):
-            _, stderr = process.communicate(script, timeout=30)
-            if process.returncode != 0:
-                failures.append(f"{node.service}: {stderr.strip()}")
-        if failures:
-            raise ClusterError(f"nft failed: {'; '.join(failures)}")
+        """Cuts `victim` off from every other node with one nft call in its own namespace: what
+        it receives from them and what it sends to them is dropped (clients on the host still
+        reach it). One call, so the cut lands at one moment even on a loaded machine, where
+        installing a rule per node took seconds."""
+        addrs = ", ".join(n.ip for n in self.nodes if n is not victim and n.ip)
+        if not addrs:
+            return
+        self._nft(
+            victim,
+            f"table inet {NFT_TABLE} {{\n"
+            f" chain input {{\n  type filter hook input priority 0;\n"
+            f"  ip saddr {{ {addrs} }} drop\n }}\n"
+            f" chain output {{\n  type filter hook output priority 0;\n"
+            f"  ip daddr {{ {addrs} }} drop\n }}\n}}\n",
+        )
 
     def heal(self, node: Node) -> None:
         self._nft(node, f"table inet {NFT_TABLE} {{}}\ndelete table inet {NFT_TABLE}\n")
