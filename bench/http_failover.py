@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 from bench.node_procs import NodeProcess, http_json, running_nodes
-from raftline.chaos.cluster import ComposeCluster
+from raftline.chaos.cluster import ClusterError, ComposeCluster
+from raftline.chaos.cluster import Node as ComposeNode
 
 ELECTION_TIMEOUT_S = 2 * 10 * 0.05  # the longest election timeout of the default NodeConfig
 TARGET_S = ELECTION_TIMEOUT_S + 1.0
@@ -178,6 +179,22 @@ def all_alive(urls: list[str]) -> bool:
     return True
 
 
+def inject_compose(cluster: ComposeCluster, victim: ComposeNode, fault: str) -> None:
+    """Cut or freeze `victim`. Freezing a container can fail while one of its threads waits in
+    the kernel (an fsync: "unable to freeze"); it is tried again a few times."""
+    if fault == "cut":
+        cluster.isolate(victim)
+        return
+    for attempt in range(5):
+        try:
+            cluster.pause(victim)
+            return
+        except ClusterError:
+            if attempt == 4:
+                raise
+            time.sleep(0.05)
+
+
 def compose_rounds(rounds: int, victim_kind: str, faults: list[str]) -> dict[str, list[float]]:
     """Rounds on the compose cluster, taking `faults` in turn (cut, or freeze: `docker pause`
     of the leader's container, the compose twin of SIGSTOP): alternated in one run, they
@@ -208,7 +225,7 @@ def compose_rounds(rounds: int, victim_kind: str, faults: list[str]) -> dict[str
                 fault = faults[i % len(faults)]
                 cutting = time.monotonic()
                 latencies.append(ack_latency_before(clients, cutting))
-                (cluster.isolate if fault == "cut" else cluster.pause)(victim)
+                inject_compose(cluster, victim, fault)
                 # From the moment the fault is in force: a message sent while it was being
                 # injected may still be committed by the old leader.
                 fault_at = time.monotonic()
