@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import itertools
 import logging
 import time
@@ -39,6 +40,12 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 PRODUCE_TIMEOUT_S = 15.0
 TOPIC_CACHE_S = 1.0
 DESCRIBE_WAIT_S = 0.5  # a first describe longer than this runs on in the background
+# An answer this node got from the partition's leader names that leader (its node id), so that
+# a client with a stale leader in its metadata sends its next request there, not here again.
+LEADER_HEADER = "Raftline-Leader"
+# The leaders this request was forwarded to: a list per request (a produce's partitions may run
+# in tasks of their own, which share the list through their copied context).
+_forwarded_to: contextvars.ContextVar[list[int]] = contextvars.ContextVar("forwarded_to")
 FILTER_SCAN_BYTES = 8 << 20  # a filtered fetch answers after reading this much without a match
 
 
@@ -154,6 +161,8 @@ class ApiState:
                 # Many of these: clients that send to a node other than the leader (a stale
                 # leader in their metadata), each request then paying a second HTTP hop.
                 broker.counters["forwarded_requests"] += 1
+                with contextlib.suppress(LookupError):  # outside a request: nobody to tell
+                    _forwarded_to.get().append(target.leader)
                 forward = remote(target.leader_http)
                 try:
                     return await broker.while_leads(target.group, target.leader, forward)
@@ -233,6 +242,8 @@ async def error_middleware(
 ) -> web.StreamResponse:
     state = request.app[STATE_KEY]
     started = time.monotonic()
+    forwarded_to: list[int] = []
+    _forwarded_to.set(forwarded_to)
     try:
         response = await handler(request)
     except ApiError as exc:
@@ -257,6 +268,8 @@ async def error_middleware(
         response = error_response(
             request, ApiError("internal_error", "internal error; see the node's log")
         )
+    if len(set(forwarded_to)) == 1 and response.status < 500 and not response.prepared:
+        response.headers[LEADER_HEADER] = str(forwarded_to[0])
     route = request.match_info.route.resource
     name = route.canonical if route is not None else "unmatched"
     key = (request.method, name, response.status)

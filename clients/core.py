@@ -216,12 +216,32 @@ class ClientCore:
         that the next call looks the leader up again."""
         if not self.metadata.fresh(topic):
             yield from self.refreshed(topic)
+        op = call(self.metadata.leader_url(topic, partition))
         try:
-            return (yield from call(self.metadata.leader_url(topic, partition)))
+            return (yield from self._learning_leader(op, topic, partition))
         except RaftlineError as error:
             if error.retryable:
                 self.metadata.invalidate(topic)
             raise
+
+    def _learning_leader(self, op: Op[_T], topic: str, partition: int) -> Op[_T]:
+        """`op` unchanged, but an answer that a node got from the partition's leader for us
+        (header Raftline-Leader: its id) points the metadata at that leader: the leader moved,
+        and the next call goes to it instead of paying a forward again."""
+        answer: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                call = op.throw(error) if error is not None else op.send(answer)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                answer, error = (yield call), None
+            except Exception as thrown:  # the shell's failure of `call`: the op decides
+                answer, error = None, thrown
+                continue
+            if isinstance(answer, Answer) and (leader := answer.headers.get("raftline-leader")):
+                self.metadata.leader_moved(topic, partition, int(leader))
 
     def fetched(
         self,

@@ -45,6 +45,11 @@ class Metadata:
     def invalidate(self, topic: str) -> None:
         self.expires.pop(topic, None)
 
+    def leader_moved(self, topic: str, partition: int, leader: int) -> None:
+        """A node answered for `leader`: the partition's leader now, as far as it knows."""
+        if leader in self.nodes and (topic, partition) in self.leaders:
+            self.leaders[(topic, partition)] = leader
+
     def leader_url(self, topic: str, partition: int) -> str | None:
         leader = self.leaders.get((topic, partition))
         address = self.nodes.get(leader) if leader is not None else None
