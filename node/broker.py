@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from raftline.node import restore
 from raftline.node.clock import WallClock
+from raftline.node.collector import COLLECTOR
 from raftline.node.config import NodeConfig
 from raftline.node.controller import LeaderWatch, MetaReplica, encode_command
 from raftline.node.coordinator.service import (
@@ -244,13 +245,10 @@ class Broker:
         while self._reconcile_again:
             self._reconcile_again = False
             wanted = self.meta.state.groups_of(self.node_id)
-            local = [
-                *self.partitions,
-                *self.coordinator.replicas,
-                *self.queues.replicas,
-                *self.transactions.replicas,
-            ]
-            leaving = [g for g in local if g not in wanted]
+            # Set operations, not a loop over every local replica: this runs on each change.
+            local = self.partitions.keys() | self.coordinator.replicas.keys()
+            local |= self.queues.replicas.keys() | self.transactions.replicas.keys()
+            leaving = local - wanted.keys()
             for group in leaving:
                 if group in self.partitions:
                     self.partitions.pop(group).close()
@@ -268,10 +266,13 @@ class Broker:
                 self.queues.replicas,
                 self.transactions.replicas,
             )
+            local = set().union(*shards)  # what is left of it
             starting = [
                 (group, topic, partition)
-                for group, (topic, partition) in wanted.items()
-                if not any(group in s for s in shards)
+                for topic_info in self.meta.state.topics.values()
+                if not (mine := topic_info.groups_on(self.node_id)).keys() <= local
+                for group, (topic, partition) in mine.items()
+                if group not in local
             ]
             # Opening a log waits for a disk thread: open a batch at a time, side by side.
             for i in range(0, len(starting), STARTS_AT_ONCE):
@@ -1127,6 +1128,7 @@ class Broker:
                 r.producers.expired for r in self.partitions.values() if r.producers is not None
             ),
             **(self.tiering.metrics() if self.tiering is not None else {}),
+            **COLLECTOR.metrics(),  # of the whole process
         }
         lines = []
         for name, value in values.items():

@@ -50,6 +50,7 @@ from typing import Any, Protocol
 
 from raftline.node import wire
 from raftline.node.config import NodeConfig
+from raftline.node.role_log import RoleLog
 from raftline.node.transport import RpcHandler, Transport
 from raftline.raftlog.raft import RaftConfig, RaftNode
 from raftline.raftlog.types import (
@@ -271,6 +272,7 @@ class Runtime:
             dead_after_s=2 * config.election_ticks * config.tick_ms / 1000,
         )
         self.stats: dict[str, int] = defaultdict(int)
+        self._role_log = RoleLog(log)
 
     # lifecycle
 
@@ -554,6 +556,7 @@ class Runtime:
             self._dirty.update(self._active)
             self._wakeup.set()
             self._flush_notices()
+            self._role_log.flush()
 
     # driver rounds
 
@@ -1000,15 +1003,10 @@ class Runtime:
     def _role_changed(self, group: Group) -> None:
         core = group.core
         group.role, group.leader, group.term = core.role, core.leader_id, core.term
-        # Rare, and what a post-mortem of a failover needs first: who led what, when.
-        log.info(
-            "group %s: %s in term %d, leader %s, commit %d, last %d",
-            group.name,
-            group.role,
-            group.term,
-            group.leader,
-            core.commit_index,
-            core.last_index,
+        # What a post-mortem of a failover needs first: who led what, when (counted, not
+        # written one by one, when thousands of groups change at once).
+        self._role_log.changed(
+            group.name, group.role, group.term, group.leader, core.commit_index, core.last_index
         )
         if group.leader is not None:
             self._learn_leader(group.name, group.leader, group.term)

@@ -183,3 +183,74 @@ async def test_started_replicas_are_kept_out_of_the_collectors_scans(cluster: li
     frozen = gc.get_freeze_count()
     await cluster[0].create_topic("frozen", 20, 3, {})
     await wait_for(lambda: gc.get_freeze_count() > frozen)
+
+
+def test_a_long_full_collection_freezes_its_survivors() -> None:
+    import gc
+
+    from raftline.node.collector import Collector
+
+    collector = Collector(freeze_after_s=0.0)
+    gc.unfreeze()
+    collector.install()
+    try:
+        survivors = [[i] for i in range(1000)]
+        gc.collect()
+        assert collector.freezes == 1 and collector.collections[2] == 1
+        assert gc.get_freeze_count() >= len(survivors)
+    finally:
+        collector.uninstall()
+        gc.unfreeze()
+
+
+def test_a_short_full_collection_freezes_nothing() -> None:
+    import gc
+
+    from raftline.node.collector import Collector
+
+    collector = Collector(freeze_after_s=3600.0)
+    gc.unfreeze()
+    collector.install()
+    try:
+        gc.collect()
+        assert collector.collections[2] == 1 and collector.freezes == 0
+        assert gc.get_freeze_count() == 0
+    finally:
+        collector.uninstall()
+
+
+def test_role_changes_past_the_budget_are_counted_in_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    from raftline.node.role_log import RoleLog
+
+    now = [0.0]
+    role_log = RoleLog(logging.getLogger("roles"), lines_per_s=3, clock=lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="roles"):
+        for i in range(10):
+            role_log.changed(f"t~1~{i}", "leader" if i % 2 else "follower", 2, 1, 0, 0)
+        role_log.flush()  # within the second: nothing more yet
+        assert len(caplog.records) == 3
+        now[0] = 1.5
+        role_log.flush()
+    assert len(caplog.records) == 4
+    assert caplog.records[-1].getMessage().startswith("7 more Raft role changes")
+    assert "(4 to leader here)" in caplog.records[-1].getMessage()
+
+
+def test_the_groups_of_a_placed_topic_are_named_once_per_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from raftline.node.metadata import TopicInfo
+
+    state = _state_with_topic([[1, 2, 3], [2, 3, 1], [3, 1, 2]])
+    named = []
+    original = TopicInfo.group
+    monkeypatch.setattr(TopicInfo, "group", lambda self, p: named.append(p) or original(self, p))
+    first = state.groups_of(1)
+    assert sorted(p for _, p in first.values()) == [0, 1, 2] and len(named) == 3
+    assert state.groups_of(1) == first and len(named) == 3  # the next metadata change
+    state.apply({"op": "create_topic", "name": "u", "config": {}, "replicas": [[2, 3, 1]]})
+    assert len(state.groups_of(1)) == 4 and len(named) == 4  # only the new topic's
