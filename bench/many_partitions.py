@@ -37,6 +37,17 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
+# result key -> the node metric it lists per node, read once every partition is led
+WATCHED_METRICS = {
+    "woken_by_link_per_node": "raftline_raft_woken_by_link_total",
+    "woken_by_message_per_node": "raftline_raft_woken_by_message_total",
+    "gc_full_collections_per_node": "raftline_gc_full_collections_total",
+    "gc_full_seconds_per_node": "raftline_gc_full_seconds_total",
+    "gc_young_seconds_per_node": "raftline_gc_young_seconds_total",
+    "gc_longest_pause_s_per_node": "raftline_gc_longest_pause_seconds",
+}
+
+
 class Aborted(Exception):
     """The run passed its memory or time bound."""
 
@@ -323,6 +334,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for r, b, h in zip(rss, base_rss, held, strict=True)
         ]
         log(f"RSS {result['rss_mib_per_node']} MiB, replicas {held}")
+        # what kept groups awake, and what the collector cost (see node/collector.py)
+        for key, metric in WATCHED_METRICS.items():
+            result[key] = [round(v.get(metric, 0), 3) for v in values]
+        log(", ".join(f"{key} {result[key]}" for key in WATCHED_METRICS))
         log(f"idle CPU over {args.idle_s} s")
         frames = [v["raftline_frames_sent_total"] for v in values]
         result["idle_cpu_per_node"] = [round(c, 4) for c in idle_cpu(cluster, args.idle_s)]

@@ -254,3 +254,18 @@ def test_the_groups_of_a_placed_topic_are_named_once_per_node(
     assert state.groups_of(1) == first and len(named) == 3  # the next metadata change
     state.apply({"op": "create_topic", "name": "u", "config": {}, "replicas": [[2, 3, 1]]})
     assert len(state.groups_of(1)) == 4 and len(named) == 4  # only the new topic's
+
+
+async def test_a_pass_over_all_partitions_lets_the_loop_run_between_slices() -> None:
+    from raftline.node.broker import in_slices
+
+    others: list[str] = []
+    asyncio.get_running_loop().call_soon(others.append, "a timer or a socket read")
+    first_after_others = None
+    seen = []
+    async for item in in_slices(list(range(1000)), size=100):
+        seen.append(item)
+        if others and first_after_others is None:
+            first_after_others = item
+    assert seen == list(range(1000))
+    assert first_after_others == 100
