@@ -171,6 +171,7 @@ class Group:
     snapshot_state: tuple[int, bytes] | None = None  # (index, state) of a received snapshot
     quiet: bool = False
     waits_for: int | None = None  # a fresh follower's expected first leader (see add_group)
+    woken_by_link: int | None = None  # the node whose link loss woke this quiet group
     idle_ticks: int = 0
     role: str = "follower"
     leader: int | None = None
@@ -503,37 +504,57 @@ class Runtime:
             dropped = self._orphans.pop(next(iter(self._orphans)))
             self.stats["messages_dropped"] += len(dropped)
 
-    def _on_link(self, peer: int, up: bool) -> None:
-        # Wake only the quiet groups that need it: when the peer goes down, those it leads
-        # (their followers must elect); when it comes up, those led here that it replicates
-        # (it may have restarted and must learn the leader). Waking every group on every
-        # link change made a node with tens of thousands of groups tick them all at once.
-        for group in self.groups.values():
-            if not group.quiet:
-                continue
-            if up:
-                wake = group.role == "leader" and (
-                    peer in group.core.voters or peer in group.core.learners
-                )
-            else:
-                wake = group.leader == peer or (group.leader is None and group.waits_for == peer)
-            if wake:
-                self._touch(group, "link")
+    def _on_link(self, peer: int, up: bool, revived: bool = False) -> None:
+        """Wake only the quiet groups that need it: when the peer goes down, those it leads
+        (their followers must elect); when it connects, those led here that it replicates
+        (it may have restarted and must learn the leader). Waking every group on every
+        link change made a node with tens of thousands of groups tick them all at once.
+        `revived`: the peer was only silent for a while (the same connection, so the peer
+        did not restart and nothing sent to it meanwhile was lost): the followers its
+        silence woke go quiet again if nothing changed since, and nothing else wakes. On a
+        loaded machine peers fall silent past the dead-after window now and then, and each
+        time every group they led woke, elected or heartbeated, then went quiet again."""
         if not up:
+            for group in self.groups.values():
+                if group.quiet and (
+                    group.leader == peer or (group.leader is None and group.waits_for == peer)
+                ):
+                    self._touch(group, "link")
+                    group.woken_by_link = peer
             for watches in list(self._leader_watches.values()):
                 for fut, expected in list(watches.items()):
                     if expected == peer and not fut.done():
                         fut.set_result(None)
-        if up:
-            for group in self.groups.values():
-                if group.role == "leader":
-                    self._notices[peer].append(["l", group.name, self.node_id, group.term])
-                elif group.leader == peer and not group.quiet:
-                    # Woken when the link went down, this follower's election timer runs while
-                    # its leader may still be quiet: wake the leader, or a short link loss
-                    # turns into an election of every group the peer leads.
-                    self._notices[peer].append(["w", group.name])
-            self._flush_notices()
+            return
+        for group in self.groups.values():
+            if group.woken_by_link == peer:
+                group.woken_by_link = None
+                if revived and self._unchanged_follower(group, peer):
+                    group.quiet = True  # as it was before the peer fell silent
+                    self._active.discard(group.name)
+                    self.stats["quiet_again_after_link"] += 1
+                    continue
+            if group.leader == peer and not group.quiet:
+                # Woken when the link went down, this follower's election timer runs while
+                # its leader may still be quiet: wake the leader, or a short link loss
+                # turns into an election of every group the peer leads.
+                self._notices[peer].append(["w", group.name])
+            elif not revived and group.role == "leader":
+                self._notices[peer].append(["l", group.name, self.node_id, group.term])
+                if group.quiet and (peer in group.core.voters or peer in group.core.learners):
+                    self._touch(group, "link")
+        self._flush_notices()
+
+    @staticmethod
+    def _unchanged_follower(group: Group, leader: int) -> bool:
+        """Still following `leader` in the same term, with nothing waiting to be fed."""
+        core = group.core
+        return (
+            core.role == "follower"
+            and core.leader_id == leader == group.leader
+            and core.term == group.term
+            and not (group.inbox or group.proposals or group.reads or group.notices)
+        )
 
     def _learn_leader(self, name: str, node: Any, term: Any) -> None:
         if type(node) is not int or type(term) is not int:

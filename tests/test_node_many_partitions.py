@@ -147,6 +147,52 @@ async def test_a_follower_woken_by_its_leaders_link_loss_wakes_the_leader_when_i
     assert ["w", "t~1~0"] in runtime._notices[2]
 
 
+async def test_followers_woken_by_a_silent_leader_go_quiet_again_when_it_is_heard_again(
+    tmp_path: Path,
+) -> None:
+    runtime = _runtime(tmp_path)
+    runtime.transport.alive = lambda peer: True  # type: ignore[method-assign]
+    runtime._flush_notices = lambda: None  # type: ignore[method-assign]  # keep them to look at
+    group = runtime.add_group("t~1~0", RaftStorage(tmp_path / "g"), [1, 2, 3], _Replica(), -1, 2)
+    group.leader = group.core.leader_id = 2  # a follower of node 2 in a quiet group
+    runtime._on_link(2, up=False)
+    assert runtime.quiet_groups() == 0
+    runtime._on_link(2, up=True, revived=True)  # the same connection: node 2 was only silent
+    assert runtime.quiet_groups() == 1
+    assert runtime._notices[2] == []  # neither its leader nor anything led here is woken
+
+
+async def test_a_follower_that_moved_on_while_its_leader_was_silent_wakes_the_leader(
+    tmp_path: Path,
+) -> None:
+    runtime = _runtime(tmp_path)
+    runtime.transport.alive = lambda peer: True  # type: ignore[method-assign]
+    runtime._flush_notices = lambda: None  # type: ignore[method-assign]
+    group = runtime.add_group("t~1~0", RaftStorage(tmp_path / "g"), [1, 2, 3], _Replica(), -1, 2)
+    group.leader = group.core.leader_id = 2
+    runtime._on_link(2, up=False)
+    group.proposals.append(object())  # type: ignore[arg-type]  # something to feed
+    runtime._on_link(2, up=True, revived=True)
+    assert runtime.quiet_groups() == 0
+    assert ["w", "t~1~0"] in runtime._notices[2]
+
+
+async def test_a_reconnected_peer_learns_the_leaders_here_and_wakes_their_groups(
+    tmp_path: Path,
+) -> None:
+    runtime = _runtime(tmp_path)
+    runtime.transport.alive = lambda peer: True  # type: ignore[method-assign]
+    runtime._flush_notices = lambda: None  # type: ignore[method-assign]
+    group = runtime.add_group("t~1~0", RaftStorage(tmp_path / "g"), [1, 2, 3], _Replica(), -1)
+    group.role, group.term, group.quiet = "leader", 4, True  # a quiet group led here
+    runtime._active.discard(group.name)
+    runtime._on_link(2, up=True, revived=True)
+    assert runtime.quiet_groups() == 1 and runtime._notices[2] == []
+    runtime._on_link(2, up=True)  # a new connection: node 2 may have restarted
+    assert runtime.quiet_groups() == 0
+    assert runtime._notices[2] == [["l", "t~1~0", 1, 4]]
+
+
 def test_a_node_that_did_not_run_for_a_while_does_not_declare_its_peers_dead(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -161,7 +207,7 @@ def test_a_node_that_did_not_run_for_a_while_does_not_declare_its_peers_dead(
         {2: "x"},
         None,
         None,
-        lambda p, up: downs.append(p),
+        lambda p, up, revived: downs.append(p),
         1.0,  # type: ignore[arg-type]
     )
     clock = [100.0]
