@@ -319,7 +319,7 @@ class Broker:
                 shard = self.queues.new_replica(group)
             self.runtime.add_group(group, storage, replicas, shard, applied=-1)
             if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
-                self.runtime.campaign(group)
+                self.runtime.campaign(group, pre_vote=not fresh)
             return
         restored = None
         if topic.restored_at and self.tiering is not None:
@@ -364,7 +364,7 @@ class Broker:
         wait_for = replicas[0] if fresh else None
         self.runtime.add_group(group, storage, replicas, replica, applied, wait_for)
         if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
-            self.runtime.campaign(group)
+            self.runtime.campaign(group, pre_vote=not fresh)  # a new group: no leader to disrupt
 
     # background: retention, registration, bootstrap, controller
 

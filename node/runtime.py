@@ -166,6 +166,7 @@ class Group:
     waiting_reads: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
     ticks: int = 0
     campaign: bool = False
+    campaign_pre_vote: bool = True
     transfer_to: int | None = None
     trim_to: int | None = None
     snapshot_state: tuple[int, bytes] | None = None  # (index, state) of a received snapshot
@@ -397,9 +398,11 @@ class Runtime:
         finally:
             group.pending_reads.pop(context, None)
 
-    def campaign(self, name: str) -> None:
+    def campaign(self, name: str, pre_vote: bool = True) -> None:
+        """Have the local replica stand for election (see RaftNode.campaign for pre_vote)."""
         group = self.groups[name]
         group.campaign = True
+        group.campaign_pre_vote = pre_vote
         self._touch(group)
 
     def transfer_leadership(self, name: str, to: int) -> None:
@@ -754,7 +757,7 @@ class Runtime:
         group.notices.clear()
         if group.campaign:
             group.campaign = False
-            self._guard(group, core.campaign)
+            self._guard(group, core.campaign, group.campaign_pre_vote)
         if group.transfer_to is not None:
             busy = True
             to, group.transfer_to = group.transfer_to, None
