@@ -42,6 +42,8 @@ WATCHED_METRICS = {
     "raft_messages_sent_per_node": "raftline_raft_messages_sent_total",
     "woken_by_link_per_node": "raftline_raft_woken_by_link_total",
     "woken_by_message_per_node": "raftline_raft_woken_by_message_total",
+    "woken_by_notice_per_node": "raftline_raft_woken_by_notice_total",
+    "quiet_again_after_link_per_node": "raftline_raft_quiet_again_after_link_total",
     "gc_full_collections_per_node": "raftline_gc_full_collections_total",
     "gc_full_cpu_s_per_node": "raftline_gc_full_cpu_seconds_total",
     "gc_young_cpu_s_per_node": "raftline_gc_young_cpu_seconds_total",
