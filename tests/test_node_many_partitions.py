@@ -315,3 +315,20 @@ async def test_a_pass_over_all_partitions_lets_the_loop_run_between_slices() -> 
             first_after_others = item
     assert seen == list(range(1000))
     assert first_after_others == 100
+
+
+async def test_a_new_partitions_preferred_replica_stands_without_a_pre_vote_round(
+    cluster: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from raftline.raftlog.raft import RaftNode
+
+    stood: list[bool] = []
+    original = RaftNode.campaign
+
+    def campaign(self: RaftNode, pre_vote: bool = True) -> None:
+        stood.append(pre_vote)
+        original(self, pre_vote)
+
+    monkeypatch.setattr(RaftNode, "campaign", campaign)
+    await cluster[0].create_topic("fresh", 6, 3, {})
+    assert stood == [False] * 6  # one campaign per partition, on its preferred replica
