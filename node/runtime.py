@@ -29,7 +29,8 @@ runs); one that does not match answers ("w", group) and the leader resumes ticki
 message, proposal, read, leadership transfer or link change (peer up or down) for the group wakes it
 again; in particular followers of a quiet group wake as soon as the transport declares the leader's
 node down (connection lost, or no frame for `dead_after_s` while every live node pings each tick).
-Safety never depends on this: a quiet replica is just a replica that receives no ticks, and Raft
+If that node is heard again on the same connection before such a follower moved on, the follower
+goes quiet again (see _on_link). Safety never depends on this: a quiet replica is just a replica that receives no ticks, and Raft
 tolerates any delay; only liveness relies on the node-pair link noticing a dead leader.
 """
 
