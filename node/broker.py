@@ -1125,9 +1125,7 @@ class Broker:
             "raftline_bad_frames_total": transport.bad_frames,
             "raftline_raft_groups": len(runtime.groups),
             "raftline_raft_groups_quiet": runtime.quiet_groups(),
-            "raftline_raft_groups_leading": sum(
-                g.role == "leader" for g in runtime.groups.values()
-            ),
+            "raftline_raft_groups_leading": runtime.leading_groups(),
             "raftline_ready": int(self.ready()),
             # producer state of the local replicas (every replica applies it, leader or not)
             "raftline_idempotent_producers": sum(

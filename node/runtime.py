@@ -30,8 +30,9 @@ message, proposal, read, leadership transfer or link change (peer up or down) fo
 again; in particular followers of a quiet group wake as soon as the transport declares the leader's
 node down (connection lost, or no frame for `dead_after_s` while every live node pings each tick).
 If that node is heard again on the same connection before such a follower moved on, the follower
-goes quiet again (see _on_link). Safety never depends on this: a quiet replica is just a replica that receives no ticks, and Raft
-tolerates any delay; only liveness relies on the node-pair link noticing a dead leader.
+goes quiet again (see _on_link). Safety never depends on this: a quiet replica is just a replica
+that receives no ticks, and Raft tolerates any delay; only liveness relies on the node-pair link
+noticing a dead leader.
 """
 
 from __future__ import annotations
@@ -238,6 +239,7 @@ class Runtime:
         # called with a group's name whenever its leader as seen here may have changed
         self.leader_listeners: list[Callable[[str], None]] = []
         self._active: set[str] = set()  # groups that receive ticks (not quiet)
+        self._leading: set[str] = set()  # groups led here
         self._dirty = _DirtyGroups()
         self.first_groups: set[str] = set()  # fed first in every round (the metadata group)
         self._notices: dict[int, list[list[Any]]] = defaultdict(list)
@@ -346,6 +348,7 @@ class Runtime:
         if group is None:
             return None
         self._active.discard(name)
+        self._leading.discard(name)
         self._dirty.discard(name)
         self._fail_waiters(group, f"group {name} removed")
         if writes := self._writes.get(name):
@@ -1028,6 +1031,10 @@ class Runtime:
     def _role_changed(self, group: Group) -> None:
         core = group.core
         group.role, group.leader, group.term = core.role, core.leader_id, core.term
+        if group.role == "leader":
+            self._leading.add(group.name)
+        else:
+            self._leading.discard(group.name)
         # What a post-mortem of a failover needs first: who led what, when (counted, not
         # written one by one, when thousands of groups change at once).
         self._role_log.changed(
@@ -1084,6 +1091,12 @@ class Runtime:
 
     def quiet_groups(self) -> int:
         return len(self.groups) - len(self._active)
+
+    def leading_groups(self) -> int:
+        """Groups led here, kept as roles change: /metrics read every second counted them
+        over every group (part of the 16% of a node's loop the bench's polling took at 40 k
+        partitions)."""
+        return len(self._leading)
 
     def _flush_notices(self) -> None:
         for peer in list(self._notices):

@@ -332,3 +332,18 @@ async def test_a_new_partitions_preferred_replica_stands_without_a_pre_vote_roun
     monkeypatch.setattr(RaftNode, "campaign", campaign)
     await cluster[0].create_topic("fresh", 6, 3, {})
     assert stood == [False] * 6  # one campaign per partition, on its preferred replica
+
+
+async def test_the_count_of_groups_led_follows_role_changes(cluster: list[Any]) -> None:
+    await cluster[0].create_topic("led", 6, 3, {})
+    await wait_for(lambda: sum(b.runtime.leading_groups() for b in cluster) == 7)  # and __meta
+    for broker in cluster:
+        led = [g for g in broker.runtime.groups.values() if g.role == "leader"]
+        assert broker.runtime.leading_groups() == len(led)
+    moved = next(g for g in cluster[0].runtime.groups.values() if g.role == "leader")
+    other = next(p for p in sorted(moved.peers(cluster[0].node_id)))
+    cluster[0].runtime.transfer_leadership(moved.name, other)
+    await wait_for(lambda: moved.role != "leader")
+    assert cluster[0].runtime.leading_groups() == sum(
+        g.role == "leader" for g in cluster[0].runtime.groups.values()
+    )
