@@ -37,6 +37,20 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
+# result key -> the node metric it lists per node, read once every partition is led
+WATCHED_METRICS = {
+    "raft_messages_sent_per_node": "raftline_raft_messages_sent_total",
+    "woken_by_link_per_node": "raftline_raft_woken_by_link_total",
+    "woken_by_message_per_node": "raftline_raft_woken_by_message_total",
+    "woken_by_notice_per_node": "raftline_raft_woken_by_notice_total",
+    "quiet_again_after_link_per_node": "raftline_raft_quiet_again_after_link_total",
+    "gc_full_collections_per_node": "raftline_gc_full_collections_total",
+    "gc_full_cpu_s_per_node": "raftline_gc_full_cpu_seconds_total",
+    "gc_young_cpu_s_per_node": "raftline_gc_young_cpu_seconds_total",
+    "gc_longest_pause_s_per_node": "raftline_gc_longest_pause_seconds",
+}
+
+
 class Aborted(Exception):
     """The run passed its memory or time bound."""
 
@@ -280,6 +294,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cluster.start(args.fsync)
         guard.start()
         base_rss = [rss_bytes(n.pid) for n in cluster.nodes]
+        base_cpu = [cpu_seconds(n.pid) for n in cluster.nodes]
         log(f"{args.nodes} nodes up; RSS {[round(r / 2**20) for r in base_rss]} MiB")
         t0 = time.monotonic()
         topics = create_topics(
@@ -296,6 +311,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         wait_until(cluster, guard, "every partition led", all_led, args.time_limit)
         result["create_to_all_led_s"] = round(time.monotonic() - t0, 2)
+        # CPU the creation took (a load-independent figure on a shared machine)
+        result["create_cpu_s_per_node"] = [
+            round(cpu_seconds(n.pid) - b, 1) for n, b in zip(cluster.nodes, base_cpu, strict=True)
+        ]
+        log(f"creation took {result['create_cpu_s_per_node']} CPU s per node")
         log(f"all led after {result['create_to_all_led_s']} s")
 
         def all_quiet(values: list[dict[str, float]]) -> bool:
@@ -323,6 +343,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for r, b, h in zip(rss, base_rss, held, strict=True)
         ]
         log(f"RSS {result['rss_mib_per_node']} MiB, replicas {held}")
+        # what kept groups awake, and what the collector cost (see node/collector.py)
+        for key, metric in WATCHED_METRICS.items():
+            result[key] = [round(v.get(metric, 0), 3) for v in values]
+        log(", ".join(f"{key} {result[key]}" for key in WATCHED_METRICS))
         log(f"idle CPU over {args.idle_s} s")
         frames = [v["raftline_frames_sent_total"] for v in values]
         result["idle_cpu_per_node"] = [round(c, 4) for c in idle_cpu(cluster, args.idle_s)]

@@ -12,11 +12,12 @@ import logging
 import shutil
 import time
 import uuid
-from collections.abc import Awaitable, Collection
+from collections.abc import AsyncIterator, Awaitable, Collection
 from typing import Any, TypeVar
 
 from raftline.node import restore
 from raftline.node.clock import WallClock
+from raftline.node.collector import COLLECTOR
 from raftline.node.config import NodeConfig
 from raftline.node.controller import LeaderWatch, MetaReplica, encode_command
 from raftline.node.coordinator.service import (
@@ -81,6 +82,7 @@ BARRIER_S = 3.0  # how long a metadata read waits for the read barrier
 CREATE_WAIT_S = 5.0  # create_topic waits this long for its partitions to elect leaders
 DEFAULT_REPLICATION_FACTOR = 3  # capped at the number of registered nodes
 PRODUCER_ID_BLOCK = 100  # producer ids a node asks the controller for at a time
+PASS_SLICE = 256  # partitions a periodic pass over all of them handles between loop turns
 
 
 def cleaner_config(topic_config: dict[str, str]) -> CleanerConfig:
@@ -102,6 +104,16 @@ def check_keyed(batch: bytes) -> None:
         raise BrokerError(
             "invalid_request", "a compacted topic (cleanup.policy compact) needs a key per record"
         )
+
+
+async def in_slices(items: list[T], size: int = PASS_SLICE) -> AsyncIterator[T]:
+    """The items, letting the loop run (read the sockets, fire timers) after every `size` of
+    them: a retention pass over 60,000 replicas in one go held the loop for about a second,
+    past the peers' dead-after window."""
+    for i, item in enumerate(items):
+        if i and i % size == 0:
+            await asyncio.sleep(0)
+        yield item
 
 
 def _freeze_replicas(reclaim: bool) -> None:
@@ -245,13 +257,10 @@ class Broker:
         while self._reconcile_again:
             self._reconcile_again = False
             wanted = self.meta.state.groups_of(self.node_id)
-            local = [
-                *self.partitions,
-                *self.coordinator.replicas,
-                *self.queues.replicas,
-                *self.transactions.replicas,
-            ]
-            leaving = [g for g in local if g not in wanted]
+            # Set operations, not a loop over every local replica: this runs on each change.
+            local = self.partitions.keys() | self.coordinator.replicas.keys()
+            local |= self.queues.replicas.keys() | self.transactions.replicas.keys()
+            leaving = local - wanted.keys()
             for group in leaving:
                 if group in self.partitions:
                     self.partitions.pop(group).close()
@@ -269,10 +278,13 @@ class Broker:
                 self.queues.replicas,
                 self.transactions.replicas,
             )
+            local = set().union(*shards)  # what is left of it
             starting = [
                 (group, topic, partition)
-                for group, (topic, partition) in wanted.items()
-                if not any(group in s for s in shards)
+                for topic_info in self.meta.state.topics.values()
+                if not (mine := topic_info.groups_on(self.node_id)).keys() <= local
+                for group, (topic, partition) in mine.items()
+                if group not in local
             ]
             # Opening a log waits for a disk thread: open a batch at a time, side by side.
             for i in range(0, len(starting), STARTS_AT_ONCE):
@@ -308,7 +320,7 @@ class Broker:
                 shard = self.queues.new_replica(group)
             self.runtime.add_group(group, storage, replicas, shard, applied=-1)
             if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
-                self.runtime.campaign(group)
+                self.runtime.campaign(group, pre_vote=not fresh)
             return
         restored = None
         if topic.restored_at and self.tiering is not None:
@@ -353,7 +365,7 @@ class Broker:
         wait_for = replicas[0] if fresh else None
         self.runtime.add_group(group, storage, replicas, replica, applied, wait_for)
         if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
-            self.runtime.campaign(group)
+            self.runtime.campaign(group, pre_vote=not fresh)  # a new group: no leader to disrupt
 
     # background: retention, registration, bootstrap, controller
 
@@ -368,7 +380,7 @@ class Broker:
             # The log is thread-safe: reading its retention point beside a round's write is fine.
             await asyncio.sleep(self.config.retention_check_s)
             self.keep_producer_clocks()
-            for group in list(self.partitions):
+            async for group in in_slices(list(self.partitions)):
                 raft_group = self.runtime.groups.get(group)
                 if raft_group is None:
                     continue
@@ -1114,9 +1126,7 @@ class Broker:
             "raftline_bad_frames_total": transport.bad_frames,
             "raftline_raft_groups": len(runtime.groups),
             "raftline_raft_groups_quiet": runtime.quiet_groups(),
-            "raftline_raft_groups_leading": sum(
-                g.role == "leader" for g in runtime.groups.values()
-            ),
+            "raftline_raft_groups_leading": runtime.leading_groups(),
             "raftline_ready": int(self.ready()),
             # producer state of the local replicas (every replica applies it, leader or not)
             "raftline_idempotent_producers": sum(
@@ -1128,6 +1138,7 @@ class Broker:
                 r.producers.expired for r in self.partitions.values() if r.producers is not None
             ),
             **(self.tiering.metrics() if self.tiering is not None else {}),
+            **COLLECTOR.metrics(),  # of the whole process
         }
         lines = []
         for name, value in values.items():

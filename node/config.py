@@ -49,7 +49,10 @@ class NodeConfig:
     tick_ms: int = 50
     rack: str | None = None
     election_ticks: int = 10  # randomized in [n, 2n) by the core
-    quiet_after_ticks: int = 6  # idle ticks before a leader lets its group go quiet
+    # Idle ticks before a leader lets its group go quiet. Each awake tick is a heartbeat and
+    # its answer per follower: at 6, heartbeats were over half the messages of creating a
+    # partition (issue #21 item 6); 3 leaves the commit a tick to reach the followers first.
+    quiet_after_ticks: int = 3
     leader_settle_s: float = 10.0  # the controller waits this long before moving leadership
     request_timeout_s: float = 10.0  # produce/metadata requests waiting on Raft give up after this
     retention_check_s: float = 30.0  # how often partition logs are trimmed per their retention

@@ -64,10 +64,38 @@ class TopicInfo:
     # Restored from object storage (node/restore.py): per partition, the offset its local log
     # starts at (what the bucket held ends there); empty for a topic created as new.
     restored_at: tuple[int, ...] = ()
+    # node -> its groups of this topic (see groups_on)
+    _groups_on: dict[int, dict[str, tuple[TopicInfo, int]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    _load: tuple[Counter[int], Counter[int]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def replication_factor(self) -> int:
         return len(self.replicas[0])
+
+    def load(self) -> tuple[Counter[int], Counter[int]]:
+        """(preferred leaders, replicas) per node among this topic's partitions, counted once
+        (place_replicas adds them up for every topic at each creation)."""
+        if self._load is None:
+            self._load = (
+                Counter(replica_set[0] for replica_set in self.replicas),
+                Counter(node for replica_set in self.replicas for node in replica_set),
+            )
+        return self._load
+
+    def groups_on(self, node_id: int) -> dict[str, tuple[TopicInfo, int]]:
+        """Partition groups of this topic with a replica on `node_id`: group -> (topic,
+        partition). Worked out once per node (a topic's replica sets never change); do not
+        modify the answer."""
+        groups = self._groups_on.get(node_id)
+        if groups is None:
+            groups = self._groups_on[node_id] = {
+                self.group(p): (self, p)
+                for p, replica_set in enumerate(self.replicas)
+                if node_id in replica_set
+            }
+        return groups
 
     def group(self, partition: int) -> str:
         """The partition's Raft group name; `~` never occurs in topic names, so names are unique."""
@@ -268,13 +296,13 @@ class MetadataState:
             raise MetadataError("unknown_topic", f"unknown topic {name!r}") from None
 
     def groups_of(self, node_id: int) -> dict[str, tuple[TopicInfo, int]]:
-        """Partition groups with a replica on `node_id`: group name -> (topic, partition)."""
-        return {
-            topic.group(p): (topic, p)
-            for topic in self.topics.values()
-            for p, replica_set in enumerate(topic.replicas)
-            if node_id in replica_set
-        }
+        """Partition groups with a replica on `node_id`: group name -> (topic, partition).
+        Each metadata change asks this: merging the topics' own answers keeps it from building
+        every partition's group name again (a quadratic cost over a batch of topic creations)."""
+        groups: dict[str, tuple[TopicInfo, int]] = {}
+        for topic in self.topics.values():
+            groups.update(topic.groups_on(node_id))
+        return groups
 
     def replicas_of_group(self, group: str) -> list[int] | None:
         """The replica set of a partition's Raft group (see TopicInfo.group), or None."""
@@ -300,10 +328,10 @@ def place_replicas(state: MetadataState, partitions: int, factor: int) -> list[l
         )
     replica_load: Counter[int] = Counter()
     leader_load: Counter[int] = Counter()
-    for topic in state.topics.values():
-        for replica_set in topic.replicas:
-            leader_load[replica_set[0]] += 1
-            replica_load.update(replica_set)
+    for topic in state.topics.values():  # counted once per topic: 100 k partitions took ~0.3 s
+        leaders, replicas = topic.load()
+        leader_load.update(leaders)
+        replica_load.update(replicas)
 
     def rack(node: int) -> str:
         return state.nodes[node].rack or f"node-{node}"

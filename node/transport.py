@@ -72,7 +72,8 @@ class RemoteError(Exception):
 
 RaftHandler = Callable[[int, list[Message], list[list[Any]]], None]
 RpcHandler = Callable[[int, str, Any], Awaitable[Any]]
-LinkHandler = Callable[[int, bool], None]
+# (peer, up, revived): revived is a link up again on the connection it had, without reconnecting
+LinkHandler = Callable[[int, bool, bool], None]
 
 
 @dataclass
@@ -225,7 +226,7 @@ class Transport:
                 self._link_down(peer)
             elif not link.alive and not silent:
                 link.alive = True
-                self._on_link(peer, True)
+                self._on_link(peer, True, True)  # heard again on the same connection
 
     async def call(self, peer: int, method: str, args: Any, timeout: float) -> Any:
         call_id = next(self._call_ids)
@@ -250,7 +251,7 @@ class Transport:
             fut = self._calls[call_id]
             if not fut.done():
                 fut.set_exception(RemoteError(OUTCOME_UNKNOWN, f"node {peer} became unreachable"))
-        self._on_link(peer, False)
+        self._on_link(peer, False, False)
 
     # connections
 
@@ -282,7 +283,7 @@ class Transport:
         if old is not None:
             old.transport.close()
         self._links[peer] = _Link(transport)
-        self._on_link(peer, True)
+        self._on_link(peer, True, False)
 
     def _detach(self, peer: int, transport: asyncio.Transport) -> None:
         link = self._links.get(peer)

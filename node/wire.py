@@ -161,7 +161,14 @@ def _checked(entry: Entry) -> Entry:
     return entry
 
 
+_MESSAGE_TYPES = {int(t): t for t in MessageType}
+
+
 def decode_message(fields: Any) -> Message:
+    """One message of a RAFT frame, every field checked. The common message (a heartbeat, an
+    answer, a vote: no entries, no snapshot) takes one type check of all its integers and a
+    table lookup of its type: decoded field by field it cost ~10 us, the largest share of a
+    node's loop while thousands of new groups elect and heartbeat."""
     (
         group,
         mtype,
@@ -178,16 +185,27 @@ def decode_message(fields: Any) -> Message:
         entries,
         snapshot,
     ) = as_list(fields, 14)
-    if type(group) is not str or type(reject) is not bool:
-        raise FrameError("bad message group or reject flag")
-    try:
-        kind_of = MessageType(_int(mtype))
-        decoded = [
-            _checked(Entry(_int(i), _int(t), EntryKind(_int(k)), _bytes(d), _int(c)))
-            for i, t, k, c, d in (as_list(e, 5) for e in as_list(entries))
-        ]
-    except ValueError as exc:
-        raise FrameError(f"bad message: {exc}") from exc
+    kind_of = _MESSAGE_TYPES.get(mtype) if type(mtype) is int else None
+    if (
+        type(group) is not str
+        or type(reject) is not bool
+        or type(context) is not bytes
+        or type(entries) is not list
+        or kind_of is None
+    ):
+        raise FrameError("bad message group, type, reject flag, context or entries")
+    for value in (src, dst, term, log_index, log_term, commit, reject_hint, hint_term):
+        if type(value) is not int:
+            raise FrameError(f"expected an integer, got {type(value).__name__}")
+    decoded = []
+    if entries:
+        try:
+            decoded = [
+                _checked(Entry(_int(i), _int(t), EntryKind(_int(k)), _bytes(d), _int(c)))
+                for i, t, k, c, d in (as_list(e, 5) for e in entries)
+            ]
+        except ValueError as exc:
+            raise FrameError(f"bad message: {exc}") from exc
     meta = None
     if snapshot is not None:
         s_index, s_term, voters, learners = as_list(snapshot, 4)
@@ -198,20 +216,20 @@ def decode_message(fields: Any) -> Message:
             tuple(_int(v) for v in as_list(learners)),
         )
     return Message(
-        type=kind_of,
-        src=_int(src),
-        dst=_int(dst),
-        term=_int(term),
-        group=group,
-        log_index=_int(log_index),
-        log_term=_int(log_term),
-        entries=decoded,
-        commit=_int(commit),
-        reject=reject,
-        reject_hint=_int(reject_hint),
-        hint_term=_int(hint_term),
-        snapshot=meta,
-        context=_bytes(context),
+        kind_of,
+        src,
+        dst,
+        term,
+        group,
+        log_index,
+        log_term,
+        decoded,
+        commit,
+        reject,
+        reject_hint,
+        hint_term,
+        meta,
+        context,
     )
 
 

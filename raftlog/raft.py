@@ -191,12 +191,18 @@ class RaftNode:
         if self._promotable() and self._election_elapsed >= self._randomized_timeout:
             self._start_election(transfer=False)
 
-    def campaign(self) -> None:
+    def campaign(self, pre_vote: bool = True) -> None:
+        """Stand for election. `pre_vote=False` skips the pre-vote round (if configured) for
+        a group no replica has led yet: nobody's leader is there to be disrupted, and the
+        round only delays the first leader by a round trip and four messages."""
         if self.role == LEADER:
             return
         if not self._promotable():
             raise ValueError(f"node {self.node_id} is not a voter of this group")
-        self._start_election(transfer=False)
+        if pre_vote:
+            self._start_election(transfer=False)
+        else:
+            self._become_candidate(transfer=False)
 
     def propose(self, data: bytes, count: int = 1, kind: EntryKind = EntryKind.DATA) -> int:
         self._require_leader()

@@ -147,6 +147,52 @@ async def test_a_follower_woken_by_its_leaders_link_loss_wakes_the_leader_when_i
     assert ["w", "t~1~0"] in runtime._notices[2]
 
 
+async def test_followers_woken_by_a_silent_leader_go_quiet_again_when_it_is_heard_again(
+    tmp_path: Path,
+) -> None:
+    runtime = _runtime(tmp_path)
+    runtime.transport.alive = lambda peer: True  # type: ignore[method-assign]
+    runtime._flush_notices = lambda: None  # type: ignore[method-assign]  # keep them to look at
+    group = runtime.add_group("t~1~0", RaftStorage(tmp_path / "g"), [1, 2, 3], _Replica(), -1, 2)
+    group.leader = group.core.leader_id = 2  # a follower of node 2 in a quiet group
+    runtime._on_link(2, up=False)
+    assert runtime.quiet_groups() == 0
+    runtime._on_link(2, up=True, revived=True)  # the same connection: node 2 was only silent
+    assert runtime.quiet_groups() == 1
+    assert runtime._notices[2] == []  # neither its leader nor anything led here is woken
+
+
+async def test_a_follower_that_moved_on_while_its_leader_was_silent_wakes_the_leader(
+    tmp_path: Path,
+) -> None:
+    runtime = _runtime(tmp_path)
+    runtime.transport.alive = lambda peer: True  # type: ignore[method-assign]
+    runtime._flush_notices = lambda: None  # type: ignore[method-assign]
+    group = runtime.add_group("t~1~0", RaftStorage(tmp_path / "g"), [1, 2, 3], _Replica(), -1, 2)
+    group.leader = group.core.leader_id = 2
+    runtime._on_link(2, up=False)
+    group.proposals.append(object())  # type: ignore[arg-type]  # something to feed
+    runtime._on_link(2, up=True, revived=True)
+    assert runtime.quiet_groups() == 0
+    assert ["w", "t~1~0"] in runtime._notices[2]
+
+
+async def test_a_reconnected_peer_learns_the_leaders_here_and_wakes_their_groups(
+    tmp_path: Path,
+) -> None:
+    runtime = _runtime(tmp_path)
+    runtime.transport.alive = lambda peer: True  # type: ignore[method-assign]
+    runtime._flush_notices = lambda: None  # type: ignore[method-assign]
+    group = runtime.add_group("t~1~0", RaftStorage(tmp_path / "g"), [1, 2, 3], _Replica(), -1)
+    group.role, group.term, group.quiet = "leader", 4, True  # a quiet group led here
+    runtime._active.discard(group.name)
+    runtime._on_link(2, up=True, revived=True)
+    assert runtime.quiet_groups() == 1 and runtime._notices[2] == []
+    runtime._on_link(2, up=True)  # a new connection: node 2 may have restarted
+    assert runtime.quiet_groups() == 0
+    assert runtime._notices[2] == [["l", "t~1~0", 1, 4]]
+
+
 def test_a_node_that_did_not_run_for_a_while_does_not_declare_its_peers_dead(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -161,7 +207,7 @@ def test_a_node_that_did_not_run_for_a_while_does_not_declare_its_peers_dead(
         {2: "x"},
         None,
         None,
-        lambda p, up: downs.append(p),
+        lambda p, up, revived: downs.append(p),
         1.0,  # type: ignore[arg-type]
     )
     clock = [100.0]
@@ -183,3 +229,121 @@ async def test_started_replicas_are_kept_out_of_the_collectors_scans(cluster: li
     frozen = gc.get_freeze_count()
     await cluster[0].create_topic("frozen", 20, 3, {})
     await wait_for(lambda: gc.get_freeze_count() > frozen)
+
+
+def test_a_long_full_collection_freezes_its_survivors() -> None:
+    import gc
+
+    from raftline.node.collector import Collector
+
+    collector = Collector(freeze_after_s=0.0)
+    gc.unfreeze()
+    collector.install()
+    try:
+        survivors = [[i] for i in range(1000)]
+        gc.collect()
+        assert collector.freezes == 1 and collector.collections[2] == 1
+        assert gc.get_freeze_count() >= len(survivors)
+    finally:
+        collector.uninstall()
+        gc.unfreeze()
+
+
+def test_a_short_full_collection_freezes_nothing() -> None:
+    import gc
+
+    from raftline.node.collector import Collector
+
+    collector = Collector(freeze_after_s=3600.0)
+    gc.unfreeze()
+    collector.install()
+    try:
+        gc.collect()
+        assert collector.collections[2] == 1 and collector.freezes == 0
+        assert gc.get_freeze_count() == 0
+    finally:
+        collector.uninstall()
+
+
+def test_role_changes_past_the_budget_are_counted_in_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    from raftline.node.role_log import RoleLog
+
+    now = [0.0]
+    role_log = RoleLog(logging.getLogger("roles"), lines_per_s=3, clock=lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="roles"):
+        for i in range(10):
+            role_log.changed(f"t~1~{i}", "leader" if i % 2 else "follower", 2, 1, 0, 0)
+        role_log.flush()  # within the second: nothing more yet
+        assert len(caplog.records) == 3
+        now[0] = 1.5
+        role_log.flush()
+    assert len(caplog.records) == 4
+    assert caplog.records[-1].getMessage().startswith("7 more Raft role changes")
+    assert "(4 to leader here)" in caplog.records[-1].getMessage()
+
+
+def test_the_groups_of_a_placed_topic_are_named_once_per_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from raftline.node.metadata import TopicInfo
+
+    state = _state_with_topic([[1, 2, 3], [2, 3, 1], [3, 1, 2]])
+    named = []
+    original = TopicInfo.group
+    monkeypatch.setattr(TopicInfo, "group", lambda self, p: named.append(p) or original(self, p))
+    first = state.groups_of(1)
+    assert sorted(p for _, p in first.values()) == [0, 1, 2] and len(named) == 3
+    assert state.groups_of(1) == first and len(named) == 3  # the next metadata change
+    state.apply({"op": "create_topic", "name": "u", "config": {}, "replicas": [[2, 3, 1]]})
+    assert len(state.groups_of(1)) == 4 and len(named) == 4  # only the new topic's
+
+
+async def test_a_pass_over_all_partitions_lets_the_loop_run_between_slices() -> None:
+    from raftline.node.broker import in_slices
+
+    others: list[str] = []
+    asyncio.get_running_loop().call_soon(others.append, "a timer or a socket read")
+    first_after_others = None
+    seen = []
+    async for item in in_slices(list(range(1000)), size=100):
+        seen.append(item)
+        if others and first_after_others is None:
+            first_after_others = item
+    assert seen == list(range(1000))
+    assert first_after_others == 100
+
+
+async def test_a_new_partitions_preferred_replica_stands_without_a_pre_vote_round(
+    cluster: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from raftline.raftlog.raft import RaftNode
+
+    stood: list[bool] = []
+    original = RaftNode.campaign
+
+    def campaign(self: RaftNode, pre_vote: bool = True) -> None:
+        stood.append(pre_vote)
+        original(self, pre_vote)
+
+    monkeypatch.setattr(RaftNode, "campaign", campaign)
+    await cluster[0].create_topic("fresh", 6, 3, {})
+    assert stood == [False] * 6  # one campaign per partition, on its preferred replica
+
+
+async def test_the_count_of_groups_led_follows_role_changes(cluster: list[Any]) -> None:
+    await cluster[0].create_topic("led", 6, 3, {})
+    await wait_for(lambda: sum(b.runtime.leading_groups() for b in cluster) == 7)  # and __meta
+    for broker in cluster:
+        led = [g for g in broker.runtime.groups.values() if g.role == "leader"]
+        assert broker.runtime.leading_groups() == len(led)
+    moved = next(g for g in cluster[0].runtime.groups.values() if g.role == "leader")
+    other = next(p for p in sorted(moved.peers(cluster[0].node_id)))
+    cluster[0].runtime.transfer_leadership(moved.name, other)
+    await wait_for(lambda: moved.role != "leader")
+    assert cluster[0].runtime.leading_groups() == sum(
+        g.role == "leader" for g in cluster[0].runtime.groups.values()
+    )

@@ -140,7 +140,9 @@ async def test_a_garbage_frame_closes_only_its_connection() -> None:
         return None
 
     def transport(node: int, on_raft: Any) -> Transport:
-        return Transport(node, peers[node], peers, on_raft, no_rpc, lambda p, up: None, 5.0)
+        return Transport(
+            node, peers[node], peers, on_raft, no_rpc, lambda p, up, revived: None, 5.0
+        )
 
     one = transport(1, lambda peer, msgs, notices: None)
     two = transport(2, lambda peer, msgs, notices: received.extend(msgs))
@@ -180,7 +182,7 @@ def receiving_connection(received: list[Message]) -> _PeerConnection:
         {},
         lambda p, msgs, notices: received.extend(msgs),
         no_rpc,
-        lambda p, up: None,
+        lambda p, up, revived: None,
         5.0,
     )
     return _PeerConnection(owner, peer=1)

@@ -257,3 +257,10 @@ def test_learner_contact_does_not_keep_a_leader_in_office() -> None:
         group.tick(1)
         group.stabilize()  # the learner keeps answering heartbeats
     assert leader.role == "follower"
+
+
+def test_a_campaign_without_pre_vote_asks_for_votes_at_once() -> None:
+    node = fresh(1, [1, 2, 3])  # pre-vote configured
+    node.campaign(pre_vote=False)
+    assert node.role == "candidate" and node.term == 1
+    assert [m.type for m in node.ready().messages] == [MessageType.VOTE, MessageType.VOTE]
