@@ -1,44 +1,13 @@
 """Error bodies of the v1 contract: `{"error": {"code", "message", "retryable"}}` with its status.
 
-Owns the code -> (status, retryable) table and the conversion of any failure into that body.
+Owns the conversion of any failure into that body.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-# code -> (HTTP status, retryable), as listed in the contract.
-ERROR_CODES: dict[str, tuple[int, bool]] = {
-    "invalid_request": (400, False),
-    "unknown_topic": (404, False),
-    "unknown_partition": (404, False),
-    "not_found": (404, False),
-    "method_not_allowed": (405, False),
-    "topic_exists": (409, False),
-    "unknown_group": (404, False),
-    "unknown_member": (404, False),
-    "stale_generation": (409, False),
-    "group_not_empty": (409, False),
-    "out_of_order_sequence": (409, False),
-    "producer_fenced": (409, False),
-    "invalid_txn_state": (409, False),
-    "concurrent_transactions": (409, True),
-    "unknown_transactional_id": (404, False),
-    "unknown_queue": (404, False),
-    "queue_exists": (409, False),
-    "unknown_exchange": (404, False),
-    "exchange_exists": (409, False),
-    "unknown_binding": (404, False),
-    "unknown_destination": (404, False),
-    "message_too_large": (413, False),
-    "unsupported_media_type": (415, False),
-    "offset_out_of_range": (416, False),
-    "internal_error": (500, True),
-    "not_enough_replicas": (503, True),
-    "leader_unavailable": (503, True),
-    "not_leader": (503, True),  # internal: this node does not lead the group (nothing done)
-    "timeout": (504, True),
-}
+from raftline.node.errors import ERROR_CODES
 
 RETRY_AFTER_SECONDS = 1
 

@@ -1,16 +1,20 @@
 """Errors the broker raises to the HTTP layer, each carrying one of API.md's error codes.
 
-Owns the code -> (HTTP status, retryable) defaults and the not-the-leader signal for forwarding.
+Owns the contract's code -> (HTTP status, retryable) table and the not-the-leader signal for
+forwarding.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-_DEFAULTS: dict[str, tuple[int, bool]] = {
+# code -> (HTTP status, retryable), as listed in the contract; the HTTP layer answers with it too.
+ERROR_CODES: dict[str, tuple[int, bool]] = {
     "invalid_request": (400, False),
     "unknown_topic": (404, False),
     "unknown_partition": (404, False),
+    "not_found": (404, False),
+    "method_not_allowed": (405, False),
     "topic_exists": (409, False),
     "unknown_group": (404, False),
     "unknown_member": (404, False),
@@ -28,6 +32,7 @@ _DEFAULTS: dict[str, tuple[int, bool]] = {
     "unknown_binding": (404, False),
     "unknown_destination": (404, False),
     "message_too_large": (413, False),
+    "unsupported_media_type": (415, False),
     "offset_out_of_range": (416, False),
     "internal_error": (500, True),
     "not_enough_replicas": (503, True),
@@ -50,7 +55,7 @@ class BrokerError(Exception):
         extra: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
-        default_status, default_retryable = _DEFAULTS.get(code, (500, True))
+        default_status, default_retryable = ERROR_CODES.get(code, (500, True))
         self.code = code
         self.message = message
         self.retryable = default_retryable if retryable is None else retryable
