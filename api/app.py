@@ -151,6 +151,9 @@ class ApiState:
                 if exc.code != "leader_unavailable" or time.monotonic() >= deadline:
                     raise
             if target is not None and target.leader is not None and target.leader_http:
+                # Many of these: clients that send to a node other than the leader (a stale
+                # leader in their metadata), each request then paying a second HTTP hop.
+                broker.counters["forwarded_requests"] += 1
                 forward = remote(target.leader_http)
                 try:
                     return await broker.while_leads(target.group, target.leader, forward)

@@ -74,7 +74,9 @@ async def _consume(
     stop = asyncio.Event()
     if receivers:
         tasks = [
-            asyncio.create_task(driver.consume_queue(t, partitions, tally.on_delivery, stop))
+            asyncio.create_task(
+                driver.consume_queue(t, partitions, tally.on_delivery, stop, tally.on_received)
+            )
             for t in topics
             for _ in range(receivers)
         ]
@@ -123,6 +125,7 @@ def _tally_dict(tally: Tally) -> dict[str, Any]:
         "errors": tally.errors,
         "first_error": tally.first_error,
         "e2e_latency": asdict(tally.e2e_latency),
+        "received_latency": asdict(tally.received_latency),
     }
 
 
@@ -210,3 +213,4 @@ def merge_into(tally: Tally, result: dict[str, Any]) -> None:
     tally.errors += result["errors"]
     tally.first_error = tally.first_error or result["first_error"]
     tally.e2e_latency.merge(Histogram(**result["e2e_latency"]))
+    tally.received_latency.merge(Histogram(**result["received_latency"]))

@@ -1,8 +1,10 @@
 """RF 3 latency against the disk's own fsync tail, measured in the same session, sides alternated.
 
-Owns the RF 3 fixed-rate run (three `raftline serve --fsync always` nodes, end-to-end p99), the
+Owns the RF 3 fixed-rate run (three `raftline serve --fsync always` nodes, end-to-end p99, each
+write-path stage's p50/p99 from the nodes' /metrics, CPU and run-queue wait per process), the
 per-node write pattern read from /metrics and the data directories, and the plain fsync probe
-that replays that pattern (same writers, sizes and rate) on the same disk.
+that replays that pattern (same writers, sizes and rate) on the same disk; then the machine's
+wake-up tail (bench.wakeup_ring) right after.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,14 +32,22 @@ from bench.histogram import Histogram
 from bench.host_samples import _cpu_and_rss
 from bench.node_procs import NodeCluster, running_nodes
 from bench.runner import WorkloadRun
+from bench.wakeup_ring import HOPS, ring_tail
 from bench.workload import WORKLOAD_DIR, load_workload
 from raftline.node.runtime import FSYNC_THREADS
+from raftline.node.stages import BUCKETS_S, METRIC, STAGES
 
 NODES = 3
 PORT_BASE = 19400
 DRAIN_S = 5.0
 TARGET_P99_MS = 20.0
-FSYNCS_LINE = re.compile(r'^raftline_raft_fsyncs_total\{node="\d+"\} (\d+)$', re.M)
+RING_LAPS_PER_S = 200  # the producer's batches at half max: one per 5 ms linger
+FSYNCS = "raftline_raft_fsyncs_total"
+# requests a node passed on to the partition's leader: the client's leader was stale
+FORWARDED = "raftline_forwarded_requests_total"
+STAGE_LINE = re.compile(
+    rf'^{METRIC}_bucket\{{node="\d+",stage="(\w+)",le="([^"]+)"\}} (\d+)$', re.M
+)
 
 
 @dataclass(frozen=True)
@@ -55,12 +66,42 @@ def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def _fsyncs(cluster: NodeCluster) -> list[int]:
-    counts = []
+def _counters(cluster: NodeCluster, names: tuple[str, ...]) -> dict[str, list[int]]:
+    """Each named counter of every node (0 where a node has none yet)."""
+    counts: dict[str, list[int]] = {name: [] for name in names}
     for node in cluster.nodes:
-        found = FSYNCS_LINE.search(_metrics(node.url))
-        counts.append(int(found.group(1)) if found else 0)
+        text = _metrics(node.url)
+        for name in names:
+            found = re.search(rf'^{name}\{{node="\d+"\}} (\d+)$', text, re.M)
+            counts[name].append(int(found.group(1)) if found else 0)
     return counts
+
+
+def _stage_buckets(cluster: NodeCluster) -> dict[str, list[int]]:
+    """Cumulative bucket counts per write-path stage, summed over the nodes."""
+    totals = {stage: [0] * (len(BUCKETS_S) + 1) for stage in STAGES}
+    for node in cluster.nodes:
+        bounds: dict[str, int] = defaultdict(int)
+        for stage, _, count in STAGE_LINE.findall(_metrics(node.url)):
+            totals[stage][bounds[stage]] += int(count)
+            bounds[stage] += 1
+    return totals
+
+
+def stage_summary(before: dict[str, list[int]], after: dict[str, list[int]]) -> dict[str, Any]:
+    """Per stage, the count in the window and the bucket bounds (ms) holding its p50 and p99."""
+    out: dict[str, Any] = {}
+    for stage in STAGES:
+        cumulative = [a - b for a, b in zip(after[stage], before[stage], strict=True)]
+        total = cumulative[-1]
+        if not total:
+            continue
+        summary: dict[str, Any] = {"count": total}
+        for name, q in (("p50", 0.5), ("p99", 0.99)):
+            at = next(i for i, c in enumerate(cumulative) if c >= q * total)
+            summary[name] = BUCKETS_S[at] * 1000 if at < len(BUCKETS_S) else float("inf")
+        out[stage] = summary
+    return out
 
 
 def _metrics(url: str) -> str:
@@ -68,8 +109,18 @@ def _metrics(url: str) -> str:
         return response.read().decode()
 
 
+def _run_delay_s(pid: int) -> float:
+    """Seconds the process's main thread (its event loop) has waited on a run queue, ready to
+    run but without a CPU (schedstat's second field); 0 where the kernel keeps none."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 class CpuWatch:
-    """CPU % per watched process, averaged over the time between `start()` and `stop()`."""
+    """Per watched process, averaged over the time between `start()` and `stop()`: CPU %, and
+    the % of that time its main thread was runnable but waiting for a CPU (scheduling)."""
 
     def __init__(self, pids: dict[str, int]) -> None:
         self.pids = pids
@@ -77,15 +128,21 @@ class CpuWatch:
     def start(self) -> CpuWatch:
         self.began = time.monotonic()
         self.before, _ = _cpu_and_rss(list(self.pids.values()))
+        self.delays = {pid: _run_delay_s(pid) for pid in self.pids.values()}
         return self
 
-    def stop(self) -> dict[str, float]:
+    def stop(self) -> tuple[dict[str, float], dict[str, float]]:
         after, _ = _cpu_and_rss(list(self.pids.values()))
         seconds = time.monotonic() - self.began
-        return {
+        cpu = {
             name: round(100 * (after.get(pid, 0.0) - self.before.get(pid, 0.0)) / seconds, 1)
             for name, pid in self.pids.items()
         }
+        waits = {
+            name: round(100 * (_run_delay_s(pid) - self.delays[pid]) / seconds, 1)
+            for name, pid in self.pids.items()
+        }
+        return cpu, waits
 
 
 def raftline_side(rate: float, seconds: float, root: Path, fsync: str = "always") -> dict[str, Any]:
@@ -104,13 +161,15 @@ def raftline_side(rate: float, seconds: float, root: Path, fsync: str = "always"
             # The measurement window opens after warm-up: sample the disk pattern inside it.
             time.sleep(workload.warmup_seconds + 0.5)
             marks["t0"] = time.monotonic()
-            marks["fsyncs0"] = _fsyncs(cluster)
+            marks["counts0"] = _counters(cluster, (FSYNCS, FORWARDED))
+            marks["stages0"] = _stage_buckets(cluster)
             marks["bytes0"] = [_dir_bytes(n.data_dir) for n in cluster.nodes]
             marks["cpu"] = CpuWatch(pids).start()
             time.sleep(max(1.0, seconds - 1.0))
-            marks["fsyncs1"] = _fsyncs(cluster)
+            marks["counts1"] = _counters(cluster, (FSYNCS, FORWARDED))
+            marks["stages1"] = _stage_buckets(cluster)
             marks["bytes1"] = [_dir_bytes(n.data_dir) for n in cluster.nodes]
-            marks["cpu_pct"] = marks["cpu"].stop()
+            marks["cpu_pct"], marks["runq_wait_pct"] = marks["cpu"].stop()
             marks["load"] = os.getloadavg()[0]
             marks["t1"] = time.monotonic()
 
@@ -127,10 +186,11 @@ def raftline_side(rate: float, seconds: float, root: Path, fsync: str = "always"
         result = asyncio.run(go())
         sampler.join(timeout=seconds + 30)
     span = marks["t1"] - marks["t0"]
+    before, after = marks["counts0"], marks["counts1"]
     patterns = [
         WritePattern((f1 - f0) / span, (b1 - b0) / span)
         for f0, f1, b0, b1 in zip(
-            marks["fsyncs0"], marks["fsyncs1"], marks["bytes0"], marks["bytes1"], strict=True
+            before[FSYNCS], after[FSYNCS], marks["bytes0"], marks["bytes1"], strict=True
         )
     ]
     return {
@@ -142,6 +202,7 @@ def raftline_side(rate: float, seconds: float, root: Path, fsync: str = "always"
         "e2e_ms": result["e2e_latency_ms"],
         "ack_ms": result["publish_latency_ms"],
         "errors": result["errors"],
+        "forwarded_requests": sum(after[FORWARDED]) - sum(before[FORWARDED]),
         "nodes": [
             {
                 "fsyncs_per_s": round(p.fsyncs_per_s),
@@ -151,7 +212,9 @@ def raftline_side(rate: float, seconds: float, root: Path, fsync: str = "always"
             for p in patterns
         ],
         "cpu_pct": marks["cpu_pct"],
+        "runq_wait_pct": marks["runq_wait_pct"],
         "load_1m": marks["load"],
+        "stages_ms": stage_summary(marks["stages0"], marks["stages1"]),
     }
 
 
@@ -242,6 +305,12 @@ def _ms(summary: dict[str, float] | None) -> str:
     return " / ".join(f"{summary[k]:.1f}" for k in ("p50", "p99", "p99.9", "max"))
 
 
+def _stages(stages: dict[str, Any]) -> str:
+    """One line: each stage's p50 / p99 bucket bounds in ms, over all nodes."""
+    parts = [f"{name} {s['p50']:g}/{s['p99']:g}" for name, s in stages.items()]
+    return "stage ms p50/p99 (bucket bounds): " + ", ".join(parts)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.fsync_tail", description=__doc__)
     parser.add_argument(
@@ -274,23 +343,34 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             shutil.rmtree(root, ignore_errors=True)
         disk = disk_side(ours["nodes"], args.seconds, args.threads)
+        ring = ring_tail(RING_LAPS_PER_S, args.seconds)
+        ring["load_1m"] = os.getloadavg()[0]
         stamp = time.strftime("%H:%M", time.gmtime())
         print(
             f"[{stamp}] round {round_no + 1}: raftline --fsync {args.fsync} "
             f"{ours['publish_msgs_per_s']:.0f} msg/s, "
             f"e2e ms p50/p99/p99.9/max {_ms(ours['e2e_ms'])}, ack {_ms(ours['ack_ms'])}, "
-            f"load {ours['load_1m']:.1f}, cpu% {ours['cpu_pct']}, nodes {ours['nodes']}",
+            f"load {ours['load_1m']:.1f}, cpu% {ours['cpu_pct']}, "
+            f"main thread waiting for a CPU % {ours['runq_wait_pct']}, "
+            f"forwarded requests {ours['forwarded_requests']}, nodes {ours['nodes']}",
             flush=True,
         )
+        print(f"[{stamp}] round {round_no + 1}: {_stages(ours['stages_ms'])}", flush=True)
         print(
             f"[{stamp}] round {round_no + 1}: disk {disk['writers']} at {disk['fsyncs_per_s']} "
             f"fsync/s, fdatasync ms {_ms(disk['fdatasync_ms'])}, write+fdatasync from due "
             f"{_ms(disk['write_fdatasync_from_due_ms'])}, load {disk['load_1m']:.1f}",
             flush=True,
         )
+        print(
+            f"[{stamp}] round {round_no + 1}: wake-up ring of {HOPS} idle processes at "
+            f"{RING_LAPS_PER_S} laps/s, lap ms {_ms(ring['lap_ms'])}, load {ring['load_1m']:.1f}",
+            flush=True,
+        )
         if args.out:
             with args.out.open("a") as out:
-                out.write(json.dumps({"round": round_no + 1, "raftline": ours, "disk": disk}))
+                record = {"round": round_no + 1, "raftline": ours, "disk": disk, "ring": ring}
+                out.write(json.dumps(record))
                 out.write("\n")
 
 

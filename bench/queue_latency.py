@@ -2,7 +2,9 @@
 nodes (bench.peers.RaftlinePeer, RF 3, fsync always), a queue over 4 partitions, LOOPS waiting
 receive-then-ack loops; one message of 1 KB every GAP seconds (PER messages per send). Per
 message: publish ack (the produce commit), sent to received (tail wake-up, delivery-count
-commit, forwards), received to acked (the settle commit and forwards), end to end.
+commit, forwards), received to acked (the settle commit and forwards), end to end; and the CPU
+time the three node processes spent per acknowledged message (user + system, from /proc),
+which a busy machine delays but does not inflate the way it inflates latencies.
 
 Run: PYTHONPATH=. .venv/bin/python -m bench.queue_latency [messages] [loops] [gap_s] [per_send]
 """
@@ -10,6 +12,7 @@ Run: PYTHONPATH=. .venv/bin/python -m bench.queue_latency [messages] [loops] [ga
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 
@@ -24,7 +27,19 @@ def percentiles(samples: list[float]) -> str:
     return "p50 {:.1f}  p90 {:.1f}  p99 {:.1f} ms".format(*pick)
 
 
-async def probe(endpoint: Endpoint, messages: int, loops: int, gap_s: float, per: int) -> None:
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of these processes so far (Linux /proc)."""
+    ticks = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+async def probe(
+    endpoint: Endpoint, messages: int, loops: int, gap_s: float, per: int, pids: list[int]
+) -> None:
     producer, consumer = RaftlineDriver(endpoint), RaftlineDriver(endpoint)
     await producer.connect()
     await consumer.connect()
@@ -57,6 +72,7 @@ async def probe(endpoint: Endpoint, messages: int, loops: int, gap_s: float, per
     tasks = [asyncio.create_task(loop()) for _ in range(loops)]
     await producer.publish("lat", 0, [b"warm-up"], "all")
     await asyncio.sleep(1.0)
+    cpu_start = cpu_seconds(pids)
     started, sends = time.monotonic(), []
     for i in range(messages):
         sends.append(asyncio.ensure_future(send(i)))
@@ -70,7 +86,9 @@ async def probe(endpoint: Endpoint, messages: int, loops: int, gap_s: float, per
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     done = [v for v in sent if v in settled]
+    cpu_ms = (cpu_seconds(pids) - cpu_start) * 1000
     print(f"{len(done)} of {len(sent)} messages acknowledged")
+    print(f"node CPU per acknowledged message {cpu_ms / max(len(done), 1):.2f} ms")
     print("publish ack      ", percentiles([acked[v] - sent[v] for v in done]))
     print("sent to received ", percentiles([received[v] - sent[v] for v in done]))
     print("received to acked", percentiles([settled[v] - received[v] for v in done]))
@@ -83,13 +101,15 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     peer = RaftlinePeer(3)
     try:
+        endpoint = peer.start()
         asyncio.run(
             probe(
-                peer.start(),
+                endpoint,
                 int(args[0]) if args else 150,
                 int(args[1]) if len(args) > 1 else 8,
                 float(args[2]) if len(args) > 2 else 0.04,
                 int(args[3]) if len(args) > 3 else 1,
+                [p.pid for p in peer.processes],
             )
         )
     finally:

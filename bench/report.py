@@ -221,6 +221,10 @@ def _ratio(own: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
         peer_acked = run["consume_msgs_per_s"]
         entry["kind"] = "queue-ack"
         entry["acked_ratio"] = own["consume_msgs_per_s"] / peer_acked if peer_acked else None
+        # Latency to receipt (the receiver has the message), the like-for-like figure, and to
+        # the acknowledgement as each system counts it (see queue_ack_lines).
+        for name in ("received_latency_ms", "e2e_latency_ms"):
+            entry[name] = (own.get(name), run.get(name))
     if own["e2e_latency_ms"] and run["e2e_latency_ms"] and run["e2e_latency_ms"]["p99"]:
         entry["e2e_p99_ratio"] = own["e2e_latency_ms"]["p99"] / run["e2e_latency_ms"]["p99"]
     else:
@@ -304,15 +308,26 @@ def queue_ack_lines(entries: list[dict[str, Any]]) -> list[str]:
     lines = [
         "",
         "Queue workloads (kind queue-ack): acknowledged msg/s ratio (above 1 means Raftline's"
-        " receivers acknowledged more per second):",
+        " receivers acknowledged more per second), and end-to-end latency in ms (p50 / p99)"
+        " two ways: to receipt (the receiver has the message; like for like) and to the"
+        " acknowledgement as each system counts it (Raftline: the ack's answer, after the"
+        " settle committed on a majority; RabbitMQ: the ack frame sent, never confirmed):",
         "",
-        "| workload | RF | peer | acknowledged msg/s ratio |",
-        "|---|---|---|---|",
+        "| workload | RF | peer | acknowledged msg/s ratio | to receipt: Raftline | peer "
+        "| to acknowledgement: Raftline (confirmed) | peer |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for e in queued:
         ratio = "n/a" if e["acked_ratio"] is None else f"{e['acked_ratio']:.2f}"
-        lines.append(f"| {e['workload']} | {e['replicas']} | {e['peer']} | {ratio} |")
+        cells = [_p50_p99(s) for name in ("received_latency_ms", "e2e_latency_ms") for s in e[name]]
+        lines.append(
+            f"| {e['workload']} | {e['replicas']} | {e['peer']} | {ratio} | {' | '.join(cells)} |"
+        )
     return lines
+
+
+def _p50_p99(summary: dict[str, float] | None) -> str:
+    return f"{_num(summary['p50'])} / {_num(summary['p99'])}" if summary else "n/a"
 
 
 def like_for_like_lines(results: dict[str, Any]) -> list[str]:

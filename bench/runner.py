@@ -181,6 +181,7 @@ class WorkloadRun:
             "consume_mb_per_s": round(consume_rate * w.message_size / MB, 3),
             "publish_latency_ms": tally.publish_latency.summary_ms(),
             "e2e_latency_ms": tally.e2e_latency.summary_ms(),
+            "received_latency_ms": tally.received_latency.summary_ms(),
             "sent": tally.sent,
             "acked": tally.acked,
             "received": max(0, tally.received - self.primed),

@@ -23,6 +23,9 @@ class Tally:
     window: Window
     publish_latency: Histogram = field(default_factory=Histogram)
     e2e_latency: Histogram = field(default_factory=Histogram)
+    # Queue workloads: to the moment the receiver has the message, before any acknowledgement
+    # (e2e_latency there ends when the acknowledgement counts: see each driver's durability).
+    received_latency: Histogram = field(default_factory=Histogram)
     sent: int = 0
     acked: int = 0
     acked_in_window: int = 0
@@ -46,16 +49,23 @@ class Tally:
         self.received += len(payloads)
         if now in self.window:
             self.received_in_window += len(payloads)
+        self._record(self.e2e_latency, payloads, now)
+
+    def on_received(self, payloads: list[bytes]) -> None:
+        """A queue receiver has these messages (not yet acknowledged): latency only."""
+        self._record(self.received_latency, payloads, time.monotonic_ns())
+
+    def _record(self, histogram: Histogram, payloads: list[bytes], now: int) -> None:
         if len(payloads) == 1:  # push consumers deliver one message per call
             intended_ns = intended_ns_of(payloads[0])
             if intended_ns in self.window:
-                self.e2e_latency.record(latency_us(intended_ns, now))
+                histogram.record(latency_us(intended_ns, now))
             return
         # Many messages share a stamp: count equal stamp bytes (in C), unpack each one once.
         for prefix, count in Counter(map(_stamp_prefix, payloads)).items():
             intended_ns = stamp_of(prefix)
             if intended_ns in self.window:
-                self.e2e_latency.record(latency_us(intended_ns, now), count)
+                histogram.record(latency_us(intended_ns, now), count)
 
     def on_error(self, error: BaseException) -> None:
         self.errors += 1

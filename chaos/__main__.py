@@ -27,7 +27,8 @@ def _parser() -> argparse.ArgumentParser:
     go.add_argument(
         "--nemesis",
         default="partition,kill,pause",
-        help="comma list of partition,kill,pause,loss,slow,delay,clock,s3 (empty: none)",
+        help="comma list of partition,kill,pause,loss,slow,delay,clock,s3,none (none: a placebo "
+        "window, measured but not judged; empty: no faults)",
     )
     go.add_argument("--out", type=Path, default=Path("chaos-results"))
     go.add_argument("--compose-file", type=Path, default=Path("docker-compose.yml"))

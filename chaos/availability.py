@@ -94,11 +94,14 @@ def availability(
             not_injected[str((op.value or {}).get("fault"))] += 1
     ratios = throughput_ratios(ops)
     judged = [r["ratio"] for r in ratios if r["meets_target"] is not None]
+    controls = sorted(r["ratio"] for r in ratios if r["control"] and r["ratio"] is not None)
     return {
         "not_injected": dict(not_injected),
         "throughput_ratios": ratios,
         "throughput_ratio_min": min(judged, default=None),
         "throughput_target_met": all(r["meets_target"] is not False for r in ratios),
+        "control_ratio_min": controls[0] if controls else None,
+        "control_ratio_median": controls[len(controls) // 2] if controls else None,
         "overall": _share(done),
         "during_faults": _share(during),
         "outside_faults": _share(outside),
@@ -124,6 +127,9 @@ ACKED_WRITES = frozenset({"send", "txn-send", "publish"})
 GRACE_S = 2.0
 TARGET_RATIO = 0.7
 BASELINE_SKIP_S = 2.0  # the first seconds after the previous heal are recovery, not the baseline
+
+
+CONTROL = "none"  # the placebo nemesis: measured like a fault, never judged (nemesis.Placebo)
 
 
 def majority_connected(window: FaultWindow) -> bool:
@@ -173,7 +179,12 @@ def throughput_ratios(ops: list[Op]) -> list[dict[str, Any]]:
                 "before_per_s": None if before is None else round(before, 1),
                 "during_per_s": None if during is None else round(during, 1),
                 "ratio": None if ratio is None else round(ratio, 3),
-                "meets_target": None if ratio is None or not connected else ratio >= TARGET_RATIO,
+                "control": w.fault == CONTROL,
+                "meets_target": (
+                    None
+                    if ratio is None or not connected or w.fault == CONTROL
+                    else ratio >= TARGET_RATIO
+                ),
             }
         )
         previous_end = max(previous_end, end)

@@ -10,6 +10,7 @@ import json
 import random
 import subprocess
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -170,15 +171,33 @@ class ProcessFault:
         return {"fault": self.name, "nodes": healed}
 
 
+# A node busy on a loaded machine may take seconds to answer a hook; a heal given up after 2 s
+# left a clock offset in force for the rest of a run.
+HOOK_TIMEOUT_S = 10.0
+
+
 def post_hook(node: Node, path: str, body: dict[str, Any]) -> None:
     """POST to one of the node's test hooks (they exist only with RAFTLINE_TEST_HOOKS=1)."""
     request = urllib.request.Request(
         f"{node.http_url}{path}", json.dumps(body).encode(), {"Content-Type": "application/json"}
     )
     try:
-        urllib.request.urlopen(request, timeout=2).close()
+        urllib.request.urlopen(request, timeout=HOOK_TIMEOUT_S).close()
     except (urllib.error.URLError, OSError) as failure:
         raise ClusterError(f"test hook {path} on node {node.node_id}: {failure}") from None
+
+
+def reset_hook(nodes: Sequence[Node], path: str, body: dict[str, Any]) -> None:
+    """POSTs `body` to the hook of every node, also after one of them failed (each node not
+    reset keeps its fault); raises naming every node that failed."""
+    failures = []
+    for node in nodes:
+        try:
+            post_hook(node, path, body)
+        except ClusterError as failure:
+            failures.append(str(failure))
+    if failures:
+        raise ClusterError("; ".join(failures))
 
 
 @dataclass
@@ -198,8 +217,7 @@ class ClockSkew:
         return {"fault": self.name, "offsets_ms": offsets}
 
     def stop(self) -> dict[str, Any]:
-        for node in self.cluster.nodes:
-            post_hook(node, "/v1/admin/clock", {"offset_ms": 0})
+        reset_hook(self.cluster.nodes, "/v1/admin/clock", {"offset_ms": 0})
         return {"fault": self.name}
 
 
@@ -229,8 +247,22 @@ class MessageDelay:
         return {"fault": self.name, "nodes": settings}
 
     def stop(self) -> dict[str, Any]:
-        for node in self.cluster.nodes:
-            post_hook(node, "/v1/admin/network", {})
+        reset_hook(self.cluster.nodes, "/v1/admin/network", {})
+        return {"fault": self.name}
+
+
+@dataclass
+class Placebo:
+    """Changes nothing. Its windows are measured like any fault's but never judged: their
+    throughput ratios show how far the machine's own noise (other work on a shared machine)
+    moves the ratio in the same run, which tells a real stall from noise."""
+
+    name: str = "none"
+
+    def start(self, rng: random.Random) -> dict[str, Any]:
+        return {"fault": self.name}
+
+    def stop(self) -> dict[str, Any]:
         return {"fault": self.name}
 
 
@@ -291,6 +323,7 @@ def make_faults(cluster: Cluster, names: Sequence[str], topic: str) -> list[Faul
         "clock": lambda: ClockSkew(cluster),
         "delay": lambda: MessageDelay(cluster),
         "s3": lambda: StorageOutage(cluster),
+        "none": Placebo,
     }
     unknown = [n for n in names if n not in makers]
     if unknown:
@@ -302,8 +335,14 @@ def make_faults(cluster: Cluster, names: Sequence[str], topic: str) -> list[Faul
 class Schedule:
     """Alternates quiet and fault periods of random length until stopped, recording each change.
 
-    A fault that fails to start is recorded as `fail` and opens no fault window.
+    A fault that fails to start is recorded as `fail` and opens no fault window. A heal that
+    fails (a node too busy to answer its hook in time) is recorded as `fail` and tried again,
+    up to HEAL_ATTEMPTS times: the fault is still in force meanwhile, so its window stays open
+    and no other fault starts.
     """
+
+    HEAL_ATTEMPTS = 10
+    HEAL_RETRY_S = 1.0
 
     faults: Sequence[Fault]
     recorder: Recorder
@@ -332,4 +371,7 @@ class Schedule:
             if started:
                 self.stopping.wait(self.rng.uniform(*self.fault_s))
             # Heal even after a failed start: a half-applied partition must not outlive it.
-            self._record("stop", fault.stop, fault.name)
+            for _ in range(self.HEAL_ATTEMPTS):
+                if self._record("stop", fault.stop, fault.name):
+                    break
+                time.sleep(self.HEAL_RETRY_S)

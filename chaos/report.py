@@ -168,8 +168,15 @@ def summary_text(result: dict[str, Any]) -> str:
         f"{'met' if avail['throughput_target_met'] else 'MISSED'}, "
         f"lowest {avail['throughput_ratio_min']}"
     )
+    if avail["control_ratio_min"] is not None:
+        lines.append(
+            "  the same ratio over placebo windows (nemesis none: no fault; the machine's noise):"
+            f" lowest {avail['control_ratio_min']}, median {avail['control_ratio_median']}"
+        )
     for row in avail["throughput_ratios"]:
         judged = "" if row["majority_connected"] else " (no connected majority: not judged)"
+        if row["control"]:
+            judged = " (placebo: not judged)"
         lines.append(
             f"  {row['fault']} at {row['start_s']}s: {row['during_per_s']}/s against "
             f"{row['before_per_s']}/s, ratio {row['ratio']}{judged}"
@@ -220,6 +227,7 @@ def plot(ops: list[Op], path: Path) -> bool:
         "loss": "tab:olive",
         "slow": "tab:cyan",
         "clock": "tab:brown",
+        "none": "tab:pink",
     }
     for w in windows:
         end = end_s if w.end is None else w.end / availability.NS
@@ -230,7 +238,7 @@ def plot(ops: list[Op], path: Path) -> bool:
     # Each window's throughput ratio (acked writes/s after the grace period against before it).
     for row in availability.throughput_ratios(ops):
         if row["ratio"] is not None:
-            mark = "" if row["majority_connected"] else "*"
+            mark = "" if row["majority_connected"] and not row["control"] else "*"
             top.annotate(
                 f"{row['ratio']:.2f}{mark}",
                 (row["start_s"], 1.0),

@@ -151,6 +151,7 @@ class Broker:
             "exchange_transactions": 0,  # multi-destination publishes committed atomically
             "requests": 0,  # POST /v1/request calls answered with a reply
             "request_timeouts": 0,  # POST /v1/request calls that got no reply in time
+            "forwarded_requests": 0,  # requests passed on to the partition leader (HTTP)
         }
         self._producer_ids: range = range(0)
         self._producer_ids_lock = asyncio.Lock()
@@ -1132,6 +1133,7 @@ class Broker:
         for name, value in values.items():
             kind = "counter" if name.endswith("_total") else "gauge"
             lines += [f"# TYPE {name} {kind}", f'{name}{{node="{self.node_id}"}} {value}']
+        lines += runtime.stage_times.metrics_lines(self.node_id)
         lines += self.coordinator.metrics_lines()
         lines += self.transactions.metrics_lines()
         lines += self.queues.metrics_lines()

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -29,6 +30,8 @@ log = logging.getLogger(__name__)
 
 ACKS = ("all", "leader", "none")
 LEADER_SETTLE_S = 2.0  # how long a read waits for a new leader to commit its first entry
+# Recent applies kept to time the wake-up of the acks and fetches they release (stages.py).
+APPLIES_TIMED = 64
 
 
 class PartitionReplica:
@@ -60,6 +63,7 @@ class PartitionReplica:
         self._term_committed = False  # a leader serves reads once an entry of its term committed
         self._waiters: dict[int, tuple[int, asyncio.Future[int]]] = {}
         self._new_data = asyncio.Event()
+        self._applies: deque[tuple[int, float]] = deque(maxlen=APPLIES_TIMED)  # (last, when)
         self._closed = False
         self.producers = producers
         self._verify = verify
@@ -95,6 +99,7 @@ class PartitionReplica:
                 fut.set_exception(self._lost(index, term))
         # max: a restart replays entries from the producer snapshot on, below the persisted commit
         self.high_watermark = max(self.high_watermark, last + 1)
+        self._applies.append((last, time.monotonic()))
         if producers is not None and producers.snapshot_due():
             producers.start_snapshot(self.runtime.run_on_disk)
         self._new_data.set()
@@ -198,6 +203,13 @@ class PartitionReplica:
         self._require_leader()
         await self._await_term_commit()
 
+    def _time_wakeup(self, stage: str, index: int) -> None:
+        """Record how long ago the entry at `index` was applied (if it was recently)."""
+        for last, when in self._applies:
+            if last >= index:
+                self.runtime.stage_times.observe(stage, time.monotonic() - when)
+                return
+
     async def until_committed(self, index: int) -> None:
         """Return once the entry at `index` committed (and was applied here); raise when this
         replica stops leading or the request timeout passes first."""
@@ -298,6 +310,7 @@ class PartitionReplica:
             tracked = True
         loop = asyncio.get_running_loop()
         committed: asyncio.Future[int] = loop.create_future()
+        began = time.monotonic()
 
         def accepted(index: int, term: int) -> None:
             if acks == "all":
@@ -333,7 +346,10 @@ class PartitionReplica:
                 if acks == "leader":
                     index, _ = await appended
                     return index, False
-                return await committed, False
+                index = await committed
+                self._time_wakeup("ack_wait", index)
+                self.runtime.stage_times.observe("produce", time.monotonic() - began)
+                return index, False
         except TimeoutError:
             raise BrokerError("timeout", "the write did not commit in time") from None
         except BrokerError:
@@ -352,6 +368,8 @@ class PartitionReplica:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait_ms / 1000):  # unlike wait_for, no extra task
                     await event.wait()
+            if self.high_watermark > offset:
+                self._time_wakeup("fetch_wait", offset)
             self._require_leader()
             self._check_offset(offset)
         high_watermark = self.high_watermark

@@ -40,7 +40,8 @@ import contextlib
 import itertools
 import logging
 import random
-from collections import defaultdict
+import time
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
@@ -50,6 +51,7 @@ from typing import Any, Protocol
 
 from raftline.node import wire
 from raftline.node.config import NodeConfig
+from raftline.node.stages import StageTimes
 from raftline.node.transport import RpcHandler, Transport
 from raftline.raftlog.raft import RaftConfig, RaftNode
 from raftline.raftlog.types import (
@@ -148,6 +150,7 @@ class _Proposal:
     kind: EntryKind
     future: asyncio.Future[tuple[int, int]]
     on_accept: Accepted | None
+    queued_at: float
 
 
 @dataclass(eq=False)
@@ -171,6 +174,9 @@ class Group:
     quiet: bool = False
     waits_for: int | None = None  # a fresh follower's expected first leader (see add_group)
     idle_ticks: int = 0
+    inbox_since: float | None = None  # when the oldest APPEND in the inbox arrived
+    # a leader's rounds with entries not yet applied: (last index, fed at), oldest first
+    uncommitted: deque[tuple[int, float]] = field(default_factory=deque)
     role: str = "follower"
     leader: int | None = None
     term: int = 0
@@ -185,6 +191,8 @@ class _Write:
 
     rounds: list[_Round]
     future: asyncio.Future[int] | None = None
+    submitted_at: float = field(default_factory=time.monotonic)
+    started_at: float = 0.0  # when a disk thread took it
     written: bool = False  # its entries are in the log files; its fsyncs may still run
     done: bool = False
 
@@ -202,6 +210,7 @@ class _Round:
     ready: Ready | None
     accepted: list[tuple[asyncio.Future[tuple[int, int]], int, int]]
     trim: SnapshotMeta | None = None
+    fed_at: float = 0.0  # time.monotonic() when the Ready was taken
     applied_early: bool = False  # committed entries went to the replica before its write ended
     written: bool = False  # its entries are in the log file (maybe not yet fsynced)
 
@@ -271,6 +280,7 @@ class Runtime:
             dead_after_s=2 * config.election_ticks * config.tick_ms / 1000,
         )
         self.stats: dict[str, int] = defaultdict(int)
+        self.stage_times = StageTimes()
 
     # lifecycle
 
@@ -354,10 +364,12 @@ class Runtime:
 
     async def read_log(self, name: str, log: Any, offset: int, max_bytes: int, upto: int) -> bytes:
         """`log.read(offset, max_bytes, upto)` of group `name`'s thread-safe PartitionLog. A
-        small read while the group has no round on disk (so nothing holds the log's lock for
-        long) runs right here: from the page cache it costs less than a thread hop. Others
-        run on the reader thread, beside (not after) the disk pool's writes and fsyncs."""
-        if max_bytes <= LOOP_READ_BYTES and name not in self._writes:
+        small read while no write of the group is writing entries (so nothing holds the log's
+        lock for long: an fsync runs without it) runs right here: from the page cache it costs
+        less than a thread hop, and a consumer's fetch usually comes while the leader's fsync of
+        the batch it waited for still runs. Others run on the reader thread, beside (not after)
+        the disk pool's writes and fsyncs."""
+        if max_bytes <= LOOP_READ_BYTES and not self._unwritten(name):
             data: bytes = log.read(offset, max_bytes, upto)
             return data
         loop = asyncio.get_running_loop()
@@ -378,7 +390,7 @@ class Runtime:
         `on_accept(offset, term)` runs as soon as the core accepts it, before anything commits."""
         group = self.groups[name]
         fut: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
-        group.proposals.append(_Proposal(data, count, kind, fut, on_accept))
+        group.proposals.append(_Proposal(data, count, kind, fut, on_accept, time.monotonic()))
         self._touch(group)
         return fut
 
@@ -474,6 +486,8 @@ class Runtime:
             if group is None:
                 self._hold_orphan(msg)
                 continue
+            if msg.type == MessageType.APPEND and group.inbox_since is None:
+                group.inbox_since = time.monotonic()
             group.inbox.append(msg)
             if msg.type == MessageType.HEARTBEAT_RESP:
                 # Answers to the heartbeats sent just before going quiet must not wake the group.
@@ -545,8 +559,11 @@ class Runtime:
 
     async def _tick(self) -> None:
         interval = self.config.tick_ms / 1000
+        lag = self.stage_times.histograms["loop_lag"]
         while True:
+            due = time.monotonic() + interval
             await asyncio.sleep(interval)
+            lag.observe(max(0.0, time.monotonic() - due))
             self.transport.tick()
             for name in self._active:
                 if (group := self.groups.get(name)) is not None:
@@ -690,6 +707,12 @@ class Runtime:
             self._wakeup.set()
             return
         self.stats["fsyncs"] += future.result()
+        now = time.monotonic()
+        self.stage_times.observe("disk_queue", write.started_at - write.submitted_at)
+        for item in write.rounds:
+            if item.ready is not None and item.ready.entries:
+                stage = "leader_fsync" if item.ready.role == "leader" else "follower_persist"
+                self.stage_times.observe(stage, now - item.fed_at)
         finished: list[_Round] = []
         idle: list[_Round] = []
         for name in write.groups:
@@ -716,6 +739,10 @@ class Runtime:
         # votes could come back, and elected for minutes.
         ticks, group.ticks = min(group.ticks, TICKS_PER_FEED), 0
         busy = bool(group.proposals) or bool(group.reads)
+        now = time.monotonic()
+        if group.inbox_since is not None:
+            self.stage_times.observe("follower_wait", now - group.inbox_since)
+            group.inbox_since = None
         for msg in group.inbox:
             busy |= msg.type not in _HEARTBEATS
             if msg.type == MessageType.SNAPSHOT and msg.snapshot is not None:
@@ -752,6 +779,7 @@ class Runtime:
                 proposal.on_accept(index, core.term)
         if proposals:
             group.proposals = []
+            self.stage_times.observe_since("propose_wait", now, (p.queued_at for p in proposals))
         for context, read in group.reads:
             if read.done():
                 continue
@@ -769,7 +797,9 @@ class Runtime:
             if group.storage.first_index() <= index <= core.applied:
                 trim = core.snapshot_meta_at(index)
         ready = core.ready() if core.has_ready() else None
-        return _Round(group, ready, accepted, trim)
+        if ready is not None and ready.entries and ready.role == "leader":
+            group.uncommitted.append((ready.entries[-1].last_index, now))
+        return _Round(group, ready, accepted, trim, fed_at=now)
 
     @staticmethod
     def _guard(group: Group, fn: Callable[..., None], *args: Any) -> None:
@@ -789,6 +819,8 @@ class Runtime:
         policy decides whether that fsync reaches the disk); apply requested trims. Tells
         `loop` (if given) when the entries of `write` are written, before the fsyncs.
         Returns the number of logs synced."""
+        if write is not None:
+            write.started_at = time.monotonic()
         to_sync: dict[int, GroupStorage] = {}
         saves: dict[int, tuple[GroupStorage, list[HardState]]] = {}
         for item in rounds:
@@ -808,7 +840,16 @@ class Runtime:
         # A term or vote change is a state file written and fsynced (three syncs): saved one
         # after the other, a round of a thousand new groups' votes took seconds, longer than
         # an election timeout. Each group's saves keep their order; groups go side by side.
-        run_all(self._fsyncs, [partial(_save_all, *item) for item in saves.values()])
+        # A commit-index change is kept in memory: saved right here. Handed to the fsync pool
+        # it waited for a free thread behind other logs' fsyncs, holding up this write and,
+        # in a round of commit changes only (run on the loop), the event loop itself.
+        voted = []
+        for storage, states in saves.values():
+            if _changes_vote(storage, states):
+                voted.append(partial(_save_all, storage, states))
+            else:
+                _save_all(storage, states)
+        run_all(self._fsyncs, voted)
         if loop is not None and write is not None:
             loop.call_soon_threadsafe(self._entries_written, write)
         fsync_all(self._fsyncs, list(to_sync.values()))
@@ -856,8 +897,11 @@ class Runtime:
         """Loop: the disk thread wrote these entries and is about to fsync them. Apply what
         they let through, and let the groups' waiting proposals form the next write."""
         write.written = True
+        now = time.monotonic()
         for item in write.rounds:
             item.written = True
+            if item.ready is not None and item.ready.entries and item.ready.role == "leader":
+                self.stage_times.observe("leader_write", now - item.fed_at)
         for name in write.groups:
             group = self.groups.get(name)
             if group is None or name not in self._writes:
@@ -901,6 +945,11 @@ class Runtime:
             log.exception("applying committed entries of %s failed", group.name)
         group.applied = committed[-1].last_index
         group.idle_ticks = 0
+        uncommitted = group.uncommitted
+        if uncommitted and uncommitted[0][0] <= group.applied:
+            now = time.monotonic()
+            while uncommitted and uncommitted[0][0] <= group.applied:
+                self.stage_times.observe("commit", now - uncommitted.popleft()[1])
 
     def _finish(self, rounds: list[_Round]) -> None:
         outbox: dict[int, list[Message]] = defaultdict(list)
@@ -1000,6 +1049,7 @@ class Runtime:
     def _role_changed(self, group: Group) -> None:
         core = group.core
         group.role, group.leader, group.term = core.role, core.leader_id, core.term
+        group.uncommitted.clear()  # a past leadership's rounds: never timed to a commit
         # Rare, and what a post-mortem of a failover needs first: who led what, when.
         log.info(
             "group %s: %s in term %d, leader %s, commit %d, last %d",
@@ -1088,13 +1138,16 @@ def fsync_all(pool: ThreadPoolExecutor, storages: list[GroupStorage]) -> None:
 
 
 def run_all(pool: ThreadPoolExecutor, calls: list[Callable[[], None]]) -> None:
-    """Run the calls, in parallel on `pool` when there are several; raises the first failure
-    once all have finished."""
-    if len(calls) == 1:
-        calls[0]()
+    """Run the calls in parallel: the first on the calling thread, the others on `pool`;
+    raises the first failure once all have finished. (The caller runs one itself rather than
+    idle: one thread fewer to wake, which on a busy machine is time on the ack path.)"""
+    if not calls:
         return
-    done = [pool.submit(call) for call in calls]
-    futures.wait(done)
+    done = [pool.submit(call) for call in calls[1:]]
+    try:
+        calls[0]()
+    finally:
+        futures.wait(done)
     for call in done:
         call.result()
 
@@ -1102,6 +1155,12 @@ def run_all(pool: ThreadPoolExecutor, calls: list[Callable[[], None]]) -> None:
 def _save_all(storage: GroupStorage, states: list[HardState]) -> None:
     for state in states:
         storage.save(state)
+
+
+def _changes_vote(storage: GroupStorage, states: list[HardState]) -> bool:
+    """Whether saving `states` writes the state file: only a new term or vote does."""
+    saved = storage.hard_state
+    return any((s.term, s.vote) != (saved.term, saved.vote) for s in states)
 
 
 def _close_all(groups: list[Group]) -> None:

@@ -27,7 +27,9 @@ def test_kind_is_validated_and_the_queue_workloads_load() -> None:
     assert kinds["1-topic-1-partition-1kb"] == "log"
 
 
-async def test_the_raftline_queue_driver_acks_each_message_once(tmp_path: Path) -> None:
+async def test_the_raftline_queue_driver_reports_each_message_on_receipt_and_acks_it_once(
+    tmp_path: Path,
+) -> None:
     (config,) = configs(tmp_path, 1)
     (broker,) = await start_all([config])
     runner = web.AppRunner(create_app(broker, self_http=config.http))
@@ -42,6 +44,7 @@ async def test_the_raftline_queue_driver_acks_each_message_once(tmp_path: Path) 
         for p in range(2):
             await driver.publish("qa", p, sent[p::2], "all")
         got: list[bytes] = []
+        received: list[bytes] = []
         stop = asyncio.Event()
 
         def on_delivery(payloads: list[bytes]) -> None:
@@ -50,10 +53,16 @@ async def test_the_raftline_queue_driver_acks_each_message_once(tmp_path: Path) 
                 stop.set()
 
         await asyncio.wait_for(
-            asyncio.gather(*(driver.consume_queue("qa", 2, on_delivery, stop) for _ in range(2))),
+            asyncio.gather(
+                *(
+                    driver.consume_queue("qa", 2, on_delivery, stop, received.extend)
+                    for _ in range(2)
+                )
+            ),
             30,
         )
         assert sorted(got) == sorted(sent)
+        assert sorted(received) == sorted(sent)  # each reported on receipt too, once
         described = await driver.client.queue(driver.queue_name("qa")).describe()
         assert described["acknowledged"] == len(sent) and described["locked"] == 0
         await driver.delete_queue("qa", 2)

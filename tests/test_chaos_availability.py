@@ -17,8 +17,8 @@ from raftline.chaos.availability import (
 from raftline.chaos.history import NEMESIS, Op, index_ops
 
 
-def nemesis(f: str, at_s: float) -> list[Op]:
-    value = {"fault": "partition"}
+def nemesis(f: str, at_s: float, fault: str = "partition") -> list[Op]:
+    value = {"fault": fault}
     t = int(at_s * NS)
     return [Op(NEMESIS, "invoke", f, value, time=t), Op(NEMESIS, "ok", f, value, time=t)]
 
@@ -158,6 +158,22 @@ def test_throughput_within_target_when_the_rate_holds_after_the_grace_period() -
     )
     assert throughput_ratios(ops)[0]["meets_target"] is True
     assert availability(ops)["throughput_target_met"] is True
+
+
+def test_a_placebo_window_is_measured_as_a_control_but_never_judged() -> None:
+    ops = index_ops(
+        acked_sends(0.0, 10.0, 100)
+        + nemesis("start", 10.0, fault="none")
+        + acked_sends(10.0 + GRACE_S, 20.0, 30)
+        + nemesis("stop", 20.0, fault="none")
+    )
+    (row,) = throughput_ratios(ops)
+    assert row["control"] is True
+    assert row["ratio"] == pytest.approx(0.3, rel=0.05)
+    assert row["meets_target"] is None
+    summary = availability(ops)
+    assert summary["throughput_target_met"] is True
+    assert summary["control_ratio_min"] == row["ratio"]
 
 
 @pytest.mark.parametrize("f", ["txn-send", "publish"])

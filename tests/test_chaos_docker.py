@@ -96,6 +96,19 @@ def test_isolated_node_is_cut_off_both_ways_until_healed(cluster: ComposeCluster
     assert reaches(cluster, others[0], isolated)
 
 
+def test_isolate_cuts_a_node_off_both_ways_from_its_own_namespace(cluster: ComposeCluster) -> None:
+    victim, others = cluster.nodes[1], [n for n in cluster.nodes if n is not cluster.nodes[1]]
+    cluster.isolate(victim)
+    try:
+        assert not reaches(cluster, others[0], victim)
+        assert not reaches(cluster, victim, others[1])
+        assert reaches(cluster, others[0], others[1])
+    finally:
+        cluster.heal_all()
+    assert reaches(cluster, others[0], victim)
+    assert reaches(cluster, victim, others[1])
+
+
 def test_killed_node_is_down_until_the_fault_heals(cluster: ComposeCluster) -> None:
     kill = ProcessFault(cluster, Targets(cluster, "none"), "kill")
     victim = cluster.node(kill.start(random.Random(2))["node"])

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
+from raftline.chaos import nemesis
 from raftline.chaos.availability import fault_windows
-from raftline.chaos.cluster import ClusterError, ComposeCluster, StaticCluster
+from raftline.chaos.cluster import ClusterError, ComposeCluster, Node, StaticCluster
 from raftline.chaos.history import NEMESIS, Recorder
-from raftline.chaos.nemesis import Schedule, StorageOutage, majorities_ring, make_faults
+from raftline.chaos.nemesis import ClockSkew, Schedule, StorageOutage, majorities_ring, make_faults
 
 
 @pytest.mark.parametrize("n", [3, 5, 7])
@@ -96,3 +97,51 @@ def test_fault_that_fails_to_start_opens_no_window(tmp_path: Path) -> None:
     recorder = run_schedule(FailingFault(), tmp_path)
     assert any(op.type == "fail" for op in recorder.ops)
     assert fault_windows(recorder.ops) == []
+
+
+@dataclass
+class StubbornHeal(CountingFault):
+    """A fault whose first two heals fail, as a node too busy to answer its hook does."""
+
+    failed_heals: int = 0
+
+    def stop(self) -> dict[str, Any]:
+        self.calls.append("stop")
+        if self.failed_heals < 2:
+            self.failed_heals += 1
+            raise ClusterError("test hook /v1/admin/clock on node 2: timed out")
+        return {"fault": self.name}
+
+
+def test_a_heal_that_fails_is_tried_again_and_closes_the_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Schedule, "HEAL_RETRY_S", 0.01)
+    fault = StubbornHeal()
+    recorder = run_schedule(fault, tmp_path)
+    assert fault.failed_heals == 2
+    assert fault.calls.count("start") + 2 == fault.calls.count("stop")
+    windows = fault_windows(recorder.ops)
+    assert len(windows) == fault.calls.count("start")
+    assert all(w.end is not None for w in windows)
+
+
+def test_a_hook_reset_reaches_every_node_when_one_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    reached = []
+
+    def post_hook(node: Node, path: str, body: dict[str, Any]) -> None:
+        reached.append(node.node_id)
+        if node.node_id == 2:
+            raise ClusterError(f"test hook {path} on node 2: timed out")
+
+    monkeypatch.setattr(nemesis, "post_hook", post_hook)
+    cluster = ComposeCluster(5)
+    with pytest.raises(ClusterError, match="node 2"):
+        ClockSkew(cluster).stop()
+    assert reached == [1, 2, 3, 4, 5]
+
+
+def test_the_placebo_nemesis_changes_nothing_and_opens_a_window(tmp_path: Path) -> None:
+    (placebo,) = make_faults(ComposeCluster(3), ["none"], "t")
+    assert placebo.start(random.Random(0)) == {"fault": "none"}
+    assert placebo.stop() == {"fault": "none"}

@@ -37,3 +37,15 @@ def test_a_failed_fsync_fails_the_round_after_the_others_finish() -> None:
     with ThreadPoolExecutor(3) as pool, pytest.raises(OSError, match="disk gone"):
         fsync_all(pool, logs)  # type: ignore[arg-type]
     assert logs[0].synced and logs[2].synced
+
+
+def test_the_calling_thread_runs_one_fsync_itself_instead_of_idling() -> None:
+    ran_on: list[threading.Thread] = []
+
+    class Noting(Log):
+        def fsync(self) -> None:
+            ran_on.append(threading.current_thread())
+
+    with ThreadPoolExecutor(3) as pool:
+        fsync_all(pool, [Noting(), Noting(), Noting()])  # type: ignore[list-item]
+    assert ran_on.count(threading.current_thread()) == 1 and len(ran_on) == 3

@@ -1,6 +1,7 @@
 """A receive or an ack that spans several partitions of a queue proposes its commands (the
 delivery counts, the acknowledgements) to the shard's Raft group together, so they commit in one
-round (one fsync on a majority), not one partition after another."""
+round (one fsync on a majority), not one partition after another; and first deliveries under
+the partitions' delivery leases propose nothing."""
 
 from __future__ import annotations
 
@@ -18,13 +19,32 @@ from raftline.raftlog.records import Record, build_batch
 pytestmark = pytest.mark.timeout(60)
 
 
-async def queue_over(broker: Broker, partitions: int) -> None:
+async def queue_over(broker: Broker, partitions: int, max_deliveries: int = 5) -> None:
     await broker.create_topic("t", partitions, 1, {})
     for p in range(partitions):
         batch = build_batch([Record(f"{p}-{i}".encode()) for i in range(3)])
         await broker.produce("t", p, batch, "all")
-    create = {"topic": "t", "lock_ms": 30_000, "max_deliveries": 5, "dead_letter_topic": None}
+    create = {
+        "topic": "t",
+        "lock_ms": 30_000,
+        "max_deliveries": max_deliveries,
+        "dead_letter_topic": None,
+    }
     await broker.queue_call("q", "queue_create", create)
+
+
+async def leased(broker: Broker, partitions: int, to: int) -> None:
+    """Until the queue's delivery lease covers offsets below `to` in every partition."""
+    async with asyncio.timeout(10):
+        while True:
+            states = [r.state.queues.get("q") for r in broker.queues.replicas.values()]
+            queue = next(q for q in states if q is not None)
+            if all(
+                p in queue.partitions and queue.partitions[p].leased >= to
+                for p in range(partitions)
+            ):
+                return
+            await asyncio.sleep(0.01)
 
 
 def count_in_flight(monkeypatch: pytest.MonkeyPatch, op: str) -> list[int]:
@@ -53,11 +73,30 @@ async def test_a_receive_over_four_partitions_proposes_their_delivery_counts_tog
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with serving(tmp_path / "data") as (_, broker):
-        await queue_over(broker, 4)
+        await queue_over(broker, 4, max_deliveries=1)  # no lease: every delivery is a command
         seen = count_in_flight(monkeypatch, "deliver")
         got = await broker.queue_call("q", "queue_receive", {"max_messages": 12, "wait_ms": 0})
         assert len(got["messages"]) == 12
         assert max(seen) == 4  # one round for the four partitions (the old code: 1 at a time)
+
+
+async def test_first_deliveries_under_the_lease_propose_no_command_and_redeliveries_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with serving(tmp_path / "data") as (_, broker):
+        await queue_over(broker, 4)
+        await broker.queue_call("q", "queue_receive", {"max_messages": 1, "wait_ms": 0})
+        await leased(broker, 4, 3)  # the reads of the first receive moved the leases
+        seen = count_in_flight(monkeypatch, "deliver")
+        got = await broker.queue_call("q", "queue_receive", {"max_messages": 12, "wait_ms": 0})
+        assert len(got["messages"]) == 11
+        assert {m["delivery_count"] for m in got["messages"]} == {1}
+        assert seen == []
+        receipts = [m["receipt"] for m in got["messages"]]
+        await broker.queue_call("q", "queue_ack", {"receipts": receipts, "outcome": "release"})
+        again = await broker.queue_call("q", "queue_receive", {"max_messages": 12, "wait_ms": 0})
+        assert sorted(m["delivery_count"] for m in again["messages"]) == [2] * 11
+        assert seen  # second deliveries are counted by a command
 
 
 async def test_an_ack_over_four_partitions_proposes_their_settles_together(

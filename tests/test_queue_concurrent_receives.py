@@ -18,6 +18,7 @@ import pytest
 from inproc_harness import serving
 
 from raftline.node.broker import Broker
+from raftline.node.errors import BrokerError
 from raftline.node.queues.readahead import ReadAhead
 from raftline.node.queues.service import QueueService
 from raftline.raftlog.records import Record, build_batch
@@ -67,8 +68,9 @@ async def test_a_receive_never_hands_out_records_another_receive_locked_meanwhil
         assert stale == []  # everything it chose is held by the second receive
         replica = broker.queues.replicas[shard]
         for p in range(2):
-            counts = replica.state.queues["q"].partitions[p].deliveries
-            assert len(counts) == 5 and set(counts.values()) == {1}  # each counted once
+            state = replica.state.queues["q"].partitions[p]
+            # each counted once (by a command, or by the delivery lease)
+            assert [state.count(o) for o in range(5)] == [1] * 5
         acked = await broker.queue_call(
             "q", "queue_ack", {"receipts": [m["receipt"] for m in second], "outcome": "accept"}
         )
@@ -140,3 +142,37 @@ async def test_waiting_receives_share_one_tail_read_per_partition(
         for task in waiting:
             task.cancel()
         await asyncio.gather(*waiting, return_exceptions=True)
+
+
+async def test_a_reject_whose_archive_failed_is_not_handed_out_again_before_it_is_archived(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The dead-letter copy is written before the archive commits; should the commit fail, the
+    # record waits for the leader's next round. Handed out meanwhile and accepted, it would
+    # end acknowledged and dead-lettered both.
+    async with serving(tmp_path / "data") as (_, broker):
+        await broker.create_topic("t", 1, 1, {})
+        await broker.produce("t", 0, build_batch([Record(b"job")]), "all")
+        create = {"topic": "t", "lock_ms": 30_000, "max_deliveries": 5, "dead_letter_topic": "d"}
+        await broker.queue_call("q", "queue_create", create)
+        real_propose = QueueService._propose
+        failed: list[dict[str, Any]] = []
+
+        async def propose(self: QueueService, shard: str, command: dict[str, Any]) -> Any:
+            if command.get("outcome") == "dead" and not failed:
+                failed.append(command)
+                raise BrokerError("timeout", "the queue command did not commit in time")
+            return await real_propose(self, shard, command)
+
+        monkeypatch.setattr(QueueService, "_propose", propose)
+        got = await broker.queue_call("q", "queue_receive", {"max_messages": 1, "wait_ms": 0})
+        receipts = [m["receipt"] for m in got["messages"]]
+        await broker.queue_call("q", "queue_ack", {"receipts": receipts, "outcome": "reject"})
+        assert failed  # the archive failed after the dead-letter append
+        again = await broker.queue_call("q", "queue_receive", {"max_messages": 1, "wait_ms": 0})
+        assert again["messages"] == []
+        async with asyncio.timeout(10):  # the leader's rounds archive it
+            while (await broker.queue_call("q", "queue_describe", {}))["dead_lettered"] == 0:
+                await asyncio.sleep(0.05)
+        again = await broker.queue_call("q", "queue_receive", {"max_messages": 1, "wait_ms": 0})
+        assert again["messages"] == []

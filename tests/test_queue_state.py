@@ -1,5 +1,6 @@
 """The queue state machine against a few lines of reference code: a leader driver (deliver,
-ack, release, reject, lock expiry, failover with locks lost, checkpoints) runs random operation
+first deliveries under the delivery lease, ack, release, reject, lock expiry, failover with
+locks lost, checkpoints) runs random operation
 sequences; the reference checks every answer. No record is acknowledged twice, delivery counts
 never decrease nor pass max_deliveries, nothing is lost (each record ends acknowledged or
 archived), a record is archived only when rejected or spent, and the state stays small. Planted
@@ -26,7 +27,9 @@ from raftline.node.queues.state import (
     after_failure,
     after_reject,
     available,
+    lease_wanted,
     spent,
+    under_lease,
 )
 
 LOCK_MS = 100
@@ -59,6 +62,8 @@ class Driver:
         self.locks = Locks()
         self.now = 0
         self.held: list[tuple[int, int]] = []  # (offset, attempt) handed out
+        self.floor = 0  # the lease when this leader began
+        self.handed: set[int] = set()  # handed out under the lease by this leader
         # reference: offset -> [last delivery count seen, final outcome or None, rejected]
         self.ref: dict[int, list[Any]] = {o: [0, None, False] for o in range(size)}
 
@@ -77,8 +82,12 @@ class Driver:
         offsets = available(self.queue, 0, range(self.size), busy, limit)
         if not offsets:
             return
-        answer = self.apply({"op": "deliver", "partition": 0, "offsets": offsets})
-        for offset, count in answer["delivered"]:
+        first = under_lease(self.queue, 0, offsets, self.floor, self.handed)
+        self.handed.update(first)
+        rest = [o for o in offsets if o not in first]
+        leased = self.queue.partition(0).leased
+        answer = self.apply({"op": "deliver", "partition": 0, "offsets": rest, "leased": leased})
+        for offset, count in [[o, 1] for o in first] + answer["delivered"]:
             seen, final, _ = self.ref[offset]
             if final is not None:
                 raise Violation(f"{offset} delivered after it was settled ({final})")
@@ -100,16 +109,25 @@ class Driver:
         self.locks.release(key)
         if how == "accept":
             result = self.apply(
-                {"op": "settle", "partition": 0, "outcome": "ack", "offsets": [offset]}
+                {
+                    "op": "settle",
+                    "partition": 0,
+                    "outcome": "ack",
+                    "offsets": [offset],
+                    "attempts": [attempt],
+                }
             )
             self._settled(offset, "ack", result["results"][0])
         elif how == "release":
             outcome = after_failure(self.queue, attempt)
             if outcome != "available":
                 self._archive(offset, outcome)
-        else:
-            self.ref[offset][2] = True
-            self._archive(offset, after_reject(self.queue))
+        else:  # the reject is decided; the leader's round archives it (as after a failover)
+            result = self.apply(
+                {"op": "reject", "partition": 0, "offsets": [offset], "attempts": [attempt]}
+            )
+            if result["results"] == ["ok"]:
+                self.ref[offset][2] = True
 
     def _archive(self, offset: int, outcome: str) -> None:
         result = self.apply(
@@ -123,9 +141,15 @@ class Driver:
             return
         if final is not None:
             raise Violation(f"{offset} settled twice: {final} then {outcome}")
+        if outcome == "ack" and rejected:
+            raise Violation(f"{offset} acknowledged after its receiver rejected it")
         if outcome != "ack" and not rejected and count < self.max:
             raise Violation(f"{offset} archived after {count} of {self.max} deliveries")
         self.ref[offset][1] = outcome
+
+    def lease(self, to: int) -> None:
+        if self.max > 1:  # the leader leases nothing for max_deliveries 1
+            self.apply({"op": "lease", "partition": 0, "to": to})
 
     def tick(self, ms: int) -> None:
         self.now += ms
@@ -134,6 +158,8 @@ class Driver:
             assert lock is not None
             if after_failure(self.queue, lock.attempt) != "available":
                 self._archive(key[2], after_failure(self.queue, lock.attempt))
+        for offset in sorted(self.queue.partition(0).rejected):  # the leader's round
+            self._archive(offset, after_reject(self.queue))
 
     def failover(self, checkpoint: bool) -> None:
         """A new leader: locks are gone; the state is what the log (or a checkpoint) holds."""
@@ -145,6 +171,7 @@ class Driver:
             self.state = fresh
         self.locks = Locks()
         self.held.clear()
+        self.floor, self.handed = self.queue.partition(0).leased, set()
         for offset in spent(self.queue, 0, set()):
             self._archive(offset, after_reject(self.queue))
 
@@ -173,6 +200,7 @@ OPS = st.one_of(
     st.tuples(st.sampled_from(["accept", "release", "reject"]), st.integers(0, 10)),
     st.tuples(st.just("tick"), st.integers(1, 150)),
     st.tuples(st.just("failover"), st.booleans()),
+    st.tuples(st.just("lease"), st.integers(0, 12)),
 )
 
 
@@ -185,6 +213,8 @@ def run(ops: list[tuple[str, Any]], size: int, max_deliveries: int, dead_letter:
             driver.tick(arg)
         elif op == "failover":
             driver.failover(arg)
+        elif op == "lease":
+            driver.lease(arg)
         else:
             driver.settle(arg, op)
         driver.check_small()
@@ -208,9 +238,9 @@ def test_random_histories_match_the_reference(
 def random_ops(rng: random.Random, count: int) -> list[tuple[str, Any]]:
     ops: list[tuple[str, Any]] = []
     for _ in range(count):
-        kind = rng.choice(["receive", "accept", "release", "reject", "tick", "failover"])
-        if kind == "receive":
-            ops.append((kind, rng.randint(1, 5)))
+        kind = rng.choice(["receive", "accept", "release", "reject", "tick", "failover", "lease"])
+        if kind in ("receive", "lease"):
+            ops.append((kind, rng.randint(1, 5) if kind == "receive" else rng.randint(0, 12)))
         elif kind == "tick":
             ops.append((kind, rng.randint(1, 150)))
         elif kind == "failover":
@@ -255,6 +285,33 @@ def test_planted_checkpoint_losing_delivery_counts_is_caught() -> None:
     with planted(
         state.PartitionState, "to_json", lambda self: [*original(self)[:1], [], original(self)[2]]
     ):
+        assert caught()
+
+
+def test_planted_leader_that_forgets_the_last_leaders_lease_is_caught() -> None:
+    # A new leader that takes every unrecorded offset below the lease as never delivered hands
+    # out again, at count 1, what the last leader handed out under it: the count stands still.
+    def forgetful(queue: Any, partition: int, offsets: Any, floor: int, handed: Any) -> Any:
+        return original(queue, partition, offsets, 0, handed)
+
+    global under_lease
+    original = under_lease
+    under_lease = forgetful
+    try:
+        assert caught()
+    finally:
+        under_lease = original
+
+
+def test_planted_checkpoint_losing_the_lease_is_caught() -> None:
+    original = state.PartitionState.to_json
+    with planted(state.PartitionState, "to_json", lambda self: original(self)[:4]):
+        assert caught()
+
+
+def test_planted_checkpoint_losing_rejects_is_caught() -> None:
+    original = state.PartitionState.to_json
+    with planted(state.PartitionState, "to_json", lambda self: [*original(self)[:5], []]):
         assert caught()
 
 
@@ -361,3 +418,37 @@ def test_a_settle_of_an_earlier_delivery_than_the_last_is_stale() -> None:
     assert s.queues["q"].dead_lettered == 0
     assert s.apply({**settle, "outcome": "ack", "attempts": [2]})["results"] == ["ok"]
     assert s.queues["q"].acknowledged == 1
+
+
+def test_a_first_delivery_counts_one_whatever_lease_commits_before_it() -> None:
+    # The leader proposed the delivery of offset 7 as a first one (above the lease it knew);
+    # a lease past 7 committing first must not make it count 2.
+    s = QueueState()
+    s.apply({"op": "create", "queue": "q", "topic": "t", "incarnation": "a"})
+    s.apply({"op": "lease", "queue": "q", "partition": 0, "to": 5})
+    s.apply({"op": "lease", "queue": "q", "partition": 0, "to": 50})
+    deliver = {"op": "deliver", "queue": "q", "partition": 0, "offsets": [3, 7], "leased": 5}
+    assert s.apply(deliver)["delivered"] == [[3, 2], [7, 1]]
+
+
+def test_the_lease_moves_up_only_inside_the_window_and_never_for_max_deliveries_1() -> None:
+    s = QueueState()
+    s.apply({"op": "create", "queue": "q", "topic": "t", "incarnation": "a"})
+    lease = {"op": "lease", "queue": "q", "partition": 0}
+    assert s.apply({**lease, "to": 40})["leased"] == 40
+    assert s.apply({**lease, "to": 10})["leased"] == 40
+    assert s.apply({**lease, "to": WINDOW * 3})["leased"] == WINDOW
+    s.apply({"op": "create", "queue": "one", "topic": "t", "incarnation": "b", "max_deliveries": 1})
+    with pytest.raises(QueueError):
+        s.apply({**lease, "queue": "one", "to": 10})
+    assert lease_wanted(s.queues["one"], 0, 0) is None
+
+
+def test_the_leader_leases_ahead_of_what_it_read_once_half_the_lease_is_used() -> None:
+    s = QueueState()
+    s.apply({"op": "create", "queue": "q", "topic": "t", "incarnation": "a"})
+    queue = s.queues["q"]
+    assert lease_wanted(queue, 0, 0) == state.LEASE_AHEAD
+    s.apply({"op": "lease", "queue": "q", "partition": 0, "to": state.LEASE_AHEAD})
+    assert lease_wanted(queue, 0, state.LEASE_AHEAD // 2 - 1) is None
+    assert lease_wanted(queue, 0, state.LEASE_AHEAD // 2 + 1) == state.LEASE_AHEAD * 3 // 2 + 1

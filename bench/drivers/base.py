@@ -92,11 +92,17 @@ class Driver(abc.ABC):
         raise NotImplementedError(f"{self.system} has no queue driver")
 
     async def consume_queue(
-        self, topic: str, partitions: int, on_delivery: OnDelivery, stop: asyncio.Event
+        self,
+        topic: str,
+        partitions: int,
+        on_delivery: OnDelivery,
+        stop: asyncio.Event,
+        on_received: OnDelivery,
     ) -> None:
         """One receiver of the topic's queue, sharing it with the others, until stop is set:
-        calls on_delivery with the payloads it received once it acknowledged them (as far as
-        the system confirms an acknowledgement: see the driver's durability)."""
+        calls on_received with the payloads as soon as it has them, and on_delivery with them
+        once it acknowledged them (as far as the system confirms an acknowledgement: see the
+        driver's durability)."""
         raise NotImplementedError(f"{self.system} has no queue driver")
 
     def max_length_argument(self) -> dict[str, int]:

@@ -113,7 +113,12 @@ class QuorumQueueDriver(Driver):
         await self.delete_topic(topic, partitions)
 
     async def consume_queue(
-        self, topic: str, partitions: int, on_delivery: OnDelivery, stop: asyncio.Event
+        self,
+        topic: str,
+        partitions: int,
+        on_delivery: OnDelivery,
+        stop: asyncio.Event,
+        on_received: OnDelivery,
     ) -> None:
         """One consumer (own channel) on every partition's quorum queue, with manual acks."""
         channel = await self.consumer.channel()
@@ -130,6 +135,7 @@ class QuorumQueueDriver(Driver):
             on_delivery([m.body for m in batch])
 
         async def deliver(message: AbstractIncomingMessage) -> None:
+            on_received([message.body])
             pending.append(message)
             if len(pending) >= ACK_EVERY:
                 await flush()

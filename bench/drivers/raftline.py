@@ -128,7 +128,12 @@ class RaftlineDriver(Driver):
         await self.delete_topic(topic, partitions)
 
     async def consume_queue(
-        self, topic: str, partitions: int, on_delivery: OnDelivery, stop: asyncio.Event
+        self,
+        topic: str,
+        partitions: int,
+        on_delivery: OnDelivery,
+        stop: asyncio.Event,
+        on_received: OnDelivery,
     ) -> None:
         queue = self.client.queue(
             self.queue_name(topic), max_messages=QUEUE_RECEIVE_MAX, wait_ms=QUEUE_WAIT_MS
@@ -139,6 +144,7 @@ class RaftlineDriver(Driver):
                 messages = await queue.receive()
                 if not messages:
                     continue
+                on_received([m.value for m in messages])
                 held = await queue.ack(messages)
                 on_delivery([m.value for m, ok in zip(messages, held, strict=True) if ok])
                 # why a receipt did not hold, and redeliveries: printed to stderr at close

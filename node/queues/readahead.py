@@ -4,7 +4,9 @@ and not yet settled, within --queue-cache-bytes), the reads that fill them and t
 Owns `View` and `Cache` (what the leader holds) and `ReadAhead`: `fill` reads a partition further
 when a receive needs more than the view holds; while receives wait, one tail read per (queue,
 partition) long-polls the data partition, puts what comes in the view and wakes them (they never
-read for themselves then); `read` asks the data partition's leader (partitions.read there).
+read for themselves then); `read` asks the data partition's leader (partitions.read there);
+`lease_ahead` keeps the partition's delivery lease (node/queues/state.py) ahead of the reads, so
+that first deliveries of what they bring need no Raft round of their own.
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ from typing import TYPE_CHECKING, Any
 from raftline.node.errors import BrokerError
 from raftline.node.filters import Predicate
 from raftline.node.queues.partitions import RawRecord
-from raftline.node.queues.state import WINDOW, PartitionState, Queue, available, due_ms
+from raftline.node.queues.state import (
+    WINDOW,
+    PartitionState,
+    Queue,
+    available,
+    due_ms,
+    lease_wanted,
+)
 
 if TYPE_CHECKING:
     from raftline.node.queues.service import Leading, QueueService
@@ -48,6 +57,12 @@ class View:
     read_to: int = -1  # next offset to read from the data partition (-1: from the start)
     incarnation: str = ""
     tail: asyncio.Future[Any] | None = None  # the long-poll read while receives wait
+    # The delivery lease when the view was made (this term): unrecorded offsets below it may
+    # have been handed out by an earlier leader; and the offsets handed out under the lease
+    # since (their count, 1, is recorded nowhere but in the lease).
+    floor: int = 0
+    handed: set[int] = field(default_factory=set)
+    leasing: bool = False  # a lease command in flight
 
     def put(self, record: RawRecord) -> None:
         offset = int(record[0])
@@ -56,6 +71,7 @@ class View:
             self.cache.used += record_bytes(record)
 
     def drop(self, offset: int) -> None:
+        self.handed.discard(offset)
         record = self.records.pop(offset, None)
         if record is not None:
             self.cache.used -= record_bytes(record)
@@ -100,12 +116,14 @@ class ReadAhead:
         if view is None or view.incarnation != queue.incarnation:
             if view is not None:
                 view.clear()
-            view = View(leading.cache, incarnation=queue.incarnation)
+            state = queue.partitions.get(partition) or PartitionState()
+            view = View(leading.cache, incarnation=queue.incarnation, floor=state.leased)
             leading.views[(queue.name, partition)] = view
         state = queue.partitions.get(partition) or PartitionState()
         for offset in [o for o in view.records if state.is_settled(o)]:
             view.drop(offset)
         view.read_to = max(view.read_to, state.start)
+        self.lease_ahead(shard, queue, partition, view)
         if view.tail is not None:
             return view
         locked = leading.locks.locked(queue.name, partition)
@@ -162,6 +180,7 @@ class ReadAhead:
         got = {int(r[0]) for r in answer["records"]}
         gaps = [o for o in range(read_from, next_offset) if o not in got]
         view.read_to = max(view.read_to, next_offset)
+        self.lease_ahead(shard, queue, partition, view)
         if gaps:  # control records and the like: nothing to deliver, settled as gaps
             await self.service._propose(
                 shard,
@@ -175,6 +194,32 @@ class ReadAhead:
                 },
             )
         return next_offset > read_from
+
+    def lease_ahead(self, shard: str, queue: Queue, partition: int, view: View) -> None:
+        """Move the partition's delivery lease ahead of what the view has read, in the
+        background (a receive never waits for it: what is above the lease goes out with a
+        `deliver` command meanwhile)."""
+        to = lease_wanted(queue, partition, view.read_to)
+        if to is None or view.leasing:
+            return
+        view.leasing = True
+        command = {
+            "op": "lease",
+            "queue": queue.name,
+            "incarnation": queue.incarnation,
+            "partition": partition,
+            "to": to,
+        }
+
+        async def propose() -> None:
+            try:
+                await self.service._propose(shard, command)
+            except BrokerError as exc:  # the next read or receive asks again
+                log.debug("lease of %s/%d not moved: %s", queue.name, partition, exc.message)
+            finally:
+                view.leasing = False
+
+        self.service._spawn(propose())
 
     async def read(
         self, queue: Queue, partition: int, offset: int, limit: int, wait_ms: int, cache: Cache

@@ -20,9 +20,10 @@ counts are made durable *before* records are handed out, so none is under-counte
 
 Dead-lettering is at-least-once: the record is appended to the dead-letter topic with acks=all
 first (headers name its source topic, partition, offset, delivery count and why), and only then
-is the archive decision committed; a leader that dies in between leaves the record spent and
-unsettled, and the next leader appends it again (a duplicate in the dead-letter topic, never a
-loss). Without a dead-letter topic the record is dropped (settled as such).
+is the archive decision committed; a leader that dies in between leaves the record spent (or,
+after a reject, marked rejected: that commits before the append) and unsettled, and the next
+leader appends it again (a duplicate in the dead-letter topic, never a loss), never delivering
+it again. Without a dead-letter topic the record is dropped (settled as such).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from raftline.node.queues.state import (
     due_ms,
     priority,
     spent,
+    under_lease,
 )
 from raftline.node.runtime import Runtime
 from raftline.node.shard import ShardLeadership, ShardReplica, not_leader
@@ -99,7 +101,6 @@ class Leading:
     locks: Locks = field(default_factory=Locks)
     views: dict[tuple[str, int], View] = field(default_factory=dict)
     busy: set[Key] = field(default_factory=set)  # being handed out or archived
-    rejected: dict[Key, int] = field(default_factory=dict)  # rejects to archive (count)
     failing: set[Key] = field(default_factory=set)  # archives that failed (logged once)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     waiting: collections.Counter[str] = field(default_factory=collections.Counter)  # by queue
@@ -108,6 +109,12 @@ class Leading:
     def wake(self) -> None:
         self.changed.set()
         self.changed = asyncio.Event()
+
+    def taken(self, queue: str, partition: int) -> set[int]:
+        """Offsets of a queue's partition no receive may hand out now: locked, or being handed
+        out or archived."""
+        taken = self.locks.locked(queue, partition)
+        return taken | {o for (q, p, o) in self.busy if q == queue and p == partition}
 
 
 def now_ms() -> int:
@@ -313,8 +320,7 @@ class QueueService:
             view = await self.reads.fill(shard, queue, partition, limit, wall, matches)
             replica, leading = self._lead(shard)
             queue = self._queue(replica, name)
-            busy = {o for (q, p, o) in leading.busy if q == name and p == partition}
-            busy |= leading.locks.locked(name, partition)
+            busy = leading.taken(name, partition)
             for offset in available(queue, partition, sorted(view.records), busy, WINDOW):
                 record = view.records[offset]
                 if matches is not None and not matched(matches, record):
@@ -352,7 +358,9 @@ class QueueService:
     async def _deliver(
         self, shard: str, name: str, partition: int, offsets: list[int]
     ) -> list[dict[str, Any]]:
-        """Count a delivery of each offset (durably, first), then lock them to the caller."""
+        """Count a delivery of each offset (durably, first), then lock them to the caller.
+        First deliveries under the partition's delivery lease are counted already (the lease
+        committed before them): they go out at once; the others wait for a `deliver` command."""
         replica, leading = self._lead(shard)
         queue = self._queue(replica, name)
         view = leading.views[(name, partition)]
@@ -360,35 +368,36 @@ class QueueService:
         # receive may have locked or settled some since. Only what is still free goes out
         # (counted again, a record held elsewhere would be delivered twice and its holder's
         # settle refused as stale).
-        held = leading.locks.locked(name, partition)
-        held |= {o for (q, p, o) in leading.busy if q == name and p == partition}
-        offsets = available(queue, partition, offsets, held, len(offsets))
+        offsets = available(queue, partition, offsets, leading.taken(name, partition), len(offsets))
         if not offsets:
             return []
-        keys = [(name, partition, o) for o in offsets]
-        leading.busy.update(keys)
-        try:
-            command = {
-                "op": "deliver",
-                "queue": name,
-                "incarnation": queue.incarnation,
-                "partition": partition,
-                "offsets": offsets,
-            }
-            answer = await self._propose(shard, command)
-        finally:
-            leading.busy.difference_update(keys)
+        first = under_lease(queue, partition, offsets, view.floor, view.handed)
+        view.handed.update(first)
+        deadline = now_ms() + queue.lock_ms
+        for offset in first:  # locked at once: no other receive may take them meanwhile
+            leading.locks.acquire((name, partition, offset), 1, deadline)
+        delivered = [[offset, 1] for offset in first]
+        if rest := [o for o in offsets if o not in set(first)]:
+            try:
+                counted = await self._count_deliveries(shard, leading, queue, partition, rest)
+            except BrokerError:
+                if not first:
+                    raise
+                counted = []  # the first deliveries are locked: they go out; the rest waits
+            deadline = now_ms() + queue.lock_ms
+            for offset, count in counted:
+                if offset in view.records:  # else settled while the command committed
+                    leading.locks.acquire((name, partition, offset), count, deadline)
+                    delivered.append([offset, count])
         replica, now_leading = self._lead(shard)
         if now_leading is not leading:
             raise not_leader(shard)
         secret = replica.state.secret or await self._ensure_secret(shard)
-        deadline = now_ms() + queue.lock_ms
         out = []
-        for offset, count in answer["delivered"]:
+        for offset, count in delivered:
             record = view.records.get(offset)
-            if record is None:  # settled while the command committed: not delivered
+            if record is None:  # the queue was deleted meanwhile
                 continue
-            leading.locks.acquire((name, partition, offset), count, deadline)
             receipt = receipts.Receipt(queue.incarnation, partition, offset, count)
             out.append(
                 {
@@ -399,6 +408,27 @@ class QueueService:
                 }
             )
         return out
+
+    async def _count_deliveries(
+        self, shard: str, leading: Leading, queue: Queue, partition: int, offsets: list[int]
+    ) -> list[list[int]]:
+        """Commit one more delivery of each of `offsets`; [offset, count] of those counted."""
+        keys = [(queue.name, partition, o) for o in offsets]
+        leading.busy.update(keys)
+        try:
+            command = {
+                "op": "deliver",
+                "queue": queue.name,
+                "incarnation": queue.incarnation,
+                "partition": partition,
+                "offsets": offsets,
+                "leased": (queue.partitions.get(partition) or PartitionState()).leased,
+            }
+            answer = await self._propose(shard, command)
+        finally:
+            leading.busy.difference_update(keys)
+        delivered: list[list[int]] = answer["delivered"]
+        return delivered
 
     # ack, release, reject, extend
 
@@ -475,53 +505,57 @@ class QueueService:
         locks: dict[Key, Any],
     ) -> None:
         locks = dict(locks)
-        if outcome == "accept":
-            by_partition: dict[int, list[tuple[int, Key, int]]] = {}
-            for index, key, attempt in claimed:
-                by_partition.setdefault(key[1], []).append((index, key, attempt))
-            # All partitions' settles are proposed together: one Raft round, not one each.
-            settled = await asyncio.gather(
-                *(
-                    self._accept(shard, leading, queue, p, items, errors, locks)
-                    for p, items in by_partition.items()
-                ),
-                return_exceptions=True,
-            )
-            failure = next((r for r in settled if isinstance(r, BaseException)), None)
-            if isinstance(failure, BrokerError):
-                # Not acknowledged (or not known to be): the locks stay as they were, so the
-                # receiver may retry with the same receipts while they last.
-                self._restore(shard, leading, locks)
-            if failure is not None:
-                raise failure
-        elif outcome == "release":
+        if outcome == "release":
             for _, key, attempt in claimed:
                 decision = after_failure(queue, attempt)
                 if decision != "available":
                     await self._archive(shard, key, decision, "max_deliveries", attempt, True)
             leading.wake()
-        else:
-            for _, key, attempt in claimed:
-                await self._archive(shard, key, after_reject(queue), "rejected", attempt, True)
+            return
+        # An accept commits the acknowledgement; a reject commits the reject first (so that no
+        # leader hands the record out again once its dead-letter copy may exist), then archives.
+        by_partition: dict[int, list[tuple[int, Key, int]]] = {}
+        for index, key, attempt in claimed:
+            by_partition.setdefault(key[1], []).append((index, key, attempt))
+        # All partitions' commands are proposed together: one Raft round, not one each.
+        settled = await asyncio.gather(
+            *(
+                self._decide(shard, leading, queue, outcome, p, items, errors, locks)
+                for p, items in by_partition.items()
+            ),
+            return_exceptions=True,
+        )
+        failure = next((r for r in settled if isinstance(r, BaseException)), None)
+        if isinstance(failure, BrokerError):
+            # Not decided (or not known to be): the locks stay as they were, so the receiver
+            # may retry with the same receipts while they last.
+            self._restore(shard, leading, locks)
+        if failure is not None:
+            raise failure
+        if outcome == "reject":
+            for index, key, attempt in claimed:
+                if errors[index] is None:
+                    await self._archive(shard, key, after_reject(queue), "rejected", attempt, True)
 
-    async def _accept(
+    async def _decide(
         self,
         shard: str,
         leading: Leading,
         queue: Queue,
+        outcome: str,
         partition: int,
         items: list[tuple[int, Key, int]],
         errors: list[str | None],
         locks: dict[Key, Any],
     ) -> None:
-        """Commit the acknowledgement of `items` (of one partition): each one's error, and its
-        lock gone from `locks` (settled, or another delivery's: never put back)."""
+        """Commit the acknowledgement (`outcome` accept) or the reject of `items` (of one
+        partition): each one's error, and its lock gone from `locks` (decided, or another
+        delivery's: never put back)."""
         command = {
-            "op": "settle",
+            **({"op": "settle", "outcome": "ack"} if outcome == "accept" else {"op": "reject"}),
             "queue": queue.name,
             "incarnation": queue.incarnation,
             "partition": partition,
-            "outcome": "ack",
             "offsets": [key[2] for _, key, _ in items],
             "attempts": [attempt for _, _, attempt in items],
         }
@@ -530,7 +564,7 @@ class QueueService:
         for (index, key, _), result in zip(items, answer["results"], strict=True):
             errors[index] = SETTLE_ERRORS.get(result)
             locks.pop(key, None)
-            if view is not None and result == "ok":
+            if view is not None and result == "ok" and outcome == "accept":
                 view.drop(key[2])  # frees the cache at once
 
     def _restore(self, shard: str, leading: Leading, locks: dict[Key, Any]) -> None:
@@ -566,9 +600,9 @@ class QueueService:
         self, shard: str, key: Key, outcome: str, reason: str, count: int, reserved: bool = False
     ) -> None:
         """Settle `key` as dead (after its append to the dead-letter topic) or dropped. A
-        failure leaves it to the leader's rounds: spent records are found again, rejects are
-        kept in `rejected` for this term (a new leader redelivers them: at-least-once).
-        `reserved`: the caller holds `key` in `busy` already (else nobody else may)."""
+        failure leaves it to the leader's rounds (this one's or the next's): spent and rejected
+        records are found again in the state (`spent`). `reserved`: the caller holds `key` in
+        `busy` already (else nobody else may)."""
         replica, leading = self._lead(shard)
         name, partition, offset = key
         if not reserved:
@@ -589,7 +623,6 @@ class QueueService:
                 "attempts": [count],
             }
             await self._propose(shard, command)
-            leading.rejected.pop(key, None)
             leading.failing.discard(key)
             view = leading.views.get((name, partition))
             if view is not None:
@@ -600,8 +633,6 @@ class QueueService:
                 log.warning(
                     "archiving %s/%d/%d: %s (retried)", name, partition, offset, exc.message
                 )
-            if reason == "rejected":
-                leading.rejected[key] = count
         finally:
             if not reserved:
                 leading.busy.discard(key)
@@ -662,22 +693,18 @@ class QueueService:
                     woke = True
                 else:
                     self._spawn(self._archive(shard, key, decision, "max_deliveries", lock.attempt))
-            for key, count in list(leading.rejected.items()):
-                queue = replica.state.queues.get(key[0])
-                if queue is not None:
-                    self._spawn(self._archive(shard, key, after_reject(queue), "rejected", count))
             for queue in replica.state.queues.values():
                 for partition in list(queue.partitions):
                     held = leading.locks.locked(queue.name, partition)
                     busy = held | {
                         o for (q, p, o) in leading.busy if q == queue.name and p == partition
                     }
+                    state = queue.partitions[partition]
                     for offset in spent(queue, partition, busy):
-                        count = queue.partitions[partition].count(offset)
+                        reason = "rejected" if offset in state.rejected else "max_deliveries"
                         key = (queue.name, partition, offset)
-                        self._spawn(
-                            self._archive(shard, key, after_reject(queue), "max_deliveries", count)
-                        )
+                        count = state.count(offset)
+                        self._spawn(self._archive(shard, key, after_reject(queue), reason, count))
             if woke:
                 leading.wake()
             self._spawn(replica.maybe_checkpoint(self._timeout))

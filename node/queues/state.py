@@ -16,9 +16,20 @@ Record states, per (queue, partition, offset), offset >= the partition's start o
   a control record, a compacted-away key): `settled`, final.
 Only durable facts are replicated: delivery counts (incremented by `deliver` *before* the
 records are handed out, so a count is never under-counted, even across failovers), settle
-decisions (ack, dead, drop, gap) and the start offset.
+decisions (ack, dead, drop, gap), the start offset, the delivery lease and rejects (`reject`
+marks a record its receiver rejected: it is never delivered again and the leader archives it,
+this one or the next: a reject is decided before its dead-letter copy is written).
 
-Commands (`op`): secret, create, delete, deliver, settle, skip, checkpoint.
+The delivery lease (`lease`, per partition): every unsettled offset below it that has no
+recorded count counts as delivered once. A leader commits the lease ahead of the records it
+reads; a first delivery below it then needs no `deliver` command (and no Raft round) of its own:
+its count, 1, is already durable. A new leader cannot know which of those offsets the last one
+handed out, so it takes the conservative reading: each counts as delivered once (its next
+delivery is the second), so no count is ever under-counted; the price is that after a shard
+failover up to a lease's length of records per partition count one delivery they never had.
+Queues with max_deliveries 1 get no lease (a phantom delivery would spend a record unseen).
+
+Commands (`op`): secret, create, delete, deliver, settle, skip, lease, reject, checkpoint.
 
 Invariants (the cheap ones asserted in `_compact` and `_apply_settle`):
 - Q1 a record is settled at most once: a settle of a settled record changes nothing and
@@ -48,6 +59,7 @@ WINDOW = 2_000  # records past the start offset a partition may track (share.par
 MIN_LOCK_MS = 100
 MAX_LOCK_MS = 12 * 3_600_000
 MAX_DELIVERIES = 1_000
+LEASE_AHEAD = 500  # offsets a leader leases past what it has read (see the delivery lease)
 OUTCOMES = ("ack", "dead", "drop", "gap")
 
 
@@ -71,9 +83,16 @@ class PartitionState:
     # order): an accept retried after its answer was lost (503, outcome unknown) answers ok,
     # also on a new leader, where another delivery's stays lock_expired.
     acked: dict[int, int] = field(default_factory=dict)
+    leased: int = 0  # unsettled offsets below it without a count in `deliveries` count 1
+    rejected: set[int] = field(default_factory=set)  # unsettled, rejected: to be archived
 
-    def count(self, offset: int) -> int:
-        return self.deliveries.get(offset, 0)
+    def count(self, offset: int, leased: int | None = None) -> int:
+        """The delivery count of an unsettled `offset`; `leased`: the lease to read it by
+        (the state's own when None)."""
+        recorded = self.deliveries.get(offset)
+        if recorded is not None:
+            return recorded
+        return 1 if offset < (self.leased if leased is None else leased) else 0
 
     def acknowledged_by(self, offset: int) -> int | None:
         """The delivery count that acknowledged `offset`, if it is among the recent ones."""
@@ -96,16 +115,20 @@ class PartitionState:
 
     def to_json(self) -> list[Any]:
         deliveries, settled = sorted(self.deliveries.items()), sorted(self.settled.items())
-        return [self.start, deliveries, settled, list(self.acked.items())]  # acked: in order
+        acked = list(self.acked.items())  # in order
+        return [self.start, deliveries, settled, acked, self.leased, sorted(self.rejected)]
 
     @classmethod
     def from_json(cls, data: list[Any]) -> PartitionState:
-        start, deliveries, settled, *acked = data  # snapshots before `acked` have three
+        # snapshots before `acked` have three items, before `leased` four, before `rejected` five
+        start, deliveries, settled, *later = data
         return cls(
             int(start),
             {int(o): int(c) for o, c in deliveries},
             {int(o): str(s) for o, s in settled},
-            {int(o): int(a) for o, a in (acked[0] if acked else [])},
+            leased=int(later[1]) if len(later) > 1 else 0,
+            rejected={int(o) for o in later[2]} if len(later) > 2 else set(),
+            acked={int(o): int(a) for o, a in (later[0] if later else [])},
         )
 
 
@@ -233,12 +256,16 @@ class QueueState:
 
     def _apply_deliver(self, command: dict[str, Any]) -> dict[str, Any]:
         """Count one delivery of each offset that may be delivered; answer [offset, count] of
-        those (the leader locks exactly these)."""
+        those (the leader locks exactly these). `leased`: the lease the leader knew when it
+        proposed; offsets at or above it were not handed out under a lease since, whatever
+        lease commits first (so a first delivery proposed as such counts 1, not 2)."""
         queue = self._queue(command)
         state = queue.partition(_index(command.get("partition"), "partition"))
+        leased = command.get("leased")
+        leased = state.leased if leased is None else min(_index(leased, "leased"), state.leased)
         delivered = []
         for offset in _offsets(command.get("offsets")):
-            count = state.count(offset)
+            count = state.count(offset, leased)
             if state.is_settled(offset) or count >= queue.max_deliveries:
                 continue  # Q1, Q2: settled, or spent and waiting to be archived
             if offset >= state.start + WINDOW:
@@ -272,13 +299,18 @@ class QueueState:
             if attempt is not None and attempt != state.count(offset):
                 results.append("stale")
                 continue
+            if outcome == "ack" and offset in state.rejected:
+                results.append("stale")  # its receiver rejected it: only an archive settles it
+                continue
             if outcome == "ack" and state.count(offset) < 1:
                 results.append("not_delivered")
                 continue
             if offset >= state.start + WINDOW:
                 results.append("not_delivered")
                 continue
-            count = state.deliveries.pop(offset, 0)
+            count = state.count(offset)
+            state.deliveries.pop(offset, None)
+            state.rejected.discard(offset)
             state.settled[offset] = outcome
             if outcome == "ack":
                 queue.acknowledged += 1
@@ -303,8 +335,42 @@ class QueueState:
             state.start = to
             state.deliveries = {o: c for o, c in state.deliveries.items() if o >= to}
             state.settled = {o: s for o, s in state.settled.items() if o >= to}
+            state.rejected = {o for o in state.rejected if o >= to}
         state._compact()
         return {"start": state.start}
+
+    def _apply_reject(self, command: dict[str, Any]) -> dict[str, Any]:
+        """Mark offsets rejected by the delivery that holds them (`attempts`); per offset "ok",
+        "already" (settled), "stale" (another delivery's) or "not_delivered"."""
+        queue = self._queue(command)
+        state = queue.partition(_index(command.get("partition"), "partition"))
+        offsets = _offsets(command.get("offsets"))
+        attempts = command.get("attempts")
+        if not isinstance(attempts, list) or len(attempts) != len(offsets):
+            raise QueueError("invalid_request", "attempts must match offsets")
+        results = []
+        for offset, attempt in zip(offsets, attempts, strict=True):
+            if state.is_settled(offset):
+                results.append("already")
+            elif attempt != state.count(offset):
+                results.append("stale")
+            elif attempt < 1 or offset >= state.start + WINDOW:
+                results.append("not_delivered")
+            else:
+                state.rejected.add(offset)
+                results.append("ok")
+        return {"results": results}
+
+    def _apply_lease(self, command: dict[str, Any]) -> dict[str, Any]:
+        """Move the partition's delivery lease up to `to` (never down; never past the window:
+        nothing beyond it may be delivered)."""
+        queue = self._queue(command)
+        if queue.max_deliveries < 2:
+            raise QueueError("invalid_request", "a queue with max_deliveries 1 has no lease")
+        state = queue.partition(_index(command.get("partition"), "partition"))
+        to = min(_index(command.get("to"), "to"), state.start + WINDOW)
+        state.leased = max(state.leased, to)
+        return {"leased": state.leased}
 
     def _queue(self, command: dict[str, Any]) -> Queue:
         name = check_queue(command.get("queue"))
@@ -390,6 +456,7 @@ def available(
         if (
             state.is_settled(offset)
             or offset in busy
+            or offset in state.rejected
             or state.count(offset) >= queue.max_deliveries
         ):
             continue
@@ -397,15 +464,43 @@ def available(
     return out
 
 
+def lease_wanted(queue: Queue, partition: int, read_to: int) -> int | None:
+    """Where the leader moves the partition's delivery lease once it has read to `read_to`:
+    LEASE_AHEAD past it, when less than half of that is left (so reads stay inside it); None:
+    not now (or never: max_deliveries 1)."""
+    if queue.max_deliveries < 2:
+        return None
+    state = queue.partitions.get(partition) or PartitionState()
+    if state.leased - read_to >= LEASE_AHEAD // 2:
+        return None
+    to = min(read_to + LEASE_AHEAD, state.start + WINDOW)
+    return to if to > state.leased else None
+
+
+def under_lease(
+    queue: Queue, partition: int, offsets: Iterable[int], floor: int, handed: set[int]
+) -> list[int]:
+    """Those of `offsets` (deliverable ones) the leader may hand out under the lease, counted
+    1 with no `deliver` command: below the lease, with no recorded count, at or above `floor`
+    (the lease when this leader began: below it an earlier leader may have handed them out),
+    and not `handed` out under the lease already by this leader."""
+    state = queue.partitions.get(partition) or PartitionState()
+    return [
+        o
+        for o in offsets
+        if floor <= o < state.leased and o not in state.deliveries and o not in handed
+    ]
+
+
 def spent(queue: Queue, partition: int, busy: set[int]) -> list[int]:
-    """Unsettled records whose deliveries are spent and that nobody holds: to be archived
-    (after a failover, the records whose last delivery was in flight)."""
+    """Unsettled records whose deliveries are spent, or that were rejected, and that nobody
+    holds: to be archived (after a failover, the records whose last delivery was in flight,
+    and the rejects whose archive did not commit)."""
     state = queue.partitions.get(partition)
     if state is None:
         return []
-    return sorted(
-        o for o, c in state.deliveries.items() if c >= queue.max_deliveries and o not in busy
-    )
+    out = {o for o, c in state.deliveries.items() if c >= queue.max_deliveries}
+    return sorted((out | state.rejected) - busy)
 
 
 # ---- what a record's headers ask for: delays and priorities ----------------------------------
