@@ -23,6 +23,19 @@ def _first_and_half(series: list[float]) -> str:
     return f"{_mean(series[:3]):.0f} -> {_mean(series[len(series) // 2 :]):.0f}"
 
 
+def server_cpu(run: dict[str, Any], host: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """The servers' mean CPU (% of one core) over the run's second half, and CPU ms per MB
+    acknowledged then: a system can be behind because it gets fewer cores on a shared machine
+    while doing less work per MB, and only the two together say which."""
+    half, end = run["started_s"] + run["duration_s"] / 2, run["started_s"] + run["duration_s"]
+    cpu = [s["server_cpu_pct"] for s in host if "server_cpu_pct" in s and half <= s["t"] <= end]
+    mb_per_s = run["sustained_msgs_per_s"] * run["message_size"] / MB
+    if not cpu or not mb_per_s:
+        return None
+    pct = _mean(cpu)
+    return pct, pct * 10 / mb_per_s
+
+
 def markdown(results: dict[str, Any]) -> str:
     lines = [
         "# Sustained runs (`python -m bench soak`)",
@@ -35,9 +48,9 @@ def markdown(results: dict[str, Any]) -> str:
         "cached, then dropping pages 64 MiB behind its end as Raftline's log does.",
         "",
         "| system | run | GB | seconds | quick MB/s | sustained MB/s | sustained msg/s "
-        "| ack p50 / p99 ms | plain file: cached / dropped behind, first 3 s -> second half "
-        "MB/s | errors |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| ack p50 / p99 ms | server CPU % / ms per MB | plain file: cached / dropped behind, "
+        "first 3 s -> second half MB/s | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for system, out in results["systems"].items():
         yard_text = " / ".join(
@@ -48,12 +61,14 @@ def markdown(results: dict[str, Any]) -> str:
             size = run["message_size"]
             latency = run["publish_latency_ms"] or {}
             p50, p99 = latency.get("p50", float("nan")), latency.get("p99", float("nan"))
+            cpu = server_cpu(run, out.get("host", []))
+            cpu_text = "n/a" if cpu is None else f"{cpu[0]:.0f} / {cpu[1]:.2f}"
             lines.append(
                 f"| {system} | {run['label']} | {run['acked_gb']} | {run['duration_s']:.0f} "
                 f"| {run['quick_msgs_per_s'] * size / MB:.0f} "
                 f"| {run['sustained_msgs_per_s'] * size / MB:.0f} "
                 f"| {run['sustained_msgs_per_s']:,.0f} "
-                f"| {p50:.1f} / {p99:.1f} "
+                f"| {p50:.1f} / {p99:.1f} | {cpu_text} "
                 f"| {yard_text} | {run['errors']} |"
             )
     for skipped in results.get("skipped", []):

@@ -38,6 +38,9 @@ MAX_WRITE_BUFFER = 32 * 1024 * 1024  # beyond this a peer is not reading: drop, 
 SCRATCH_BYTES = 256 * 1024  # receive buffer of a connection: small frames are decoded in place
 # A frame of at least this many bytes that is not yet wholly received gets a buffer of its own.
 OWN_BUFFER_BYTES = 64 * 1024
+# That buffer is kept for the connection's next large frame up to this size (an APPEND of 1 MB
+# batches): no fresh, zero-filled megabyte per frame.
+KEPT_BUFFER_BYTES = 4 * 1024 * 1024
 
 
 # tcp(7) TCP_RTO_MIN_US (Linux 6.15+): the floor of a socket's retransmission timeout. Nodes
@@ -336,8 +339,9 @@ class _PeerConnection(asyncio.BufferedProtocol):
     """One connection of a node pair: receives frames and hands them to the Transport.
 
     Bytes land in `scratch`, where whole frames are decoded in place; a large frame that is
-    still arriving moves to a buffer of its own size that the rest is received into. A
-    connection this node accepted is anonymous until its first frame, a HELLO, names the peer.
+    still arriving moves to a buffer of its own (`large`, kept for the next one) that the rest
+    is received into. A connection this node accepted is anonymous until its first frame, a
+    HELLO, names the peer.
     """
 
     def __init__(self, owner: Transport, peer: int | None) -> None:
@@ -348,7 +352,8 @@ class _PeerConnection(asyncio.BufferedProtocol):
         self.scratch = bytearray(SCRATCH_BYTES)
         self.start = 0  # scratch[start:end] holds received bytes not yet decoded
         self.end = 0
-        self.frame: bytearray | None = None  # a large frame being received, without its prefix
+        self.large = bytearray()  # holds the large frames, one at a time
+        self.frame: memoryview | None = None  # a large frame being received, without its prefix
         self.filled = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -381,6 +386,8 @@ class _PeerConnection(asyncio.BufferedProtocol):
                 self.filled += nbytes
                 if self.filled == len(self.frame):
                     frame, self.frame = self.frame, None
+                    if len(self.large) > KEPT_BUFFER_BYTES:
+                        self.large = bytearray()  # the frame's view keeps it while decoded
                     self._frame(frame)
                 return
             self.end += nbytes
@@ -406,7 +413,9 @@ class _PeerConnection(asyncio.BufferedProtocol):
                     self.start = body_at + length
                     self._frame(view[body_at : self.start])
                 elif length >= OWN_BUFFER_BYTES:
-                    self.frame = bytearray(length)
+                    if len(self.large) < length:
+                        self.large = bytearray(length)
+                    self.frame = memoryview(self.large)[:length]
                     self.frame[:have] = view[body_at : self.end]
                     self.filled = have
                     self.start = self.end = 0

@@ -104,3 +104,36 @@ async def test_a_body_is_its_chunks_joined() -> None:
         content.feed_data(chunk)
     content.feed_eof()
     assert await codec.read_whole_body(content, 5) == b"abcde"
+
+
+@pytest.mark.timeout(10)
+async def test_a_declared_body_over_the_buffer_limit_before_it_is_read_resumes_reading() -> None:
+    # aiohttp pauses reading once more than twice its limit is buffered; a reader that only
+    # waited for the end of the body would then wait forever.
+    protocol = mock.Mock(_reading_paused=False)
+    content = StreamReader(protocol, 4, loop=asyncio.get_running_loop())
+    content.feed_data(b"0123456789")
+    assert protocol.pause_reading.called
+    reading = asyncio.ensure_future(codec.read_whole_body(content, 20))
+    await asyncio.sleep(0)
+    assert protocol.resume_reading.called
+    content.feed_data(b"abcdefghij")
+    content.feed_eof()
+    assert await reading == b"0123456789abcdefghij"
+
+
+@pytest.mark.timeout(10)
+async def test_a_decompressed_body_longer_than_declared_is_read_as_it_arrives() -> None:
+    # The declared length counts compressed bytes; what is buffered can pass twice that.
+    protocol = mock.Mock(_reading_paused=False)
+    content = StreamReader(protocol, 4, loop=asyncio.get_running_loop())
+    content.total_compressed_bytes = 0  # as aiohttp's decompressing payload sets it
+    reading = asyncio.ensure_future(codec.read_whole_body(content, 5))
+    await asyncio.sleep(0)
+    content.feed_data(b"x" * 30)
+    assert protocol.pause_reading.called
+    await asyncio.sleep(0)
+    assert protocol.resume_reading.called
+    content.feed_data(b"y" * 30)
+    content.feed_eof()
+    assert await reading == b"x" * 30 + b"y" * 30

@@ -11,6 +11,7 @@ from bench.__main__ import parser
 from bench.host_samples import HostSampler, YardstickPlan, plain_file_writer
 from bench.pacing import NS_PER_S, Window
 from bench.soak import TimelineTally, default_workload, quick_rate, sustained_rate
+from bench.soak_report import MB, server_cpu
 
 
 def _points(rates: list[int]) -> list[dict[str, float]]:
@@ -68,3 +69,16 @@ def test_the_soak_defaults_are_five_minutes_and_both_fixed_rates() -> None:
     assert [float(f) for f in args.fractions] == [0.5, 0.8]
     assert args.client == "native"
     assert default_workload().warmup_seconds == 0
+
+
+def test_server_cpu_is_the_second_half_mean_and_its_cost_per_mb() -> None:
+    run = {"started_s": 10.0, "duration_s": 20.0, "sustained_msgs_per_s": 50, "message_size": MB}
+    host = [
+        {"t": 12.0, "server_cpu_pct": 90.0},  # first half: not counted
+        {"t": 21.0, "server_cpu_pct": 20.0},
+        {"t": 29.0, "server_cpu_pct": 30.0},
+        {"t": 31.0, "server_cpu_pct": 90.0},  # after the run
+        {"t": 25.0},  # the sampler's first sample has no CPU figure
+    ]
+    assert server_cpu(run, host) == (25.0, 5.0)  # 25% of a core for 50 MB/s: 5 ms per MB
+    assert server_cpu(run, []) is None

@@ -233,3 +233,21 @@ async def test_a_large_frame_before_hello_closes_the_connection_unread() -> None
     feed(connection, struct.pack(">IBB", 10_000_000, wire.VERSION, FrameKind.HELLO), [1 << 30])
     assert transport.closed and connection.owner.bad_frames == 1
     assert connection.frame is None  # no buffer was set aside for it
+
+
+async def test_a_connection_keeps_one_large_frame_buffer_of_a_bounded_size() -> None:
+    received: list[Message] = []
+    connection = receiving_connection(received)
+    sizes = [1_000_000, 500_000, 6_000_000, 1_000_000]
+    kept = []
+    for n in sizes:
+        message = append_message([Entry(5, 7, EntryKind.DATA, build_batch([Record(b"v" * n)]), 1)])
+        feed(connection, frame_bytes(wire.encode_raft([message], [])), [65536])
+        kept.append(len(connection.large))
+    assert [len(m.entries[0].data) for m in received] == [
+        len(build_batch([Record(b"v" * n)])) for n in sizes
+    ]
+    first = kept[0]
+    assert first > 1_000_000 and kept[1] == first  # the smaller frame reused it
+    assert kept[2] == 0  # over KEPT_BUFFER_BYTES: let go once decoded
+    assert kept[3] > 1_000_000
