@@ -1055,8 +1055,10 @@ class Broker:
         when this node leads it, else over the node-to-node RPC. While no live leader is known,
         or the one asked answers `not_leader` (nothing was done), look again for at most one
         election timeout, then answer leader_unavailable (503, retryable); at once when this
-        node cannot reach a majority of the voters. A call whose leader moves or goes silent
-        while it runs fails at once with OutcomeUnknown (503, retryable: it may have applied)."""
+        node cannot reach a majority of the voters, also when it leads the group itself (calls
+        that answer from the leader's memory would not notice it was replaced). A call whose
+        leader moves or goes silent while it runs fails at once with OutcomeUnknown (503,
+        retryable: it may have applied)."""
         if voters is None:
             hosted = self.runtime.groups.get(group)
             voters = hosted.core.voters if hosted is not None else self.config.members()
@@ -1065,6 +1067,11 @@ class Broker:
             leader = self._leader_or_none(group, voters, started)
             try:
                 if leader == self.node_id:
+                    if not self.electable(voters):  # perhaps deposed already, unaware
+                        raise BrokerError(
+                            "leader_unavailable",
+                            f"node {self.node_id} leads {group} but cannot reach a majority",
+                        )
                     return await self._on_rpc(self.node_id, method, args)
                 if leader is not None:
                     call = self.runtime.transport.call(

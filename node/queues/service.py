@@ -372,6 +372,8 @@ class QueueService:
         if not offsets:
             return []
         first = under_lease(queue, partition, offsets, view.floor, view.handed)
+        if first and not self._hears_majority(shard):
+            raise not_leader(shard)  # perhaps deposed: nothing goes out on the lease alone
         view.handed.update(first)
         deadline = now_ms() + queue.lock_ms
         for offset in first:  # locked at once: no other receive may take them meanwhile
@@ -408,6 +410,14 @@ class QueueService:
                 }
             )
         return out
+
+    def _hears_majority(self, shard: str) -> bool:
+        """Whether this leader still hears from a majority of the shard's replicas. A first
+        delivery under the lease commits nothing, so no Raft round would notice a leader cut
+        off and replaced: it must not hand records out then, or its receivers would hold
+        locks that the new leader hands out again."""
+        group = self.broker.runtime.groups.get(shard)
+        return group is not None and self.broker.electable(group.core.voters)
 
     async def _count_deliveries(
         self, shard: str, leading: Leading, queue: Queue, partition: int, offsets: list[int]
