@@ -214,6 +214,19 @@ class Cluster:
 
 
 @contextmanager
+def paused(*nodes: Node) -> Iterator[None]:
+    """SIGSTOPped `nodes` (connections open, nothing answered: as a node cut off), resumed
+    on exit."""
+    for node in nodes:
+        node.pause()
+    try:
+        yield
+    finally:
+        for node in nodes:
+            node.resume()
+
+
+@contextmanager
 def running_cluster(root: Path, size: int = 3) -> Iterator[Cluster]:
     """A started cluster that is always torn down, logs shown when the body failed."""
     cluster = Cluster(root, size)

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_harness import Cluster, Node, http_json, running_cluster
+from cluster_harness import Cluster, Node, http_json, paused, running_cluster
 from cluster_harness import call_until_done as call
 
 from raftline.node.transactions.service import shard_of as txn_shard_of
@@ -31,17 +30,6 @@ ELECTION_TIMEOUT_S = 1.0  # the default NodeConfig's longest election timeout
 SLACK_S = 1.0
 
 Call = tuple[str, str, Any]  # method, path, body
-
-
-@contextmanager
-def paused(*nodes: Node) -> Iterator[None]:
-    for node in nodes:
-        node.pause()
-    try:
-        yield
-    finally:
-        for node in nodes:
-            node.resume()
 
 
 def answered_in_time(node: Node, method: str, path: str, body: Any = None) -> tuple[int, float]:

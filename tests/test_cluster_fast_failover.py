@@ -8,28 +8,15 @@ request must be answered (a result or a retryable 503) before that.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_harness import Cluster, Node, http_json, running_cluster
+from cluster_harness import Cluster, Node, http_json, paused, running_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
 CLIENT_TIMEOUT_S = 3.0
-
-
-@contextmanager
-def paused(*nodes: Node) -> Iterator[None]:
-    for node in nodes:
-        node.pause()
-    try:
-        yield
-    finally:
-        for node in nodes:
-            node.resume()
 
 
 def produce(node: Node, topic: str, value: str) -> tuple[int, Any]:
