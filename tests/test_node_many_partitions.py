@@ -133,13 +133,21 @@ async def test_an_idle_cluster_of_many_partitions_sends_no_raft_messages(
     assert [b.runtime.stats["messages_sent"] for b in cluster] == sent
 
 
-async def test_a_follower_woken_by_its_leaders_link_loss_wakes_the_leader_when_it_returns(
-    tmp_path: Path,
-) -> None:
+def _linked_group(tmp_path: Path, preferred: int | None = None) -> tuple[Any, Any]:
+    """A runtime whose links all count as up, keeping the notices it would send, with one
+    group "t~1~0" of nodes 1-3 (`preferred`: the replica it waits for)."""
     runtime = _runtime(tmp_path)
     runtime.transport.alive = lambda peer: True  # type: ignore[method-assign]
     runtime._flush_notices = lambda: None  # type: ignore[method-assign]  # keep them to look at
-    group = runtime.add_group("t~1~0", RaftStorage(tmp_path / "g"), [1, 2, 3], _Replica(), -1, 2)
+    storage = RaftStorage(tmp_path / "g")
+    extra = () if preferred is None else (preferred,)
+    return runtime, runtime.add_group("t~1~0", storage, [1, 2, 3], _Replica(), -1, *extra)
+
+
+async def test_a_follower_woken_by_its_leaders_link_loss_wakes_the_leader_when_it_returns(
+    tmp_path: Path,
+) -> None:
+    runtime, group = _linked_group(tmp_path, preferred=2)
     group.leader = 2  # a follower of node 2 in a quiet group
     runtime._on_link(2, up=False)
     assert not group.quiet
@@ -150,10 +158,7 @@ async def test_a_follower_woken_by_its_leaders_link_loss_wakes_the_leader_when_i
 async def test_followers_woken_by_a_silent_leader_go_quiet_again_when_it_is_heard_again(
     tmp_path: Path,
 ) -> None:
-    runtime = _runtime(tmp_path)
-    runtime.transport.alive = lambda peer: True  # type: ignore[method-assign]
-    runtime._flush_notices = lambda: None  # type: ignore[method-assign]  # keep them to look at
-    group = runtime.add_group("t~1~0", RaftStorage(tmp_path / "g"), [1, 2, 3], _Replica(), -1, 2)
+    runtime, group = _linked_group(tmp_path, preferred=2)
     group.leader = group.core.leader_id = 2  # a follower of node 2 in a quiet group
     runtime._on_link(2, up=False)
     assert runtime.quiet_groups() == 0
@@ -165,10 +170,7 @@ async def test_followers_woken_by_a_silent_leader_go_quiet_again_when_it_is_hear
 async def test_a_follower_that_moved_on_while_its_leader_was_silent_wakes_the_leader(
     tmp_path: Path,
 ) -> None:
-    runtime = _runtime(tmp_path)
-    runtime.transport.alive = lambda peer: True  # type: ignore[method-assign]
-    runtime._flush_notices = lambda: None  # type: ignore[method-assign]
-    group = runtime.add_group("t~1~0", RaftStorage(tmp_path / "g"), [1, 2, 3], _Replica(), -1, 2)
+    runtime, group = _linked_group(tmp_path, preferred=2)
     group.leader = group.core.leader_id = 2
     runtime._on_link(2, up=False)
     group.proposals.append(object())  # type: ignore[arg-type]  # something to feed
@@ -180,10 +182,7 @@ async def test_a_follower_that_moved_on_while_its_leader_was_silent_wakes_the_le
 async def test_a_reconnected_peer_learns_the_leaders_here_and_wakes_their_groups(
     tmp_path: Path,
 ) -> None:
-    runtime = _runtime(tmp_path)
-    runtime.transport.alive = lambda peer: True  # type: ignore[method-assign]
-    runtime._flush_notices = lambda: None  # type: ignore[method-assign]
-    group = runtime.add_group("t~1~0", RaftStorage(tmp_path / "g"), [1, 2, 3], _Replica(), -1)
+    runtime, group = _linked_group(tmp_path)
     group.role, group.term, group.quiet = "leader", 4, True  # a quiet group led here
     runtime._active.discard(group.name)
     runtime._on_link(2, up=True, revived=True)
