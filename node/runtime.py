@@ -198,6 +198,10 @@ class _Write:
     future: asyncio.Future[int] | None = None
     submitted_at: float = field(default_factory=time.monotonic)
     started_at: float = 0.0  # when a disk thread took it
+    returned_at: float = 0.0  # when its disk thread was done with it
+    # per log fsync: (handed to the thread that ran it, started, returned), time.monotonic()
+    fsyncs: list[tuple[float, float, float]] = field(default_factory=list)
+    joined_at: float = 0.0  # when the disk thread had every fsync's result
     written: bool = False  # its entries are in the log files; its fsyncs may still run
     done: bool = False
 
@@ -739,7 +743,7 @@ class Runtime:
             return
         self.stats["fsyncs"] += future.result()
         now = time.monotonic()
-        self.stage_times.observe("disk_queue", write.started_at - write.submitted_at)
+        self._observe_disk_hand_offs(write, now)
         for item in write.rounds:
             if item.ready is not None and item.ready.entries:
                 stage = "leader_fsync" if item.ready.role == "leader" else "follower_persist"
@@ -760,6 +764,20 @@ class Runtime:
         # Rounds a leader was fed meanwhile: their writes (all of a group's at once) start now.
         self._start(idle)
         self._start_queued(write.groups)
+
+    def _observe_disk_hand_offs(self, write: _Write, now: float) -> None:
+        """What a write spent between threads, apart from the fsync calls themselves."""
+        observe = self.stage_times.observe
+        observe("disk_queue", write.started_at - write.submitted_at)
+        observe("disk_return", now - write.returned_at)
+        if not write.fsyncs:
+            return
+        for handed, started, returned in write.fsyncs:
+            observe("fsync_call", returned - started)
+            if started > handed:  # run on a pool thread, not on the disk thread itself
+                observe("fsync_start", started - handed)
+        if len(write.fsyncs) > 1:
+            observe("fsync_join", write.returned_at - max(t[2] for t in write.fsyncs))
 
     def _feed(self, group: Group) -> _Round:
         core = group.core
@@ -883,7 +901,10 @@ class Runtime:
         run_all(self._fsyncs, voted)
         if loop is not None and write is not None:
             loop.call_soon_threadsafe(self._entries_written, write)
-        fsync_all(self._fsyncs, list(to_sync.values()))
+        timings = write.fsyncs if write is not None else None
+        fsync_all(self._fsyncs, list(to_sync.values()), timings)
+        if write is not None:
+            write.returned_at = time.monotonic()
         return len(to_sync)
 
     def _send_replication(self, rounds: list[_Round]) -> None:
@@ -1167,10 +1188,25 @@ class Runtime:
                 fut.cancel()
 
 
-def fsync_all(pool: ThreadPoolExecutor, storages: list[GroupStorage]) -> None:
+def fsync_all(
+    pool: ThreadPoolExecutor,
+    storages: list[GroupStorage],
+    timings: list[tuple[float, float, float]] | None = None,
+) -> None:
     """Fsync every log of a round, in parallel on `pool` when there are several; raises the
-    first failure once all have finished (a log that failed to sync fails the node)."""
-    run_all(pool, [storage.fsync for storage in storages])
+    first failure once all have finished (a log that failed to sync fails the node). Each
+    fsync's (handed over, started, returned) times go to `timings` if given."""
+    if timings is None:
+        run_all(pool, [storage.fsync for storage in storages])
+        return
+    handed = time.monotonic()
+    run_all(pool, [partial(_timed, storage.fsync, handed, timings) for storage in storages])
+
+
+def _timed(call: Callable[[], None], handed: float, timings: list[Any]) -> None:
+    started = time.monotonic()
+    call()
+    timings.append((handed, started, time.monotonic()))  # list.append: thread-safe
 
 
 def run_all(pool: ThreadPoolExecutor, calls: list[Callable[[], None]]) -> None:
