@@ -155,13 +155,13 @@ def raftline_side(
     producer: str = "native",
 ) -> dict[str, Any]:
     """One fixed-rate RF 3 run of the 16-partition 1 KB half-max workload at `rate` msgs/s
-    (0: as fast as acks allow, always with the Python producer) on fresh nodes started with
-    further serve `flags`; e2e latency plus each node's write pattern."""
+    (0: as fast as acks allow) on fresh nodes started with further serve `flags`; e2e latency
+    plus each node's write pattern."""
     workload = load_workload(WORKLOAD_DIR / "1-topic-16-partitions-1kb-half-max.yaml")
     workload = replace(workload, duration_seconds=seconds, warmup_seconds=5.0)
     with running_nodes(root, NODES, PORT_BASE, fsync, flags) as cluster:
         pids = {f"node-{n.node_id}": n.pid for n in cluster.nodes}
-        native = producer == "native" and rate > 0
+        native = producer == "native"
         pids["bench (Python)" if native else "bench (producer)"] = os.getpid()
         ports = {n.node_id: int(n.http.rsplit(":", 1)[1]) for n in cluster.nodes}
         port = ports[cluster.nodes[0].node_id]

@@ -187,10 +187,10 @@ def result_row(workload: Workload, rate: float, answer: dict[str, Any]) -> dict[
 
 
 class StampedRun(WorkloadRun):
-    """A fixed-rate Raftline run whose producer is the generator (`--stamp 1`): each message
-    carries its intended send time and a batch goes out once its last message is due, as from
-    the Python runner, so the Python consumer process measures end-to-end latency alike; only
-    the producer's CPU is compiled code's. Batches go to each partition's leader
+    """A Raftline run whose producer is the generator (`--stamp 1`): each message carries its
+    intended send time and, at a fixed rate, a batch goes out once its last message is due, as
+    from the Python runner, so the Python consumer process measures end-to-end latency alike;
+    only the producer's CPU is compiled code's. Batches go to each partition's leader
     (`node_ports`: node id -> HTTP port, to look leaders up and follow a forwarded answer)."""
 
     def __init__(
@@ -201,8 +201,6 @@ class StampedRun(WorkloadRun):
         rate: float,
         node_ports: dict[int, int],
     ) -> None:
-        if rate <= 0:
-            raise NativeError("stamped runs need a fixed rate")
         super().__init__(driver, workload, run_id, rate)
         self.node_ports = node_ports
         self.producer_pid: int | None = None

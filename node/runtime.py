@@ -195,13 +195,12 @@ class _Write:
     """One disk write of rounds (of one or more groups) on the disk pool."""
 
     rounds: list[_Round]
-    future: asyncio.Future[int] | None = None
+    future: asyncio.Future[None] | None = None  # done once the loop took up its outcome
     submitted_at: float = field(default_factory=time.monotonic)
     started_at: float = 0.0  # when a disk thread took it
     returned_at: float = 0.0  # when its disk thread was done with it
     # per log fsync: (handed to the thread that ran it, started, returned), time.monotonic()
     fsyncs: list[tuple[float, float, float]] = field(default_factory=list)
-    joined_at: float = 0.0  # when the disk thread had every fsync's result
     written: bool = False  # its entries are in the log files; its fsyncs may still run
     done: bool = False
 
@@ -716,32 +715,46 @@ class Runtime:
         # Only leaders apply entries before their fsync: only they need the written signal.
         leads = any(r.ready is not None and r.ready.role == "leader" for r in rounds)
         loop = asyncio.get_running_loop()
-        signal = loop if leads else None
-        write.future = loop.run_in_executor(self._disk, self._persist, rounds, signal, write)
+        write.future = loop.create_future()
+        self._disk.submit(self._persist_and_return, rounds, loop, leads, write)
         for name in write.groups:
             self._writes.setdefault(name, []).append(write)
             self._queued.setdefault(name, [])
         self._in_flight += 1
         self._disk_idle.clear()
-        write.future.add_done_callback(lambda _: self._written(write))
 
-    def _written(self, write: _Write) -> None:
-        """A write returned: finish, per group and in order, every write that returned and
-        has no earlier one still running; then start what was queued behind them."""
+    def _persist_and_return(
+        self, rounds: list[_Round], loop: asyncio.AbstractEventLoop, leads: bool, write: _Write
+    ) -> None:
+        """Disk thread: persist, then hand the outcome to the loop in one hop (through
+        run_in_executor's two futures, `_written` ran a loop iteration later: on a busy loop,
+        milliseconds on every follower's acknowledgement and leader's fsync)."""
+        outcome: int | BaseException
+        try:
+            outcome = self._persist(rounds, loop if leads else None, write)
+        except BaseException as error:
+            outcome = error
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the node is gone
+            loop.call_soon_threadsafe(self._written, write, outcome)
+
+    def _written(self, write: _Write, outcome: int | BaseException) -> None:
+        """A write returned (`outcome`: logs synced, or its error): finish, per group and in
+        order, every write that returned and has no earlier one still running; then start
+        what was queued behind them."""
         write.done = True
         self._in_flight -= 1
         if not self._in_flight:
             self._disk_idle.set()
-        future = write.future
-        assert future is not None
-        if future.cancelled() or self._stopping:
+        if write.future is not None and not write.future.done():
+            write.future.set_result(None)
+        if self._stopping:
             return
-        if (error := future.exception()) is not None:
-            log.critical("persisting Raft state failed; stopping the driver", exc_info=error)
-            self._failure = error
+        if isinstance(outcome, BaseException):
+            log.critical("persisting Raft state failed; stopping the driver", exc_info=outcome)
+            self._failure = outcome
             self._wakeup.set()
             return
-        self.stats["fsyncs"] += future.result()
+        self.stats["fsyncs"] += outcome
         now = time.monotonic()
         self._observe_disk_hand_offs(write, now)
         for item in write.rounds:

@@ -73,8 +73,8 @@ pub struct Args {
     pub maxlen: u64,
     /// CLOCK_MONOTONIC ns the schedule starts at (0: 100 ms from now).
     pub start_ns: u64,
-    /// Stamp every message with its intended send time and send a batch when its last
-    /// message is due, as the Python runner does (fixed rate only; raftline only).
+    /// Stamp every message with its intended send time and, at a fixed rate, send a batch when
+    /// its last message is due, as the Python runner does (raftline only).
     pub stamp: bool,
     /// Raftline: the HTTP port of each partition's leader, in partition order.
     pub leaders: Vec<u16>,
@@ -89,7 +89,7 @@ fn usage() -> ! {
          [--message-size B] [--batch N] [--in-flight N] [--seconds S] [--warmup S] \
          [--rate MSGS_PER_S (0 = max)] [--max-messages N] [--replicas R] [--acks all|leader|none] \
          [--linger-ms MS] [--maxlen N (redis)] [--start-ns CLOCK_MONOTONIC_NS] \
-         [--stamp 1 (raftline, fixed rate)] [--leaders PORT,... (raftline, per partition)] \
+         [--stamp 1 (raftline)] [--leaders PORT,... (raftline, per partition)] \
          [--node-ports ID=PORT,... (raftline)]"
     );
     std::process::exit(2)
@@ -170,7 +170,7 @@ fn parse_args() -> Args {
     if a.batch == 0 || a.in_flight == 0 || a.message_size < 8 || a.seconds <= 0.0 {
         usage();
     }
-    if a.stamp && (a.rate <= 0.0 || a.system != "raftline") {
+    if a.stamp && a.system != "raftline" {
         usage();
     }
     a
@@ -236,12 +236,7 @@ fn worker(
             break;
         }
         let first = k * b;
-        let stamps = if args.stamp {
-            stamp_groups(shared.start_ns, args.rate, first, b)
-        } else {
-            Vec::new()
-        };
-        let intended = if args.stamp {
+        let intended = if args.stamp && args.rate > 0.0 {
             // Sent once its last message is due (the Python runner's linger): no message
             // goes out before its intended time.
             let last_due =
@@ -269,6 +264,15 @@ fn worker(
         while Instant::now() < shared.start {
             std::thread::sleep(shared.start - Instant::now());
         }
+        let stamps = if !args.stamp {
+            Vec::new()
+        } else if args.rate > 0.0 {
+            stamp_groups(shared.start_ns, args.rate, first, b)
+        } else {
+            // At max rate a batch is due when it is sent, as in the Python runner: one stamp.
+            let sent_ns = shared.start_ns + (intended - shared.start).as_nanos() as u64;
+            vec![(sent_ns, b as u32)]
+        };
         let partition = (k % args.partitions as u64) as usize;
         let sent = if args.stamp {
             publisher.publish_stamped(partition, &stamps)
