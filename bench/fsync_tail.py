@@ -183,6 +183,8 @@ def raftline_side(
             marks["bytes0"] = [_dir_bytes(n.data_dir) for n in cluster.nodes]
             if isinstance(run, StampedRun) and run.producer_pid is not None:
                 pids["native producer"] = run.producer_pid
+            if run.consumer_pid is not None:
+                pids["consumer"] = run.consumer_pid
             marks["cpu"] = CpuWatch(pids).start()
             time.sleep(max(1.0, seconds - 1.0))
             marks["counts1"] = _counters(cluster, (FSYNCS, FORWARDED))
