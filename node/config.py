@@ -14,8 +14,8 @@ TIERED_CACHE_MIN_BYTES = 4 << 20
 TIERED_CACHE_DEFAULT_BYTES = 64 << 20
 # How long a thread may keep the interpreter lock while another waits (sys.setswitchinterval).
 # A disk thread back from fdatasync waits up to this long for the event loop thread to let go
-# before it can hand its result to the loop; Python's default of 5 ms put that much on every
-# acknowledged write (bench/README.md, RF 3 latency). Bounds: below 100 us the threads mostly
+# before it can hand its result to the loop; Python's default of 5 ms can put that much on
+# every acknowledged write (bench/README.md, RF 3 latency). Bounds: below 100 us the threads mostly
 # trade the lock; above 100 ms a node's disk and fetch threads stall for whole ticks.
 SWITCH_INTERVAL_US_DEFAULT = 500
 SWITCH_INTERVAL_US_RANGE = (100, 100_000)

@@ -1216,7 +1216,9 @@ def fsync_all(
     run_all(pool, [partial(_timed, storage.fsync, handed, timings) for storage in storages])
 
 
-def _timed(call: Callable[[], None], handed: float, timings: list[Any]) -> None:
+def _timed(
+    call: Callable[[], None], handed: float, timings: list[tuple[float, float, float]]
+) -> None:
     started = time.monotonic()
     call()
     timings.append((handed, started, time.monotonic()))  # list.append: thread-safe
