@@ -48,6 +48,7 @@ WATCHED_METRICS = {
     "gc_full_cpu_s_per_node": "raftline_gc_full_cpu_seconds_total",
     "gc_young_cpu_s_per_node": "raftline_gc_young_cpu_seconds_total",
     "gc_longest_pause_s_per_node": "raftline_gc_longest_pause_seconds",
+    "link_dead_after_s_per_node": "raftline_link_dead_after_seconds",
 }
 
 

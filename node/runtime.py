@@ -28,7 +28,8 @@ persisted last index all match stops ticking too (no heartbeats expected, so no 
 runs); one that does not match answers ("w", group) and the leader resumes ticking. Any Raft
 message, proposal, read, leadership transfer or link change (peer up or down) for the group wakes it
 again; in particular followers of a quiet group wake as soon as the transport declares the leader's
-node down (connection lost, or no frame for `dead_after_s` while every live node pings each tick).
+node down (connection lost, or no frame within the dead-after window while every live node pings
+each tick; the window widens while this node's own loop stalls, see node/liveness.py).
 If that node is heard again on the same connection before such a follower moved on, the follower
 goes quiet again (see _on_link). Safety never depends on this: a quiet replica is just a replica
 that receives no ticks, and Raft tolerates any delay; only liveness relies on the node-pair link
@@ -284,6 +285,7 @@ class Runtime:
             on_rpc=on_rpc,
             on_link=self._on_link,
             dead_after_s=2 * config.election_ticks * config.tick_ms / 1000,
+            tick_s=config.tick_ms / 1000,
         )
         self.stats: dict[str, int] = defaultdict(int)
         self._role_log = RoleLog(log)

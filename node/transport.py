@@ -8,9 +8,10 @@ scratch buffer they are decoded from, and a large frame (an APPEND of big batche
 a buffer of its size. A StreamReader copied every byte three times (buffer, readexactly, bytes).
 
 The node with the lower id dials the higher one; both directions share that connection. A peer
-counts as alive while its link is up and a frame arrived within `dead_after_s` (every node sends a
-PING each tick on a link that carried nothing else). A frame that does not parse closes only the
-connection it arrived on.
+counts as alive while its link is up and a frame arrived within the dead-after window (every node
+sends a PING each tick on a link that carried nothing else): `dead_after_s` on a node whose loop
+runs on time, wider on one whose own loop stalled recently (node/liveness.py). A frame that does
+not parse closes only the connection it arrived on.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any, cast
 
 from raftline.node import wire
 from raftline.node.config import parse_address
+from raftline.node.liveness import DeadAfterWindow
 from raftline.node.netfaults import LinkFaults
 from raftline.node.wire import FrameError, FrameKind
 from raftline.raftlog.types import Message
@@ -97,6 +99,7 @@ class Transport:
         on_rpc: RpcHandler,
         on_link: LinkHandler,
         dead_after_s: float,
+        tick_s: float,
     ) -> None:
         self.node_id = node_id
         self.listen = listen
@@ -104,7 +107,7 @@ class Transport:
         self._on_raft = on_raft
         self._on_rpc = on_rpc
         self._on_link = on_link
-        self._dead_after = dead_after_s
+        self.dead_after = DeadAfterWindow(dead_after_s, tick_s)
         self._last_tick = time.monotonic()
         self._links: dict[int, _Link] = {}
         self._server: asyncio.Server | None = None
@@ -127,6 +130,7 @@ class Transport:
     async def start(self) -> None:
         host, port = parse_address(self.listen)
         loop = asyncio.get_running_loop()
+        self._last_tick = time.monotonic()  # the time since construction was no stall
         self._server = await loop.create_server(lambda: _PeerConnection(self, None), host, port)
         for peer in self.addresses:
             if peer > self.node_id:
@@ -212,7 +216,9 @@ class Transport:
             self._held = {h for h in self._held if h.when() > loop_now}
         stalled = now - self._last_tick
         self._last_tick = now
-        if stalled > self._dead_after / 2:
+        self.dead_after.observe_tick(now, stalled)
+        dead_after = self.dead_after.seconds()
+        if stalled > self.dead_after.base_s / 2:
             # This node did not run for a while (starved of CPU, or one long step): what its
             # peers sent meanwhile may still wait unread, so that time does not count as their
             # silence. Declaring every peer dead after its own stall woke thousands of groups.
@@ -223,7 +229,7 @@ class Transport:
             if not link.sent_since_tick:
                 self.send(peer, ping)
             link.sent_since_tick = False
-            silent = now - link.last_heard > self._dead_after
+            silent = now - link.last_heard > dead_after
             if link.alive and silent:
                 link.alive = False
                 self._link_down(peer)

@@ -192,9 +192,10 @@ async def test_a_reconnected_peer_learns_the_leaders_here_and_wakes_their_groups
     assert runtime._notices[2] == [["l", "t~1~0", 1, 4]]
 
 
-def test_a_node_that_did_not_run_for_a_while_does_not_declare_its_peers_dead(
+def _silent_peer_transport(
     monkeypatch: pytest.MonkeyPatch,
-) -> None:
+) -> tuple[Any, list[int], list[float]]:
+    """A transport of node 1 whose tick clock is `clock`, with node 2 last heard at 99.5."""
     from unittest import mock
 
     from raftline.node import transport as transport_module
@@ -204,19 +205,46 @@ def test_a_node_that_did_not_run_for_a_while_does_not_declare_its_peers_dead(
         1,
         "127.0.0.1:0",
         {2: "x"},
-        None,
-        None,
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
         lambda p, up, revived: downs.append(p),
-        1.0,  # type: ignore[arg-type]
+        1.0,
+        0.05,
     )
     clock = [100.0]
     monkeypatch.setattr(transport_module.time, "monotonic", lambda: clock[0])
     transport._last_tick = 100.0
     transport._links[2] = transport_module._Link(mock.Mock(), last_heard=99.5)
+    return transport, downs, clock
+
+
+def test_a_node_that_runs_on_time_declares_a_silent_peer_dead_after_the_base_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    transport, downs, clock = _silent_peer_transport(monkeypatch)
+    for _ in range(10):  # 1.0 s of silence, ticking every 50 ms
+        clock[0] += 0.05
+        transport.tick()
+    assert downs == []
+    for _ in range(2):
+        clock[0] += 0.05
+        transport.tick()
+    assert downs == [2]
+
+
+def test_a_node_that_did_not_run_for_a_while_does_not_declare_its_peers_dead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    transport, downs, clock = _silent_peer_transport(monkeypatch)
     clock[0] = 103.0  # this node's own loop stalled 3 s: the peer's frames wait unread
     transport.tick()
     assert downs == [] and transport.alive(2)
-    for _ in range(24):  # then 1.2 s of silence while ticking every 50 ms: dead
+    # Having stalled that long, it gives peers the widest window (1 s + 3 s) for a while.
+    for _ in range(68):
+        clock[0] += 0.05
+        transport.tick()
+    assert downs == []
+    for _ in range(4):
         clock[0] += 0.05
         transport.tick()
     assert downs == [2]
