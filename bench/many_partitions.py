@@ -3,12 +3,13 @@
 Owns the scale run of issue #21 item 6: N `raftline serve` processes on loopback, P partitions of
 RF r created in batches of topics through POST /v1/topics, then (1) the time until every
 partition has a leader, (2) RSS per node divided by the replicas it holds, (3) each node's CPU
-over an idle window from /proc/PID/stat, (4) produce and fetch latency to random partitions.
+over an idle window from /proc/PID/stat, (4) produce and fetch latency to random partitions,
+and with `--restart` (5) the time the killed nodes take to reopen every replica and lead again.
 
 A guard samples the nodes' total RSS every second and stops the run (all nodes killed) past
 `--rss-limit-gib`; the whole run is bounded by `--time-limit`. Data dirs are removed at the end.
 
-    .venv/bin/python -m bench.many_partitions --partitions 10000 --per-topic 1000
+    .venv/bin/python -m bench.many_partitions --partitions 10000 --per-topic 1000 --pace --restart
 """
 
 from __future__ import annotations
@@ -273,6 +274,40 @@ def summary(samples: list[float]) -> dict[str, float] | None:
     }
 
 
+def restart(
+    cluster: NodeCluster, guard: Guard, fsync: str, replicas: int, partitions: int, log: Any
+) -> dict[str, Any]:
+    """Kill every node (SIGKILL) and start them again on their data: the seconds until they
+    answer /readyz, hold every replica again, lead every partition and are quiet, and the CPU
+    each node took for it."""
+    cluster.kill_all()
+    started = time.monotonic()
+    cluster.start(fsync)
+    result: dict[str, Any] = {"ready_s": round(time.monotonic() - started, 2)}
+    base_cpu = [cpu_seconds(n.pid) for n in cluster.nodes]
+    log(f"restarted: ready after {result['ready_s']} s; reopening {replicas} replicas")
+
+    def reopened(values: list[dict[str, float]]) -> bool:
+        return sum(v["raftline_raft_groups"] - 1 for v in values) >= replicas
+
+    def all_led(values: list[dict[str, float]]) -> bool:
+        return sum(v["raftline_raft_groups_leading"] for v in values) - 1 >= partitions
+
+    def all_quiet(values: list[dict[str, float]]) -> bool:
+        groups = sum(v["raftline_raft_groups"] for v in values)
+        return sum(v["raftline_raft_groups_quiet"] for v in values) >= groups - len(values)
+
+    limit = guard.deadline - time.monotonic()
+    for key, done in (("reopened_s", reopened), ("all_led_s", all_led), ("quiet_s", all_quiet)):
+        wait_until(cluster, guard, f"restart: {key}", done, limit)
+        result[key] = round(time.monotonic() - started, 2)
+        log(f"restart: {key} {result[key]}")
+    result["cpu_s_per_node"] = [
+        round(cpu_seconds(n.pid) - b, 1) for n, b in zip(cluster.nodes, base_cpu, strict=True)
+    ]
+    return result
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="raftline-many-", dir=args.dir))
     result: dict[str, Any] = {
@@ -361,6 +396,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result["latency"] = latencies(cluster, topics, args.requests)
         log(f"latency {result['latency']}")
         result["load_average_end"] = os.getloadavg()
+        if args.restart:
+            result["restart"] = restart(cluster, guard, args.fsync, expected, args.partitions, log)
+            result["load_average_restart_end"] = os.getloadavg()
     except Aborted as error:
         result["aborted"] = str(error)
     finally:
@@ -386,6 +424,9 @@ def main() -> None:
     parser.add_argument("--idle-s", type=float, default=60.0, help="idle CPU window")
     parser.add_argument("--quiet-timeout", type=float, default=120.0)
     parser.add_argument("--requests", type=int, default=500, help="produce and fetch each")
+    parser.add_argument(
+        "--restart", action="store_true", help="then kill every node and time the reopening"
+    )
     parser.add_argument("--rss-limit-gib", type=float, default=8.0)
     parser.add_argument("--time-limit", type=float, default=1800.0, help="whole run, seconds")
     parser.add_argument("--port-base", type=int, default=PORT_BASE)
