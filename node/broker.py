@@ -787,6 +787,14 @@ class Broker:
     async def topic_partition_count(self, name: str) -> int:
         return len((await self._topic(self._user_topic(name), current=False)).replicas)
 
+    async def topic_settings(self, name: str) -> tuple[int, dict[str, str]]:
+        """A topic's partition count and config as the metadata holds them now: what the
+        HTTP layer caches per topic. describe_topic asks every partition's leader for its
+        offsets besides, an RPC per leader and a walk over all partitions: as the cache's
+        refresh (every second per topic produced to) that held loops at 2,000-partition topics."""
+        topic = await self._topic(self._user_topic(name), current=True)
+        return len(topic.replicas), dict(topic.config)
+
     async def _replica(self, topic_name: str, partition: int) -> PartitionReplica:
         topic = await self._topic(self._user_topic(topic_name), current=False)
         if not 0 <= partition < len(topic.replicas):
@@ -1131,6 +1139,7 @@ class Broker:
             "raftline_frames_received_total": transport.frames_received,
             "raftline_frames_dropped_total": transport.frames_dropped,
             "raftline_bad_frames_total": transport.bad_frames,
+            "raftline_links_lost_total": transport.links_lost,
             # silence after which a peer counts as dead: widened while this node's loop stalls
             "raftline_link_dead_after_seconds": round(transport.dead_after.seconds(), 3),
             "raftline_raft_groups": len(runtime.groups),

@@ -120,6 +120,7 @@ class Transport:
         self.frames_received = 0
         self.frames_dropped = 0
         self.bad_frames = 0
+        self.links_lost = 0  # declared dead or disconnected
         # Test hook only: None keeps send() on its direct path.
         self.link_faults: LinkFaults | None = None
         self.frames_held = 0  # copies sent late by the fault hook, duplicates included
@@ -256,6 +257,7 @@ class Transport:
     def _link_down(self, peer: int) -> None:
         """`peer` went silent or its connection closed: its calls in flight fail now (the
         caller may retry elsewhere) rather than at their timeout."""
+        self.links_lost += 1
         for call_id in [c for c, p in self._calls_to.items() if p == peer]:
             fut = self._calls[call_id]
             if not fut.done():

@@ -374,3 +374,21 @@ async def test_the_count_of_groups_led_follows_role_changes(cluster: list[Any]) 
     assert cluster[0].runtime.leading_groups() == sum(
         g.role == "leader" for g in cluster[0].runtime.groups.values()
     )
+
+
+async def test_the_http_topic_cache_is_filled_without_asking_partition_leaders() -> None:
+    from raftline.api.app import ApiState
+
+    class SettingsOnly:
+        async def topic_partition_count(self, name: str) -> int:
+            return 2000
+
+        async def topic_settings(self, name: str) -> tuple[int, dict[str, str]]:
+            return 2000, {"max.message.bytes": "4096", "compression.type": "zstd"}
+
+        async def describe_topic(self, name: str) -> Any:
+            raise AssertionError("describing every partition's offsets, per cache refresh")
+
+    state = ApiState(SettingsOnly(), None)  # type: ignore[arg-type]
+    meta = await state.topic_meta("wide")
+    assert (meta.partitions, meta.max_message_bytes, meta.compression) == (2000, 4096, "zstd")
