@@ -239,8 +239,8 @@ def test_a_node_that_did_not_run_for_a_while_does_not_declare_its_peers_dead(
     clock[0] = 103.0  # this node's own loop stalled 3 s: the peer's frames wait unread
     transport.tick()
     assert downs == [] and transport.alive(2)
-    # Having stalled that long, it gives peers the widest window (1 s + 3 s) for a while.
-    for _ in range(68):
+    # Having stalled that long, it gives peers the widest window (1 s + 2 s) for a while.
+    for _ in range(48):
         clock[0] += 0.05
         transport.tick()
     assert downs == []
