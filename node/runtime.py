@@ -1085,7 +1085,7 @@ class Runtime:
         group.uncommitted.clear()  # a past leadership's rounds: never timed to a commit
         if group.role == "leader":
             self._leading.add(group.name)
-            self.stats["leaderships_won"] += 1  # past creation, every one is churn
+            self.stats["leaderships_won"] += 1  # elections won here: past a group's first, churn
         else:
             self._leading.discard(group.name)
         # What a post-mortem of a failover needs first: who led what, when (counted, not

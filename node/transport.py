@@ -120,7 +120,7 @@ class Transport:
         self.frames_received = 0
         self.frames_dropped = 0
         self.bad_frames = 0
-        self.links_lost = 0  # declared dead or disconnected
+        self.links_lost = 0  # link-down events: silent past the window, or connection closed
         # Test hook only: None keeps send() on its direct path.
         self.link_faults: LinkFaults | None = None
         self.frames_held = 0  # copies sent late by the fault hook, duplicates included
