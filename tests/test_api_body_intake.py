@@ -44,12 +44,17 @@ async def _echo(request: web.Request) -> web.Response:
     )
 
 
+async def _refuse(request: web.Request) -> web.Response:
+    return web.json_response({"refused": True}, status=400)
+
+
 @pytest.fixture
 async def server() -> AsyncIterator[tuple[str, int, web.Application]]:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[FAILURES] = []
     app.router.add_post("/echo", _echo)
     app.router.add_get("/echo", _echo)
+    app.router.add_post("/refuse", _refuse)
     runner = body_intake.IntakeAppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -101,6 +106,32 @@ async def test_a_request_sent_right_behind_a_taken_body_is_parsed(server: Any) -
     writer.close()
     assert '"taken": 1' in answers[0] and _md5(body) in answers[0]
     assert f'"md5": "{_md5(b"")}", "size": 0' in answers[1]
+
+
+async def test_a_body_sent_after_100_continue_is_taken(server: Any) -> None:
+    host, port, _ = server
+    body = os.urandom(2_000_000)
+    reader, writer = await asyncio.open_connection(host, port)
+    head = f"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+    writer.write(head.encode() + b"Expect: 100-continue\r\n\r\n")
+    interim = await reader.readuntil(b"\r\n\r\n")
+    writer.write(body)
+    answer = await _read_response(reader)
+    writer.close()
+    assert interim.startswith(b"HTTP/1.1 100 Continue")
+    assert '"taken": 1' in answer and _md5(body) in answer
+
+
+async def test_a_connection_goes_on_after_a_large_body_its_handler_never_read(
+    server: Any,
+) -> None:
+    _, port, _ = server
+    body = os.urandom(1_000_000)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as session:
+        async with session.post(f"http://127.0.0.1:{port}/refuse", data=body) as response:
+            assert response.status == 400
+        answer = await _post(port, body, session)
+    assert (answer["md5"], answer["taken"]) == (_md5(body), 2)
 
 
 async def test_a_small_body_is_left_to_aiohttp(server: Any) -> None:
