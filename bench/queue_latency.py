@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import time
 
+from bench import positionals
 from bench.drivers.base import Endpoint
 from bench.drivers.raftline import RaftlineDriver
 from bench.peers import RaftlinePeer
+from bench.positionals import Positional, positive_float, positive_int
 
 
 def percentiles(samples: list[float]) -> str:
@@ -98,17 +99,26 @@ async def probe(
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
+    args = positionals.parse(
+        "bench.queue_latency",
+        __doc__,
+        [
+            Positional("messages", positive_int, 150),
+            Positional("loops", positive_int, 8),
+            Positional("gap_s", positive_float, 0.04),
+            Positional("per_send", positive_int, 1),
+        ],
+    )
     peer = RaftlinePeer(3)
     try:
         endpoint = peer.start()
         asyncio.run(
             probe(
                 endpoint,
-                int(args[0]) if args else 150,
-                int(args[1]) if len(args) > 1 else 8,
-                float(args[2]) if len(args) > 2 else 0.04,
-                int(args[3]) if len(args) > 3 else 1,
+                args.messages,
+                args.loops,
+                args.gap_s,
+                args.per_send,
                 [p.pid for p in peer.processes],
             )
         )
