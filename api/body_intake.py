@@ -6,6 +6,10 @@ buffer and handed to the request as one chunk; aiohttp gets the connection back,
 parser, at the body's last byte. Through aiohttp alone every body byte is copied three times on
 the event loop (uvloop's read buffer into bytes, the parser's body slice, the join of the
 slices): about a fifth of the loop's time on 1 MB produce requests.
+
+It reads and replaces aiohttp internals (the handler's message queue, parser and settings, the
+server's handler arguments); an aiohttp without them is served as plain aiohttp, and
+tests/test_api_body_intake.py fails on one that takes no body.
 """
 
 from __future__ import annotations
@@ -25,6 +29,16 @@ LARGE_BODY_BYTES = 256 * 1024
 # A longer declared body is left to aiohttp, which refuses it (413) before reading: its buffer
 # is not allocated on a client's word.
 MAX_TAKEN_BODY_BYTES = MAX_BODY_BYTES
+
+
+def _keeps_internals() -> bool:
+    """This aiohttp's request handler keeps what the intake reads and replaces."""
+    classes = web_protocol.RequestHandler.__mro__
+    slots = {name for cls in classes for name in getattr(cls, "__slots__", ())}
+    return {"_messages", "_parser", "_read_bufsize", "_reading_paused"} <= slots
+
+
+TAKES_BODIES = C is not None and _keeps_internals()
 
 
 class IntakeServer(web.Server):
@@ -49,6 +63,8 @@ class IntakeAppRunner(web.AppRunner):
 
 
 class IntakeRequestHandler(web_protocol.RequestHandler):
+    """aiohttp's connection protocol, taking large plain bodies from the socket itself."""
+
     def __init__(self, *args: Any, auto_decompress: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, auto_decompress=auto_decompress, **kwargs)
         self._auto_decompress = auto_decompress
@@ -57,7 +73,7 @@ class IntakeRequestHandler(web_protocol.RequestHandler):
     def data_received(self, data: bytes) -> None:
         queued = len(self._messages)
         super().data_received(data)
-        if len(self._messages) > queued and C is not None:
+        if len(self._messages) > queued and TAKES_BODIES:
             message, payload = self._messages[-1]
             declared = _large_plain_body(message, payload)
             if declared is not None:
@@ -67,20 +83,20 @@ class IntakeRequestHandler(web_protocol.RequestHandler):
         """Receive the rest of the body straight from the socket (see _Intake)."""
         transport = self.transport
         assert transport is not None and C is not None
+        parser = self._new_parser()  # first: nothing is changed if this aiohttp refuses it
         head = payload.read_nowait()  # what the parser passed on with the headers
         # aiohttp's own pause: its flag set and the transport stopped until the hand-back, so
         # nothing more reaches its parser, whose state is mid-body from here on.
         self.pause_reading()
         body, view = C.unfilled_bytes(declared)
         view[: len(head)] = head
-        transport.set_protocol(_Intake(self, payload, body, view, len(head)))
+        transport.set_protocol(_Intake(self, parser, payload, body, view, len(head)))
         transport.resume_reading()
         self.bodies_taken += 1
 
-    def _body_received(self, payload: StreamReader, body: bytes) -> None:
-        """The intake's last byte came: a parser for the next request, the body to its
-        request as one chunk, and the connection back."""
-        self._parser = HttpRequestParser(
+    def _new_parser(self) -> Any:
+        """A request parser as aiohttp's RequestHandler.__init__ makes it."""
+        return HttpRequestParser(
             self,
             self._loop,
             self._read_bufsize,
@@ -91,6 +107,11 @@ class IntakeRequestHandler(web_protocol.RequestHandler):
             auto_decompress=self._auto_decompress,
             max_msg_queue_size=web_protocol.MAX_MSG_QUEUE_SIZE,
         )
+
+    def _body_received(self, parser: Any, payload: StreamReader, body: bytes) -> None:
+        """The intake's last byte came: the parser for the next request, the body to its
+        request as one chunk, and the connection back."""
+        self._parser = parser
         payload.set_read_chunk_size(len(body))  # buffered whole without pausing the socket
         payload.feed_data(body)
         payload.feed_eof()
@@ -122,12 +143,14 @@ class _Intake(asyncio.BufferedProtocol):
     def __init__(
         self,
         handler: IntakeRequestHandler,
+        parser: Any,
         payload: StreamReader,
         body: bytes,
         view: memoryview,
         filled: int,
     ) -> None:
         self.handler = handler
+        self.parser = parser
         self.payload = payload
         self.body = body
         self.view = view
@@ -144,7 +167,7 @@ class _Intake(asyncio.BufferedProtocol):
         assert transport is not None
         transport.pause_reading()  # in this callback: before the socket is read again
         self.view.release()
-        self.handler._body_received(self.payload, self.body)
+        self.handler._body_received(self.parser, self.payload, self.body)
 
     def eof_received(self) -> bool | None:
         result: bool | None = self.handler.eof_received()

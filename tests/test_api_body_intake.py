@@ -78,6 +78,10 @@ def _md5(data: bytes) -> str:
     return hashlib.md5(data).hexdigest()
 
 
+def test_this_aiohttp_keeps_what_the_intake_replaces() -> None:
+    assert body_intake.TAKES_BODIES
+
+
 async def test_a_large_body_arrives_whole_through_the_intake(server: Any) -> None:
     _, port, _ = server
     body = os.urandom(1_000_000)
