@@ -73,8 +73,8 @@ class IntakeRequestHandler(web_protocol.RequestHandler):
     def data_received(self, data: bytes) -> None:
         queued = len(self._messages)
         super().data_received(data)
-        # Only a request alone in the queue: with others (pipelined) aiohttp's flow control may
-        # have stopped its parser with bytes of this body still unparsed in it.
+        # Only a request alone in the queue: one pipelined behind others is left to aiohttp,
+        # whose parser holds bytes back while its queue is full.
         if queued == 0 and len(self._messages) == 1 and TAKES_BODIES:
             message, payload = self._messages[0]
             declared = _large_plain_body(message, payload)
