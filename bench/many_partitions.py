@@ -4,7 +4,7 @@ Owns the scale run of issue #21 item 6: N `raftline serve` processes on loopback
 RF r created in batches of topics through POST /v1/topics, then (1) the time until every
 partition has a leader, (2) RSS per node divided by the replicas it holds, (3) each node's CPU
 over an idle window from /proc/PID/stat, (4) produce and fetch latency to random partitions,
-with `--stalls-s` (5) what nodes that stall now and then cost (links declared dead, groups woken,
+with `--stalls-s` (5) what nodes that stall now and then cost (peers counted gone, groups woken,
 leaderships won), and with `--restart` (6) the time the killed nodes take to reopen every replica
 and lead again.
 
@@ -278,7 +278,7 @@ def summary(samples: list[float]) -> dict[str, float] | None:
 
 # metric counted over the stall phase -> its name in the result
 STALL_COUNTS = {
-    "links_lost": "raftline_links_lost_total",
+    "peers_gone": "raftline_peers_gone_total",
     "woken_by_link": "raftline_raft_woken_by_link_total",
     "quiet_again_after_link": "raftline_raft_quiet_again_after_link_total",
     "leaderships_won": "raftline_raft_leaderships_won_total",
@@ -291,7 +291,7 @@ def stalls(
     cluster: NodeCluster, guard: Guard, seconds: float, partitions: int, log: Any
 ) -> dict[str, Any]:
     """For `seconds`, pause a random node (SIGSTOP) for 0.6-1.6 s, then let all run for 1 s:
-    nodes that stall as starved ones do. Returns what that cost per node (links declared dead,
+    nodes that stall as starved ones do. Returns what that cost per node (peers counted gone,
     quiet groups woken by it, leaderships won: each one churn) and the seconds after the
     phase until every partition is led again."""
     rng = random.Random(11)

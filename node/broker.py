@@ -1156,8 +1156,9 @@ class Broker:
             "raftline_frames_received_total": transport.frames_received,
             "raftline_frames_dropped_total": transport.frames_dropped,
             "raftline_bad_frames_total": transport.bad_frames,
-            "raftline_links_lost_total": transport.links_lost,
-            # silence after which a peer counts as dead: widened while this node's loop stalls
+            "raftline_peers_gone_total": transport.peers_gone,
+            # silence after which a peer counts as gone (the quiet groups it leads are woken):
+            # widened while this node's loop stalls
             "raftline_link_dead_after_seconds": round(transport.dead_after.seconds(), 3),
             "raftline_raft_groups": len(runtime.groups),
             "raftline_raft_groups_quiet": runtime.quiet_groups(),

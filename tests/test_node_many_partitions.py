@@ -41,9 +41,9 @@ async def test_a_fresh_follower_stays_quiet_until_its_expected_leaders_link_goes
     runtime.transport.alive = lambda peer: True  # type: ignore[method-assign]
     runtime.add_group("t~1~0", RaftStorage(tmp_path / "g"), [1, 2, 3], _Replica(), -1, 2)
     assert runtime.quiet_groups() == 1  # no election timer while node 2 is expected to campaign
-    runtime._on_link(3, up=False)
+    runtime._on_gone(3)
     assert runtime.quiet_groups() == 1  # another follower's node: nothing to do
-    runtime._on_link(2, up=False)
+    runtime._on_gone(2)
     assert runtime.quiet_groups() == 0  # the expected leader is gone: elect
 
 
@@ -149,7 +149,7 @@ async def test_a_follower_woken_by_its_leaders_link_loss_wakes_the_leader_when_i
 ) -> None:
     runtime, group = _linked_group(tmp_path, preferred=2)
     group.leader = 2  # a follower of node 2 in a quiet group
-    runtime._on_link(2, up=False)
+    runtime._on_gone(2)
     assert not group.quiet
     runtime._on_link(2, up=True)
     assert ["w", "t~1~0"] in runtime._notices[2]
@@ -160,7 +160,7 @@ async def test_followers_woken_by_a_silent_leader_go_quiet_again_when_it_is_hear
 ) -> None:
     runtime, group = _linked_group(tmp_path, preferred=2)
     group.leader = group.core.leader_id = 2  # a follower of node 2 in a quiet group
-    runtime._on_link(2, up=False)
+    runtime._on_gone(2)
     assert runtime.quiet_groups() == 0
     runtime._on_link(2, up=True, revived=True)  # the same connection: node 2 was only silent
     assert runtime.quiet_groups() == 1
@@ -172,7 +172,7 @@ async def test_a_follower_that_moved_on_while_its_leader_was_silent_wakes_the_le
 ) -> None:
     runtime, group = _linked_group(tmp_path, preferred=2)
     group.leader = group.core.leader_id = 2
-    runtime._on_link(2, up=False)
+    runtime._on_gone(2)
     group.proposals.append(object())  # type: ignore[arg-type]  # something to feed
     runtime._on_link(2, up=True, revived=True)
     assert runtime.quiet_groups() == 0
@@ -194,13 +194,15 @@ async def test_a_reconnected_peer_learns_the_leaders_here_and_wakes_their_groups
 
 def _silent_peer_transport(
     monkeypatch: pytest.MonkeyPatch,
-) -> tuple[Any, list[int], list[float]]:
-    """A transport of node 1 whose tick clock is `clock`, with node 2 last heard at 99.5."""
+) -> tuple[Any, list[int], list[int], list[float]]:
+    """A transport of node 1 whose tick clock is `clock`, with node 2 last heard at 99.5; the
+    lists collect the link-down and the gone events."""
     from unittest import mock
 
     from raftline.node import transport as transport_module
 
     downs: list[int] = []
+    gone: list[int] = []
     transport = transport_module.Transport(
         1,
         "127.0.0.1:0",
@@ -208,6 +210,7 @@ def _silent_peer_transport(
         None,  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]
         lambda p, up, revived: downs.append(p),
+        gone.append,
         1.0,
         0.05,
     )
@@ -215,39 +218,47 @@ def _silent_peer_transport(
     monkeypatch.setattr(transport_module.time, "monotonic", lambda: clock[0])
     transport._last_tick = 100.0
     transport._links[2] = transport_module._Link(mock.Mock(), last_heard=99.5)
-    return transport, downs, clock
+    return transport, downs, gone, clock
 
 
-def test_a_node_that_runs_on_time_declares_a_silent_peer_dead_after_the_base_window(
+def _ticks(transport: Any, clock: list[float], count: int) -> None:
+    for _ in range(count):  # every 50 ms
+        clock[0] += 0.05
+        transport.tick()
+
+
+def test_a_node_that_runs_on_time_counts_a_silent_peer_gone_after_the_base_window(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    transport, downs, clock = _silent_peer_transport(monkeypatch)
-    for _ in range(10):  # 1.0 s of silence, ticking every 50 ms
-        clock[0] += 0.05
-        transport.tick()
-    assert downs == []
-    for _ in range(2):
-        clock[0] += 0.05
-        transport.tick()
-    assert downs == [2]
+    transport, downs, gone, clock = _silent_peer_transport(monkeypatch)
+    _ticks(transport, clock, 10)  # 1.0 s of silence
+    assert downs == gone == []
+    _ticks(transport, clock, 2)
+    assert downs == gone == [2] and not transport.alive(2)
 
 
 def test_a_node_that_did_not_run_for_a_while_does_not_declare_its_peers_dead(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    transport, downs, clock = _silent_peer_transport(monkeypatch)
+    transport, downs, gone, clock = _silent_peer_transport(monkeypatch)
     clock[0] = 103.0  # this node's own loop stalled 3 s: the peer's frames wait unread
     transport.tick()
-    assert downs == [] and transport.alive(2)
-    # Having stalled that long, it gives peers the widest window (1 s + 2 s) for a while.
-    for _ in range(48):
-        clock[0] += 0.05
-        transport.tick()
-    assert downs == []
-    for _ in range(4):
-        clock[0] += 0.05
-        transport.tick()
-    assert downs == [2]
+    assert downs == gone == [] and transport.alive(2)
+
+
+def test_a_node_that_stalled_wakes_a_silent_peers_groups_only_after_the_widened_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    transport, downs, gone, clock = _silent_peer_transport(monkeypatch)
+    clock[0] = 103.0  # a 3 s stall: the peer counts as heard until 102.5
+    transport.tick()
+    _ticks(transport, clock, 22)  # 1.1 s: requests no longer go to the peer
+    assert downs == [2] and not transport.alive(2)
+    # ... but the groups it leads wake only past the widest window (1 s + 2 s)
+    _ticks(transport, clock, 26)
+    assert gone == []
+    _ticks(transport, clock, 4)
+    assert gone == [2]
 
 
 async def test_started_replicas_are_kept_out_of_the_collectors_scans(cluster: list[Any]) -> None:
