@@ -18,11 +18,13 @@ from raftline.clients.queueing import QueueMessage
 FETCH_MAX_MESSAGES = 100_000
 FETCH_MAX_BYTES = 1024 * 1024
 FETCH_WAIT_MS = 500
-# Queue receivers: one pushed stream each (at most QUEUE_PREFETCH messages received and not yet
-# settled, RabbitMQ's prefetch), frames of up to QUEUE_RECEIVE_MAX messages; each frame's ack is
-# sent at once, without holding up the next frame.
+# Queue receivers: one pushed stream each, frames of up to QUEUE_RECEIVE_MAX messages, each
+# frame's ack sent at once without holding up the next frame. At most QUEUE_PREFETCH messages
+# received and not yet settled: 1,000 per partition, as the RabbitMQ driver's receiver holds
+# (prefetch 1,000 per consumer, one consumer per partition's queue); and several frames in
+# flight, so that a frame's ack round does not stop the stream.
 QUEUE_RECEIVE_MAX = 1000
-QUEUE_PREFETCH = 1000
+QUEUE_PREFETCH_PER_PARTITION = 1000
 QUEUE_WAIT_MS = 500
 QUEUE_LOCK_MS = 30_000
 
@@ -111,8 +113,9 @@ class RaftlineDriver(Driver):
         r = self.endpoint.replicas
         return (
             f"{self.durability}. Queue: one over all partitions; each receiver holds a pushed "
-            f"stream (WebSocket) from the queue's shard leader with prefetch {QUEUE_PREFETCH} "
-            "(messages locked to it and not yet settled); each frame's receipts are acked "
+            "stream (WebSocket) from the queue's shard leader with prefetch "
+            f"{QUEUE_PREFETCH_PER_PARTITION} per partition (messages locked to it and not yet "
+            "settled); each frame's receipts are acked "
             "(accept) at once over HTTP, and the ack answers after the settle committed in the "
             f"queue's Raft state group ({r} replica{'s' if r > 1 else ''}, same fsync policy); "
             "a message counts as acknowledged when that answer says it held its lock"
@@ -145,7 +148,7 @@ class RaftlineDriver(Driver):
             max_messages=QUEUE_RECEIVE_MAX,
             wait_ms=QUEUE_WAIT_MS,
             stream=True,
-            prefetch=QUEUE_PREFETCH,
+            prefetch=QUEUE_PREFETCH_PER_PARTITION * partitions,
         )
         acks: set[asyncio.Task[None]] = set()
 
