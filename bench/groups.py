@@ -20,14 +20,15 @@ import os
 import queue
 import signal
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from bench import positionals
 from bench.node_procs import running_nodes
+from bench.positionals import Positional, positive_int
 from raftline.clients.client import Client, GroupConsumer
 
 PORT_BASE = 19300
@@ -217,9 +218,14 @@ def summary(times: list[float]) -> dict[str, float]:
     }
 
 
-def main() -> int:
-    messages = int(sys.argv[1]) if len(sys.argv) > 1 else 60_000
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+def main(argv: list[str] | None = None) -> int:
+    args = positionals.parse(
+        "bench.groups",
+        __doc__,
+        [Positional("messages", positive_int, 60_000), Positional("rounds", positive_int, 3)],
+        argv,
+    )
+    messages, rounds = args.messages, args.rounds
     report: dict[str, Any] = {"nodes": 3, "partitions": PARTITIONS, "value_bytes": len(VALUE)}
     with tempfile.TemporaryDirectory() as root, running_nodes(Path(root), 3, PORT_BASE) as nodes:
         urls = ",".join(node.url for node in nodes.nodes)

@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
+from bench import positionals
 from bench.node_procs import NodeProcess, http_json, running_nodes
+from bench.positionals import Positional, positive_int
 from raftline.chaos.cluster import ClusterError, ComposeCluster
 from raftline.chaos.cluster import Node as ComposeNode
 
@@ -265,16 +266,22 @@ def summary(fault: str, victim_kind: str, times: list[float]) -> dict[str, objec
     }
 
 
-def main() -> int:
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    fault = sys.argv[2] if len(sys.argv) > 2 else "kill"
-    kind = sys.argv[3] if len(sys.argv) > 3 else "partition"
+FAULTS = ("kill", "pause", "cut", "freeze", "cut+freeze")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = positionals.parse(
+        "bench.http_failover",
+        __doc__,
+        [
+            Positional("rounds", positive_int, 3),
+            Positional("fault", str, "kill", FAULTS),
+            Positional("kind", str, "partition", ("partition", "metadata")),
+        ],
+        argv,
+    )
+    rounds, fault, kind = args.rounds, args.fault, args.kind
     compose = fault.split("+")
-    if kind not in ("partition", "metadata") or not (
-        fault in ("kill", "pause") or set(compose) <= {"cut", "freeze"}
-    ):
-        print(__doc__)
-        return 2
     if fault in ("kill", "pause"):
         by_fault = {fault: process_rounds(rounds, fault, kind)}
     else:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench import positionals
 from bench.inproc import configs, leading, start_all
+from bench.positionals import Positional, positive_int
 from raftline.node.broker import Broker, BrokerError
 from raftline.node.config import NodeConfig
 from raftline.raftlog.records import Record, build_batch
@@ -63,4 +64,6 @@ async def main(rounds: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 5))
+    rounds = Positional("rounds", positive_int, 5)
+    args = positionals.parse("bench.node_failover", __doc__, [rounds])
+    asyncio.run(main(args.rounds))

@@ -8,12 +8,13 @@ partition; concurrent requests share Raft appends and fsyncs. Usage:
 from __future__ import annotations
 
 import asyncio
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench import positionals
 from bench.inproc import configs, leading, start_all
+from bench.positionals import Positional, positive_float, positive_int
 from raftline.node.broker import Broker
 from raftline.node.config import NodeConfig
 from raftline.raftlog.records import Record, build_batch
@@ -50,6 +51,13 @@ async def run(seconds: float, producers: int, per_batch: int) -> None:
 
 
 if __name__ == "__main__":
-    args = [float(a) for a in sys.argv[1:]]
-    seconds, producers, per_batch = (args + [5, 64, 1][len(args) :])[:3]
-    asyncio.run(run(seconds, int(producers), int(per_batch)))
+    args = positionals.parse(
+        "bench.node_produce",
+        __doc__,
+        [
+            Positional("seconds", positive_float, 5.0),
+            Positional("producers", positive_int, 64),
+            Positional("per_batch", positive_int, 1),
+        ],
+    )
+    asyncio.run(run(args.seconds, args.producers, args.per_batch))

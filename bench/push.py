@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from bench import positionals
 from bench.node_procs import running_nodes
+from bench.positionals import Positional, positive_int
 from raftline.clients.client import Client
 
 PORT_BASE = 19500
@@ -86,9 +87,14 @@ def latency(url: str, topic: str, samples: int, stream: bool) -> dict[str, Any]:
     }
 
 
-def main() -> int:
-    messages = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
-    samples = int(sys.argv[2]) if len(sys.argv) > 2 else 200
+def main(argv: list[str] | None = None) -> int:
+    args = positionals.parse(
+        "bench.push",
+        __doc__,
+        [Positional("messages", positive_int, 100_000), Positional("samples", positive_int, 200)],
+        argv,
+    )
+    messages, samples = args.messages, args.samples
     report: dict[str, Any] = {"messages": messages, "value_bytes": len(VALUE)}
     with tempfile.TemporaryDirectory() as root, running_nodes(Path(root), 1, PORT_BASE) as nodes:
         url = nodes.nodes[0].url

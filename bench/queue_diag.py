@@ -14,6 +14,7 @@ import collections
 import time
 from typing import Any
 
+from bench import positionals
 from bench.drivers.base import Endpoint
 from bench.drivers.raftline import RaftlineDriver
 from bench.pacing import encode
@@ -85,6 +86,7 @@ async def diagnose(endpoint: Endpoint) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    positionals.parse("bench.queue_diag", __doc__, [])
     peer = RaftlinePeer(3)
     try:
         print(asyncio.run(diagnose(peer.start())))

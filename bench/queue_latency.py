@@ -1,11 +1,11 @@
 """Diagnostic, not a benchmark: where the time of one queue message goes. Three `raftline serve`
 nodes (bench.peers.RaftlinePeer, RF 3, fsync always), a queue over 4 partitions, LOOPS waiting
-receive-then-ack loops (LOOPS 0: one pushed stream, prefetch 1,000, each frame acked at once, as
-the bench driver consumes); one message of 1 KB every GAP seconds (PER messages per send). Per
-message: publish ack (the produce commit), sent to received (tail wake-up, delivery-count
-commit, forwards), publish ack to received (what the queue adds after the produce commit),
-received to acked (the settle commit and forwards), end to end; and the CPU
-time the three node processes spent per acknowledged message (user + system, from /proc),
+receive-then-ack loops (LOOPS 0: one pushed stream, prefetch 1,000 per partition, each frame
+acked at once, as the bench driver consumes); one message of 1 KB every GAP seconds (PER
+messages per send). Per message: publish ack (the produce commit), sent to received (tail
+wake-up, delivery-count commit, forwards), publish ack to received (what the queue adds after
+the produce commit), received to acked (the settle commit and forwards), end to end; and the
+CPU time the three node processes spent per acknowledged message (user + system, from /proc),
 which a busy machine delays but does not inflate the way it inflates latencies.
 
 Run: PYTHONPATH=. .venv/bin/python -m bench.queue_latency [messages] [loops] [gap_s] [per_send]
@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import time
 
+from bench import positionals
 from bench.drivers.base import Endpoint
 from bench.drivers.raftline import RaftlineDriver
 from bench.peers import RaftlinePeer
+from bench.positionals import Positional, non_negative_int, positive_float, positive_int
 from raftline.clients.queueing import QueueMessage
 
 
@@ -49,7 +50,7 @@ async def probe(
     await producer.create_queue("lat", 4)
     streamed = loops == 0
     queue = consumer.client.queue(
-        "lat-q", max_messages=1000, wait_ms=2000, stream=streamed, prefetch=1000
+        "lat-q", max_messages=1000, wait_ms=2000, stream=streamed, prefetch=4000
     )
     sent: dict[bytes, float] = {}
     acked: dict[bytes, float] = {}
@@ -112,17 +113,26 @@ async def probe(
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
+    args = positionals.parse(
+        "bench.queue_latency",
+        __doc__,
+        [
+            Positional("messages", positive_int, 150),
+            Positional("loops", non_negative_int, 8),
+            Positional("gap_s", positive_float, 0.04),
+            Positional("per_send", positive_int, 1),
+        ],
+    )
     peer = RaftlinePeer(3)
     try:
         endpoint = peer.start()
         asyncio.run(
             probe(
                 endpoint,
-                int(args[0]) if args else 150,
-                int(args[1]) if len(args) > 1 else 8,
-                float(args[2]) if len(args) > 2 else 0.04,
-                int(args[3]) if len(args) > 3 else 1,
+                args.messages,
+                args.loops,
+                args.gap_s,
+                args.per_send,
                 [p.pid for p in peer.processes],
             )
         )

@@ -76,6 +76,12 @@ def _parser() -> argparse.ArgumentParser:
         " --rereaders clients reading partitions from offset 0 over and over (queue workload)",
     )
     go.add_argument("--rereaders", type=int, default=2, help="(--tiered) readers from offset 0")
+    go.add_argument(
+        "--streamers",
+        type=int,
+        default=2,
+        help="push consumers following partitions over WebSocket topic streams (queue workload)",
+    )
     go.add_argument("--no-up", action="store_true", help="use an already running cluster")
     go.add_argument("--keep", action="store_true", help="leave the cluster running afterwards")
     check = commands.add_parser("check", help="check a recorded history.jsonl again")
@@ -99,10 +105,11 @@ def main(argv: list[str] | None = None) -> int:
                 or args.producers < 1
                 or args.members < 1
                 or args.receivers < 1
+                or args.streamers < 0
             ):
                 raise ValueError(
-                    "--time-limit, --partitions, --producers, --members must be positive;"
-                    " --recovery >= 0"
+                    "--time-limit, --partitions, --producers, --members, --receivers must be"
+                    " positive; --recovery and --streamers >= 0"
                 )
             config = RunConfig(
                 nodes=args.nodes,
@@ -125,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 max_deliveries=args.max_deliveries,
                 tiered=args.tiered,
                 rereaders=args.rereaders,
+                streamers=args.streamers,
                 destinations=args.destinations,
                 bring_up=not args.no_up,
                 tear_down=not args.keep,

@@ -22,6 +22,7 @@ from raftline.chaos.history import Recorder
 from raftline.chaos.nemesis import Schedule, make_faults
 from raftline.chaos.route_workload import RouteWorkload
 from raftline.chaos.share_workload import ShareWorkload
+from raftline.chaos.stream_workload import StreamConsumer
 from raftline.chaos.workload import Workload, session
 
 # --tiered: small segments uploaded as they seal, local disk keeping almost nothing, so that reads
@@ -66,6 +67,7 @@ class RunConfig:
     max_deliveries: int = 3  # the queue's (workload "share")
     tiered: bool = False  # the topic in object storage, read back from offset 0 by rereaders
     rereaders: int = 2  # (tiered) clients reading a partition from offset 0 over and over
+    streamers: int = 2  # push consumers following partitions over topic streams (workload "queue")
     destinations: int = 3  # topics bound to the exchange (workload "route")
 
 
@@ -133,12 +135,17 @@ async def _workload(
             for c in range(config.consumers)
         ]
         clients.append(work.metadata(http, config.producers + config.consumers, until))
+        first = config.producers + config.consumers + 2  # after metadata and final reads
         if config.tiered:
-            first = config.producers + config.consumers + 2  # after metadata and final reads
             clients += [
                 work.reread(http, first + r, r % config.partitions, until)
                 for r in range(config.rereaders)
             ]
+        first += config.rereaders
+        clients += [
+            StreamConsumer(work, first + s, s % config.partitions).follow(http, until)
+            for s in range(config.streamers)
+        ]
         ready = await _drive(config, cluster, work, http, schedule, faults_until, clients)
         complete = await work.final_reads(
             http, config.producers + config.consumers + 1, time.monotonic() + config.final_read_s

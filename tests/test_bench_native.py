@@ -73,7 +73,9 @@ def test_a_fixed_rate_run_holds_its_rate_and_is_capped_by_max_messages(node: obj
     row = asyncio.run(scenario())
     assert row["client"] == "native"
     assert row["acked"] == 2000
-    assert 0.8 <= row["duration_s"] <= 1.5  # 2,000 messages at 2,000/s, then the cap
+    # Paced: 2,000 messages at 2,000/s cannot take much under a second. Capped: the run ended
+    # at its 2,000th message, well before its 5 s window (a busy machine only slows it).
+    assert 0.8 <= row["duration_s"] < 5.0
 
 
 def test_the_report_keeps_native_and_python_tables_apart() -> None:

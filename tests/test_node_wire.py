@@ -199,11 +199,7 @@ def feed(connection: _PeerConnection, data: bytes, chunks: list[int]) -> None:
         position, turn = position + size, turn + 1
 
 
-@pytest.mark.parametrize("chunks", [[1 << 30], [1], [7, 4093, 65536], [300_000, 13]])
-async def test_frames_of_every_size_arrive_whole_however_the_bytes_are_split(
-    chunks: list[int],
-) -> None:
-    sizes = [10, 70_000, 1_000, 300_000, 5, 1_200_000, *[30_000, 50_000, 60_000] * 8, 100]
+def assert_frames_arrive_whole(sizes: list[int], chunks: list[int]) -> None:
     messages = [
         append_message([Entry(5, 7, EntryKind.DATA, build_batch([Record(os.urandom(n))]), 1)])
         for n in sizes
@@ -213,6 +209,19 @@ async def test_frames_of_every_size_arrive_whole_however_the_bytes_are_split(
     feed(connection, b"".join(frame_bytes(wire.encode_raft([m], [])) for m in messages), chunks)
     assert received == messages
     assert connection.owner.bad_frames == 0
+
+
+@pytest.mark.parametrize("chunks", [[1 << 30], [7, 4093, 65536], [300_000, 13]])
+async def test_frames_of_every_size_arrive_whole_however_the_bytes_are_split(
+    chunks: list[int],
+) -> None:
+    sizes = [10, 70_000, 1_000, 300_000, 5, 1_200_000, *[30_000, 50_000, 60_000] * 8, 100]
+    assert_frames_arrive_whole(sizes, chunks)
+
+
+async def test_small_and_large_frames_fed_one_byte_a_read_arrive_whole() -> None:
+    # Every boundary falls inside a read; kept small since each byte is one Python call.
+    assert_frames_arrive_whole([10, 70_000, 1_000, 5, 100], [1])
 
 
 class ClosingTransport:
