@@ -100,11 +100,9 @@ class ApiState:
         return cached
 
     async def _describe(self, topic: str) -> TopicMeta:
-        description = await self.broker.describe_topic(topic)
-        config = description.get("config") or {}
+        partitions, config = await self.broker.topic_settings(topic)
         meta = TopicMeta(
-            partitions=len(description.get("partitions") or [])
-            or await self.broker.topic_partition_count(topic),
+            partitions=partitions,
             max_message_bytes=validation.max_message_bytes(config),
             compression=str(config.get("compression.type", codec.DEFAULT_COMPRESSION)),
             fetched_at=time.monotonic(),

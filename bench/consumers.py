@@ -75,7 +75,9 @@ async def _consume(
     if receivers:
         tasks = [
             asyncio.create_task(
-                driver.consume_queue(t, partitions, tally.on_delivery, stop, tally.on_received)
+                driver.consume_queue(
+                    t, partitions, tally.on_delivery, stop, tally.on_received, tally.on_ack_sent
+                )
             )
             for t in topics
             for _ in range(receivers)
@@ -126,6 +128,7 @@ def _tally_dict(tally: Tally) -> dict[str, Any]:
         "first_error": tally.first_error,
         "e2e_latency": asdict(tally.e2e_latency),
         "received_latency": asdict(tally.received_latency),
+        "ack_sent_latency": asdict(tally.ack_sent_latency),
     }
 
 
@@ -214,3 +217,4 @@ def merge_into(tally: Tally, result: dict[str, Any]) -> None:
     tally.first_error = tally.first_error or result["first_error"]
     tally.e2e_latency.merge(Histogram(**result["e2e_latency"]))
     tally.received_latency.merge(Histogram(**result["received_latency"]))
+    tally.ack_sent_latency.merge(Histogram(**result["ack_sent_latency"]))

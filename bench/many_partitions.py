@@ -3,12 +3,15 @@
 Owns the scale run of issue #21 item 6: N `raftline serve` processes on loopback, P partitions of
 RF r created in batches of topics through POST /v1/topics, then (1) the time until every
 partition has a leader, (2) RSS per node divided by the replicas it holds, (3) each node's CPU
-over an idle window from /proc/PID/stat, (4) produce and fetch latency to random partitions.
+over an idle window from /proc/PID/stat, (4) produce and fetch latency to random partitions,
+with `--stalls-s` (5) what nodes that stall now and then cost (peers counted gone, groups woken,
+leaderships won), and with `--restart` (6) the time the killed nodes take to reopen every replica
+and lead again.
 
 A guard samples the nodes' total RSS every second and stops the run (all nodes killed) past
 `--rss-limit-gib`; the whole run is bounded by `--time-limit`. Data dirs are removed at the end.
 
-    .venv/bin/python -m bench.many_partitions --partitions 10000 --per-topic 1000
+    .venv/bin/python -m bench.many_partitions --partitions 10000 --per-topic 1000 --pace --restart
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ WATCHED_METRICS = {
     "gc_full_cpu_s_per_node": "raftline_gc_full_cpu_seconds_total",
     "gc_young_cpu_s_per_node": "raftline_gc_young_cpu_seconds_total",
     "gc_longest_pause_s_per_node": "raftline_gc_longest_pause_seconds",
+    "link_dead_after_s_per_node": "raftline_link_dead_after_seconds",
 }
 
 
@@ -272,8 +276,88 @@ def summary(samples: list[float]) -> dict[str, float] | None:
     }
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    root = Path(tempfile.mkdtemp(prefix="raftline-many-", dir=args.dir))
+# metric counted over the stall phase -> its name in the result
+STALL_COUNTS = {
+    "peers_gone": "raftline_peers_gone_total",
+    "woken_by_link": "raftline_raft_woken_by_link_total",
+    "quiet_again_after_link": "raftline_raft_quiet_again_after_link_total",
+    "leaderships_won": "raftline_raft_leaderships_won_total",
+}
+STALL_S = (0.6, 1.6)  # a paused node's silence: the p100k run's collector pauses were 0.8-1.35 s
+STALL_GAP_S = 1.0
+
+
+def stalls(
+    cluster: NodeCluster, guard: Guard, seconds: float, partitions: int, log: Any
+) -> dict[str, Any]:
+    """For `seconds`, pause a random node (SIGSTOP) for 0.6-1.6 s, then let all run for 1 s:
+    nodes that stall as starved ones do. Returns what that cost per node (peers counted gone,
+    quiet groups woken by it, leaderships won: each one churn) and the seconds after the
+    phase until every partition is led again."""
+    rng = random.Random(11)
+    before = [metrics(n) for n in cluster.nodes]
+    end = time.monotonic() + seconds
+    pauses = []
+    while time.monotonic() < end:
+        guard.check()
+        node = rng.choice(cluster.nodes)
+        pauses.append(round(rng.uniform(*STALL_S), 2))
+        node.pause()
+        try:
+            time.sleep(pauses[-1])
+        finally:
+            node.resume()
+        time.sleep(STALL_GAP_S)
+
+    def all_led(values: list[dict[str, float]]) -> bool:
+        return sum(v["raftline_raft_groups_leading"] for v in values) - 1 >= partitions
+
+    result: dict[str, Any] = {"pauses": len(pauses), "longest_pause_s": max(pauses, default=0)}
+    result["all_led_after_s"] = round(wait_until(cluster, guard, "led again", all_led, 300), 2)
+    after = [metrics(n) for n in cluster.nodes]
+    for key, metric in STALL_COUNTS.items():
+        result[f"{key}_per_node"] = [
+            int(a.get(metric, 0) - b.get(metric, 0)) for a, b in zip(after, before, strict=True)
+        ]
+    log(f"stalls: {result}")
+    return result
+
+
+def restart(
+    cluster: NodeCluster, guard: Guard, fsync: str, replicas: int, partitions: int, log: Any
+) -> dict[str, Any]:
+    """Kill every node (SIGKILL) and start them again on their data: the seconds until they
+    answer /readyz, hold every replica again, lead every partition and are quiet, and the CPU
+    each node took for it."""
+    cluster.kill_all()
+    started = time.monotonic()
+    cluster.start(fsync)
+    result: dict[str, Any] = {"ready_s": round(time.monotonic() - started, 2)}
+    base_cpu = [cpu_seconds(n.pid) for n in cluster.nodes]
+    log(f"restarted: ready after {result['ready_s']} s; reopening {replicas} replicas")
+
+    def reopened(values: list[dict[str, float]]) -> bool:
+        return sum(v["raftline_raft_groups"] - 1 for v in values) >= replicas
+
+    def all_led(values: list[dict[str, float]]) -> bool:
+        return sum(v["raftline_raft_groups_leading"] for v in values) - 1 >= partitions
+
+    def all_quiet(values: list[dict[str, float]]) -> bool:
+        groups = sum(v["raftline_raft_groups"] for v in values)
+        return sum(v["raftline_raft_groups_quiet"] for v in values) >= groups - len(values)
+
+    limit = guard.deadline - time.monotonic()
+    for key, done in (("reopened_s", reopened), ("all_led_s", all_led), ("quiet_s", all_quiet)):
+        wait_until(cluster, guard, f"restart: {key}", done, limit)
+        result[key] = round(time.monotonic() - started, 2)
+        log(f"restart: {key} {result[key]}")
+    result["cpu_s_per_node"] = [
+        round(cpu_seconds(n.pid) - b, 1) for n, b in zip(cluster.nodes, base_cpu, strict=True)
+    ]
+    return result
+
+
+def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     result: dict[str, Any] = {
         "nodes": args.nodes,
         "partitions": args.partitions,
@@ -360,6 +444,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result["latency"] = latencies(cluster, topics, args.requests)
         log(f"latency {result['latency']}")
         result["load_average_end"] = os.getloadavg()
+        if args.stalls_s > 0:
+            result["stalls"] = stalls(cluster, guard, args.stalls_s, args.partitions, log)
+        if args.restart:
+            result["restart"] = restart(cluster, guard, args.fsync, expected, args.partitions, log)
+            result["load_average_restart_end"] = os.getloadavg()
     except Aborted as error:
         result["aborted"] = str(error)
     finally:
@@ -367,8 +456,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result["peak_total_rss_mib"] = round(guard.peak / 2**20)
         result["aborted"] = result.get("aborted") or guard.reason
         cluster.kill_all()
-        if not args.keep:
-            shutil.rmtree(root, ignore_errors=True)
     return result
 
 
@@ -385,6 +472,12 @@ def main() -> None:
     parser.add_argument("--idle-s", type=float, default=60.0, help="idle CPU window")
     parser.add_argument("--quiet-timeout", type=float, default=120.0)
     parser.add_argument("--requests", type=int, default=500, help="produce and fetch each")
+    parser.add_argument(
+        "--stalls-s", type=float, default=0.0, help="then pause random nodes for this long"
+    )
+    parser.add_argument(
+        "--restart", action="store_true", help="then kill every node and time the reopening"
+    )
     parser.add_argument("--rss-limit-gib", type=float, default=8.0)
     parser.add_argument("--time-limit", type=float, default=1800.0, help="whole run, seconds")
     parser.add_argument("--port-base", type=int, default=PORT_BASE)
@@ -394,11 +487,16 @@ def main() -> None:
     args = parser.parse_args()
     # SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C: the nodes are killed, the data removed
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    result = run(args)
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
+    root = Path(tempfile.mkdtemp(prefix="raftline-many-", dir=args.dir))
+    try:
+        result = run(args, root)
+        text = json.dumps(result, indent=1)
+        print(text, flush=True)
+        if args.out is not None:
+            args.out.write_text(text + "\n")
+    finally:
+        if not args.keep:  # minutes for tens of thousands of partitions: after the result
+            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """Diagnostic, not a benchmark: where the time of one queue message goes. Three `raftline serve`
 nodes (bench.peers.RaftlinePeer, RF 3, fsync always), a queue over 4 partitions, LOOPS waiting
-receive-then-ack loops; one message of 1 KB every GAP seconds (PER messages per send). Per
-message: publish ack (the produce commit), sent to received (tail wake-up, delivery-count
-commit, forwards), received to acked (the settle commit and forwards), end to end; and the CPU
-time the three node processes spent per acknowledged message (user + system, from /proc),
+receive-then-ack loops (LOOPS 0: one pushed stream, prefetch 1,000 per partition, each frame
+acked at once, as the bench driver consumes); one message of 1 KB every GAP seconds (PER
+messages per send). Per message: publish ack (the produce commit), sent to received (tail
+wake-up, delivery-count commit, forwards), publish ack to received (what the queue adds after
+the produce commit), received to acked (the settle commit and forwards), end to end; and the
+CPU time the three node processes spent per acknowledged message (user + system, from /proc),
 which a busy machine delays but does not inflate the way it inflates latencies.
 
 Run: PYTHONPATH=. .venv/bin/python -m bench.queue_latency [messages] [loops] [gap_s] [per_send]
@@ -19,7 +21,8 @@ from bench import positionals
 from bench.drivers.base import Endpoint
 from bench.drivers.raftline import RaftlineDriver
 from bench.peers import RaftlinePeer
-from bench.positionals import Positional, positive_float, positive_int
+from bench.positionals import Positional, non_negative_int, positive_float, positive_int
+from raftline.clients.queueing import QueueMessage
 
 
 def percentiles(samples: list[float]) -> str:
@@ -45,22 +48,32 @@ async def probe(
     await producer.connect()
     await consumer.connect()
     await producer.create_queue("lat", 4)
-    queue = consumer.client.queue("lat-q", max_messages=1000, wait_ms=2000)
+    streamed = loops == 0
+    queue = consumer.client.queue(
+        "lat-q", max_messages=1000, wait_ms=2000, stream=streamed, prefetch=4000
+    )
     sent: dict[bytes, float] = {}
     acked: dict[bytes, float] = {}
     received: dict[bytes, float] = {}
     settled: dict[bytes, float] = {}
     stop = asyncio.Event()
 
+    async def settle(got: list[QueueMessage]) -> None:
+        await queue.ack(got)
+        now = time.monotonic()
+        settled.update((bytes(m.value or b""), now) for m in got)
+
     async def loop() -> None:
+        acks: set[asyncio.Task[None]] = set()
         while not stop.is_set():
             got = await queue.receive()
             now = time.monotonic()
             received.update((bytes(m.value or b""), now) for m in got)
-            if got:
-                await queue.ack(got)
-                now = time.monotonic()
-                settled.update((bytes(m.value or b""), now) for m in got)
+            if got and streamed:  # the next frame is not held up by this one's ack
+                acks.add(task := asyncio.create_task(settle(got)))
+                task.add_done_callback(acks.discard)
+            elif got:
+                await settle(got)
 
     async def send(i: int) -> None:
         values = [f"m{i}-{k}-".encode().ljust(1024, b"x") for k in range(per)]
@@ -70,7 +83,7 @@ async def probe(
         done = time.monotonic()
         acked.update((v, done) for v in values)
 
-    tasks = [asyncio.create_task(loop()) for _ in range(loops)]
+    tasks = [asyncio.create_task(loop()) for _ in range(max(loops, 1))]
     await producer.publish("lat", 0, [b"warm-up"], "all")
     await asyncio.sleep(1.0)
     cpu_start = cpu_seconds(pids)
@@ -92,6 +105,7 @@ async def probe(
     print(f"node CPU per acknowledged message {cpu_ms / max(len(done), 1):.2f} ms")
     print("publish ack      ", percentiles([acked[v] - sent[v] for v in done]))
     print("sent to received ", percentiles([received[v] - sent[v] for v in done]))
+    print("publish ack to received", percentiles([received[v] - acked[v] for v in done]))
     print("received to acked", percentiles([settled[v] - received[v] for v in done]))
     print("end to end       ", percentiles([settled[v] - sent[v] for v in done]))
     await producer.close()
@@ -104,7 +118,7 @@ if __name__ == "__main__":
         __doc__,
         [
             Positional("messages", positive_int, 150),
-            Positional("loops", positive_int, 8),
+            Positional("loops", non_negative_int, 8),
             Positional("gap_s", positive_float, 0.04),
             Positional("per_send", positive_int, 1),
         ],

@@ -184,6 +184,7 @@ class WorkloadRun:
             "publish_latency_ms": tally.publish_latency.summary_ms(),
             "e2e_latency_ms": tally.e2e_latency.summary_ms(),
             "received_latency_ms": tally.received_latency.summary_ms(),
+            "ack_sent_latency_ms": tally.ack_sent_latency.summary_ms(),
             "sent": tally.sent,
             "acked": tally.acked,
             "received": max(0, tally.received - self.primed),

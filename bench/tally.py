@@ -26,6 +26,8 @@ class Tally:
     # Queue workloads: to the moment the receiver has the message, before any acknowledgement
     # (e2e_latency there ends when the acknowledgement counts: see each driver's durability).
     received_latency: Histogram = field(default_factory=Histogram)
+    # ... and to the moment the receiver sent its acknowledgement (before any confirmation).
+    ack_sent_latency: Histogram = field(default_factory=Histogram)
     sent: int = 0
     acked: int = 0
     acked_in_window: int = 0
@@ -54,6 +56,10 @@ class Tally:
     def on_received(self, payloads: list[bytes]) -> None:
         """A queue receiver has these messages (not yet acknowledged): latency only."""
         self._record(self.received_latency, payloads, time.monotonic_ns())
+
+    def on_ack_sent(self, payloads: list[bytes]) -> None:
+        """A queue receiver sent the acknowledgement of these messages: latency only."""
+        self._record(self.ack_sent_latency, payloads, time.monotonic_ns())
 
     def _record(self, histogram: Histogram, payloads: list[bytes], now: int) -> None:
         if len(payloads) == 1:  # push consumers deliver one message per call

@@ -23,7 +23,7 @@ from raftline.clients.exchanging import RoutingClientApi
 from raftline.clients.grouping import GroupConsumerApi
 from raftline.clients.producing import ProducerApi
 from raftline.clients.queueing import QueueApi, QueueMessage
-from raftline.clients.streaming import Open, Receive, Shut
+from raftline.clients.streaming import Grant, Open, Receive, Shut
 from raftline.clients.wire import Message
 
 _T = TypeVar("_T")
@@ -86,6 +86,8 @@ class AsyncClient(RoutingClientApi):
                     result = await self._opened(call)
                 elif isinstance(call, Receive):
                     result = await websocket.receive_frame(call)
+                elif isinstance(call, Grant):
+                    result = await websocket.send_credit(call)
                 elif isinstance(call, Shut):
                     result = await websocket.close_stream(call.stream)
                 else:

@@ -22,7 +22,7 @@ from raftline.clients.exchanging import RoutingClientApi
 from raftline.clients.grouping import GroupConsumerApi
 from raftline.clients.producing import Batch, ProducerApi
 from raftline.clients.queueing import QueueApi, QueueMessage
-from raftline.clients.streaming import Open, Receive, Shut
+from raftline.clients.streaming import Grant, Open, Receive, Shut
 from raftline.clients.wire import Message
 
 _T = TypeVar("_T")
@@ -134,6 +134,8 @@ class Client(RoutingClientApi):
                 elif isinstance(call, Receive):
                     frame = websocket.receive_frame(call)
                     result = self._streams().run(frame)
+                elif isinstance(call, Grant):
+                    result = self._streams().run(websocket.send_credit(call))
                 elif isinstance(call, Shut):
                     result = self._streams().run(websocket.close_stream(call.stream))
                 else:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from raftline.clients.metadata import Metadata
 from raftline.clients.routing import Nodes, RetryPolicy, Tries
-from raftline.clients.streaming import Open, Receive, Shut
+from raftline.clients.streaming import Grant, Open, Receive, Shut
 from raftline.clients.wire import (
     Acked,
     Answer,
@@ -97,7 +97,7 @@ class Hook:
 
 # sent an Answer after a Call, the result after a Hook, None after a Pause; a stream step
 # (clients/streaming.py) its handle, frame or None
-Op = Generator[Call | Hook | Pause | Open | Receive | Shut, Any, _T]
+Op = Generator[Call | Hook | Pause | Open | Receive | Grant | Shut, Any, _T]
 # What a public call gives: the value from the blocking Client, an awaitable of it from
 # AsyncClient (the same method drives the same Op in either shell).
 Returns = _T | Awaitable[_T]

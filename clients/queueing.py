@@ -222,6 +222,7 @@ class QueueCore:
             if message.receipt in self._unsettled:
                 self._unsettled.discard(message.receipt)
                 self.stream.consumed(1)
+        yield from self.stream.granted()
         return _results(messages, answer)
 
     def extended(self, messages: list[QueueMessage], lock_ms: int | None) -> Op[list[bool]]:

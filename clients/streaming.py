@@ -1,5 +1,5 @@
 """Push delivery for the client cores, written once for both shells: the stream steps an Op
-yields (`Open`, `Receive`, `Shut`) and `StreamCursor`, one consumer's stream.
+yields (`Open`, `Receive`, `Grant`, `Shut`) and `StreamCursor`, one consumer's stream.
 
 Owns when a stream is opened, the credit its consumer owes the server (messages handed to the
 application since the last grant: the window is `window` messages fetched and not yet
@@ -51,13 +51,22 @@ class Receive:
 
 
 @dataclass(slots=True)
+class Grant:
+    """Grant `credit` more messages now, without waiting for a frame (answered with None; a
+    lost stream is not reported here but by the next Receive)."""
+
+    stream: Any
+    credit: int
+
+
+@dataclass(slots=True)
 class Shut:
     """Close the stream (answered with None)."""
 
     stream: Any
 
 
-StreamOp = Generator[Open | Receive | Shut, Any, Any]
+StreamOp = Generator[Open | Receive | Grant | Shut, Any, Any]
 
 
 def batch_frame(frame: bytes) -> tuple[int, int, Answer]:
@@ -137,6 +146,15 @@ class StreamCursor:
     def consumed(self, count: int) -> None:
         """`count` messages were handed to the application: their credit goes back."""
         self.owed += count
+
+    def granted(self) -> StreamOp:
+        """Send the credit owed at once, not with the next Receive: a consumer that settles
+        beside a receive still waiting for its frame (asyncio, or another thread) would
+        otherwise leave the server without credit until that wait ends."""
+        if self.handle is None or not self.owed:
+            return
+        owed, self.owed = self.owed, 0
+        yield Grant(self.handle, owed)
 
     def shut(self) -> StreamOp:
         if self.handle is not None:

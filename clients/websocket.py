@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from raftline.clients.streaming import STREAM_UNSUPPORTED, Receive
+from raftline.clients.streaming import STREAM_UNSUPPORTED, Grant, Receive
 from raftline.clients.wire import RaftlineError, connection_error
 
 _T = TypeVar("_T")
@@ -78,6 +78,12 @@ async def receive_frame(call: Receive) -> dict[str, Any] | bytes | None:
             body=frame,
         )
     return frame  # type: ignore[no-any-return]
+
+
+async def send_credit(call: Grant) -> None:
+    """Send the call's credit; a stream lost meanwhile is left for the next receive to report."""
+    with contextlib.suppress(aiohttp.ClientError, OSError, RuntimeError):
+        await call.stream.send_str(json.dumps({"credit": call.credit}))
 
 
 async def close_stream(socket: aiohttp.ClientWebSocketResponse) -> None:

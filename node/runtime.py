@@ -27,8 +27,9 @@ each follower node ("q", group, term, commit, last index). A follower whose term
 persisted last index all match stops ticking too (no heartbeats expected, so no election timer
 runs); one that does not match answers ("w", group) and the leader resumes ticking. Any Raft
 message, proposal, read, leadership transfer or link change (peer up or down) for the group wakes it
-again; in particular followers of a quiet group wake as soon as the transport declares the leader's
-node down (connection lost, or no frame for `dead_after_s` while every live node pings each tick).
+again; in particular followers of a quiet group wake as soon as the transport counts the leader's
+node as gone (connection lost, or no frame within the dead-after window while every live node
+pings each tick; the window widens while this node's own loop stalls, see node/liveness.py).
 If that node is heard again on the same connection before such a follower moved on, the follower
 goes quiet again (see _on_link). Safety never depends on this: a quiet replica is just a replica
 that receives no ticks, and Raft tolerates any delay; only liveness relies on the node-pair link
@@ -286,7 +287,9 @@ class Runtime:
             on_raft=self._on_raft,
             on_rpc=on_rpc,
             on_link=self._on_link,
+            on_gone=self._on_gone,
             dead_after_s=2 * config.election_ticks * config.tick_ms / 1000,
+            tick_s=config.tick_ms / 1000,
         )
         self.stats: dict[str, int] = defaultdict(int)
         self._role_log = RoleLog(log)
@@ -528,23 +531,27 @@ class Runtime:
             dropped = self._orphans.pop(next(iter(self._orphans)))
             self.stats["messages_dropped"] += len(dropped)
 
+    def _on_gone(self, peer: int) -> None:
+        """The peer's connection closed, or it was silent past the dead-after window (which
+        widens while this node stalls): wake only the quiet groups it leads (their followers
+        must elect) and fresh ones waiting for it. Waking every group on every link change
+        made a node with tens of thousands of groups tick them all at once."""
+        for group in self.groups.values():
+            if group.quiet and (
+                group.leader == peer or (group.leader is None and group.waits_for == peer)
+            ):
+                self._touch(group, "link")
+                group.woken_by_link = peer
+
     def _on_link(self, peer: int, up: bool, revived: bool = False) -> None:
-        """Wake only the quiet groups that need it: when the peer goes down, those it leads
-        (their followers must elect); when it connects, those led here that it replicates
-        (it may have restarted and must learn the leader). Waking every group on every
-        link change made a node with tens of thousands of groups tick them all at once.
-        `revived`: the peer was only silent for a while (the same connection, so the peer
-        did not restart and nothing sent to it meanwhile was lost): the followers its
-        silence woke go quiet again if nothing changed since, and nothing else wakes. On a
-        loaded machine peers fall silent past the dead-after window now and then, and each
-        time every group they led woke, elected or heartbeated, then went quiet again."""
+        """Link down (silent for `dead_after_s`, or closed): forwards waiting on the peer as
+        a leader give up. Link up: wake the quiet groups led here that it replicates (it may
+        have restarted and must learn the leader). `revived`: the peer was only silent for a
+        while (the same connection, so the peer did not restart and nothing sent to it
+        meanwhile was lost): the followers its silence woke go quiet again if nothing changed
+        since, and nothing else wakes. On a loaded machine peers fall silent now and then,
+        and each time every group they led woke, elected or heartbeated, then went quiet."""
         if not up:
-            for group in self.groups.values():
-                if group.quiet and (
-                    group.leader == peer or (group.leader is None and group.waits_for == peer)
-                ):
-                    self._touch(group, "link")
-                    group.woken_by_link = peer
             for watches in list(self._leader_watches.values()):
                 for fut, expected in list(watches.items()):
                     if expected == peer and not fut.done():
@@ -1117,6 +1124,7 @@ class Runtime:
         group.uncommitted.clear()  # a past leadership's rounds: never timed to a commit
         if group.role == "leader":
             self._leading.add(group.name)
+            self.stats["leaderships_won"] += 1  # elections won here: past a group's first, churn
         else:
             self._leading.discard(group.name)
         # What a post-mortem of a failover needs first: who led what, when (counted, not

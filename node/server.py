@@ -36,10 +36,11 @@ def quiet_collector() -> None:
 async def run(config: NodeConfig, stop: asyncio.Event) -> None:
     """Serve until `stop` is set: broker first, then the HTTP API; shut down in reverse."""
     from raftline.api.app import create_app  # imported late: api imports node.broker
+    from raftline.api.body_intake import IntakeAppRunner
 
     broker = Broker(config)
     await broker.start()
-    runner = web.AppRunner(create_app(broker, self_http=config.http), access_log=None)
+    runner = IntakeAppRunner(create_app(broker, self_http=config.http), access_log=None)
     try:
         await runner.setup()
         host, port = parse_address(config.http)

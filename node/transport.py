@@ -9,8 +9,11 @@ a buffer of its size. A StreamReader copied every byte three times (buffer, read
 
 The node with the lower id dials the higher one; both directions share that connection. A peer
 counts as alive while its link is up and a frame arrived within `dead_after_s` (every node sends a
-PING each tick on a link that carried nothing else). A frame that does not parse closes only the
-connection it arrived on.
+PING each tick on a link that carried nothing else): requests, calls and forwards go by that.
+A peer counts as gone, which wakes the quiet groups it leads, once its connection closed or it
+was silent past the dead-after window: `dead_after_s` on a node whose loop runs on time, wider
+on one whose own loop stalled recently (node/liveness.py). A frame that does not parse closes
+only the connection it arrived on.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any, cast
 
 from raftline.node import wire
 from raftline.node.config import parse_address
+from raftline.node.liveness import DeadAfterWindow
 from raftline.node.netfaults import LinkFaults
 from raftline.node.wire import FrameError, FrameKind
 from raftline.raftlog.types import Message
@@ -77,6 +81,7 @@ RaftHandler = Callable[[int, list[Message], list[list[Any]]], None]
 RpcHandler = Callable[[int, str, Any], Awaitable[Any]]
 # (peer, up, revived): revived is a link up again on the connection it had, without reconnecting
 LinkHandler = Callable[[int, bool, bool], None]
+GoneHandler = Callable[[int], None]  # peer: its connection closed, or silent past the window
 
 
 @dataclass
@@ -85,6 +90,7 @@ class _Link:
     last_heard: float = field(default_factory=time.monotonic)
     sent_since_tick: bool = False
     alive: bool = True
+    gone: bool = False  # silent past the dead-after window (told once until heard again)
 
 
 class Transport:
@@ -96,7 +102,9 @@ class Transport:
         on_raft: RaftHandler,
         on_rpc: RpcHandler,
         on_link: LinkHandler,
+        on_gone: GoneHandler,
         dead_after_s: float,
+        tick_s: float,
     ) -> None:
         self.node_id = node_id
         self.listen = listen
@@ -104,7 +112,8 @@ class Transport:
         self._on_raft = on_raft
         self._on_rpc = on_rpc
         self._on_link = on_link
-        self._dead_after = dead_after_s
+        self._on_gone = on_gone
+        self.dead_after = DeadAfterWindow(dead_after_s, tick_s)
         self._last_tick = time.monotonic()
         self._links: dict[int, _Link] = {}
         self._server: asyncio.Server | None = None
@@ -117,6 +126,7 @@ class Transport:
         self.frames_received = 0
         self.frames_dropped = 0
         self.bad_frames = 0
+        self.peers_gone = 0  # silent past the dead-after window, or connection closed
         # Test hook only: None keeps send() on its direct path.
         self.link_faults: LinkFaults | None = None
         self.frames_held = 0  # copies sent late by the fault hook, duplicates included
@@ -127,6 +137,7 @@ class Transport:
     async def start(self) -> None:
         host, port = parse_address(self.listen)
         loop = asyncio.get_running_loop()
+        self._last_tick = time.monotonic()  # the time since construction was no stall
         self._server = await loop.create_server(lambda: _PeerConnection(self, None), host, port)
         for peer in self.addresses:
             if peer > self.node_id:
@@ -212,7 +223,9 @@ class Transport:
             self._held = {h for h in self._held if h.when() > loop_now}
         stalled = now - self._last_tick
         self._last_tick = now
-        if stalled > self._dead_after / 2:
+        self.dead_after.observe_tick(now, stalled)
+        dead_after = self.dead_after.seconds()
+        if stalled > self.dead_after.base_s / 2:
             # This node did not run for a while (starved of CPU, or one long step): what its
             # peers sent meanwhile may still wait unread, so that time does not count as their
             # silence. Declaring every peer dead after its own stall woke thousands of groups.
@@ -223,13 +236,18 @@ class Transport:
             if not link.sent_since_tick:
                 self.send(peer, ping)
             link.sent_since_tick = False
-            silent = now - link.last_heard > self._dead_after
+            silence = now - link.last_heard
+            silent = silence > self.dead_after.base_s
             if link.alive and silent:
                 link.alive = False
                 self._link_down(peer)
             elif not link.alive and not silent:
-                link.alive = True
+                link.alive, link.gone = True, False
                 self._on_link(peer, True, True)  # heard again on the same connection
+            if not link.gone and silence > dead_after:
+                link.gone = True
+                self.peers_gone += 1
+                self._on_gone(peer)
 
     async def call(self, peer: int, method: str, args: Any, timeout: float) -> Any:
         call_id = next(self._call_ids)
@@ -293,6 +311,9 @@ class Transport:
         if link is not None and link.transport is transport:
             del self._links[peer]
             self._link_down(peer)
+            if not link.gone:
+                self.peers_gone += 1
+                self._on_gone(peer)
 
     def _received(self, peer: int, kind: FrameKind, body: Any) -> None:
         link = self._links.get(peer)

@@ -5,7 +5,8 @@
  * items), decode_records (the strict walk over a records section that decode_batch,
  * iter_batches and check_batch share), and append_fields / buffer_batch (the header check and
  * the stamped copy into the write buffer that every appended batch goes through in log.py and
- * segment.py). Those modules use these when raftlog/speedups.py loads this one and keep their
+ * segment.py), and unfilled_bytes (a bytes object a request body is received straight into,
+ * for api/body_intake.py). Those modules use these when raftlog/speedups.py loads this one and keep their
  * pure-Python twins as the fallback; tests/test_records_speedups.py and
  * tests/test_log_speedups.py hold the two to identical output and the same errors. Garbage
  * input must only ever raise CorruptBatchError (or get None from append_fields): every varint
@@ -813,12 +814,41 @@ static PyObject *bind(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------------- bodies */
+
+PyDoc_STRVAR(unfilled_bytes_doc,
+             "unfilled_bytes(size) -> (bytes, memoryview)\n\n"
+             "A new bytes object of size bytes, not yet filled (nor zeroed), and a writable view "
+             "of them, for a socket to read a body into. The view does not keep the bytes alive: "
+             "hold both, release the view before handing the bytes out, and let nothing read or "
+             "hash the bytes before they are filled.");
+
+static PyObject *unfilled_bytes(PyObject *self, PyObject *arg) {
+    Py_ssize_t size = PyLong_AsSsize_t(arg);
+    if (size == -1 && PyErr_Occurred())
+        return NULL;
+    if (size < 0) {
+        PyErr_SetString(PyExc_ValueError, "unfilled_bytes() needs a size >= 0");
+        return NULL;
+    }
+    PyObject *bytes = PyBytes_FromStringAndSize(NULL, size);
+    if (bytes == NULL)
+        return NULL;
+    PyObject *view = PyMemoryView_FromMemory(PyBytes_AS_STRING(bytes), size, PyBUF_WRITE);
+    if (view == NULL) {
+        Py_DECREF(bytes);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", bytes, view);
+}
+
 static PyMethodDef methods[] = {
     {"encode_records", encode_records, METH_VARARGS, encode_records_doc},
     {"decode_records", decode_records, METH_VARARGS, decode_records_doc},
     {"bind", bind, METH_VARARGS, bind_doc},
     {"append_fields", append_fields, METH_O, append_fields_doc},
     {"buffer_batch", (PyCFunction)(void (*)(void))buffer_batch, METH_FASTCALL, buffer_batch_doc},
+    {"unfilled_bytes", unfilled_bytes, METH_O, unfilled_bytes_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -670,15 +670,19 @@ class PartitionLog:
             self._segments[self._segments.index(segment)] = fresh
             return True
 
-    def _finish_swaps(self) -> None:
+    def _finish_swaps(self, names: list[str]) -> None:
         """Recovery of an interrupted clean: a `.cleaned` file may be partial (delete it); a
         `.swap` file is whole and fsynced (rename it over its segment, whose indexes are
-        stale), unless that segment was deleted meanwhile."""
+        stale), unless that segment was deleted meanwhile. `names`: the directory's files."""
         changed = False
-        for path in self.directory.glob("*.cleaned"):
-            path.unlink()
-            changed = True
-        for path in self.directory.glob("*.swap"):
+        for name in names:
+            if name.endswith(".cleaned"):
+                (self.directory / name).unlink()
+                changed = True
+        for name in names:
+            if not name.endswith(".swap"):
+                continue
+            path = self.directory / name
             target = path.with_suffix(".log")
             if target.exists():
                 target.with_suffix(".index").unlink(missing_ok=True)
@@ -784,16 +788,18 @@ class PartitionLog:
             self.directory.mkdir(parents=True)
             self._unsynced_dirs.append(self.directory.parent)
         report = RecoveryReport(directory=str(self.directory))
-        start_file = self.directory / LOG_START_FILE
-        if start_file.exists():
-            self._log_start = int(start_file.read_text().strip() or 0)
-        clean = self._take_clean_shutdown_marker()
-        self._finish_swaps()
-        for retired in self.directory.glob("*" + DELETED_SUFFIX):
-            retired.unlink(
-                missing_ok=True
-            )  # a prefix drop's files a crash kept from the background unlink
-        bases = sorted(int(p.stem) for p in self.directory.glob("*.log") if p.stem.isdigit())
+        # One listing for every file kind below: three globs were a third of a reopen's CPU,
+        # and a node reopens tens of thousands of logs at start.
+        names = os.listdir(self.directory)
+        if LOG_START_FILE in names:
+            self._log_start = int((self.directory / LOG_START_FILE).read_text().strip() or 0)
+        clean = self._take_clean_shutdown_marker() if CLEAN_SHUTDOWN_FILE in names else None
+        self._finish_swaps(names)
+        for name in names:
+            if name.endswith(DELETED_SUFFIX):
+                # a prefix drop's files a crash kept from the background unlink
+                (self.directory / name).unlink(missing_ok=True)
+        bases = sorted(int(n[:-4]) for n in names if n.endswith(".log") and n[:-4].isdigit())
         # A crash during a prefix drop can leave segments wholly below the log start.
         while len(bases) > 1 and bases[1] <= self._log_start:
             stale = Segment(self.directory, bases.pop(0), self.files, 1, 0)

@@ -17,6 +17,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from raftline.api.app import create_app
+from raftline.api.body_intake import IntakeAppRunner
 from raftline.node.broker import Broker
 from raftline.node.config import NodeConfig
 
@@ -30,6 +31,13 @@ def free_ports(n: int) -> list[int]:
     for s in sockets:
         s.close()
     return ports
+
+
+class NodeTestServer(TestServer):
+    """aiohttp's test server on the node's own connection protocol (api/body_intake.py)."""
+
+    async def _make_runner(self, **kwargs: Any) -> web.AppRunner:
+        return IntakeAppRunner(self.app, **kwargs)
 
 
 @asynccontextmanager
@@ -48,7 +56,7 @@ async def serving(
     )
     broker = Broker(config)
     await broker.start()
-    client = TestClient(TestServer(create_app(broker, self_http=config.http)))
+    client = TestClient(NodeTestServer(create_app(broker, self_http=config.http)))
     await client.start_server()
     try:
         for _ in range(200):

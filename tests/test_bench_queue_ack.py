@@ -45,6 +45,7 @@ async def test_the_raftline_queue_driver_reports_each_message_on_receipt_and_ack
             await driver.publish("qa", p, sent[p::2], "all")
         got: list[bytes] = []
         received: list[bytes] = []
+        ack_sent: list[bytes] = []
         stop = asyncio.Event()
 
         def on_delivery(payloads: list[bytes]) -> None:
@@ -55,7 +56,9 @@ async def test_the_raftline_queue_driver_reports_each_message_on_receipt_and_ack
         await asyncio.wait_for(
             asyncio.gather(
                 *(
-                    driver.consume_queue("qa", 2, on_delivery, stop, received.extend)
+                    driver.consume_queue(
+                        "qa", 2, on_delivery, stop, received.extend, ack_sent.extend
+                    )
                     for _ in range(2)
                 )
             ),
@@ -63,6 +66,7 @@ async def test_the_raftline_queue_driver_reports_each_message_on_receipt_and_ack
         )
         assert sorted(got) == sorted(sent)
         assert sorted(received) == sorted(sent)  # each reported on receipt too, once
+        assert sorted(ack_sent) == sorted(sent)  # and when its ack was sent, once
         described = await driver.client.queue(driver.queue_name("qa")).describe()
         assert described["acknowledged"] == len(sent) and described["locked"] == 0
         await driver.delete_queue("qa", 2)

@@ -171,15 +171,21 @@ def test_idempotent_produce_is_reported_against_plain_and_left_out_of_peer_ratio
     assert "| 1-topic-1-partition-100b | 1 | 30000 | 28500 | 0.95 |" in text
 
 
-def test_queue_runs_report_latency_to_receipt_beside_latency_to_acknowledgement() -> None:
-    def queue_run(system: str, received_p99: float, acked_p99: float) -> dict[str, Any]:
+def test_queue_runs_report_latency_to_receipt_and_to_ack_sent_beside_the_counted_ack() -> None:
+    def queue_run(system: str, received_p99: float, sent_p99: float, acked_p99: float) -> Any:
         run = {**_run(system, 500, acked_p99), "workload": "queue-ack-500", "kind": "queue-ack"}
         received = {**run["e2e_latency_ms"], "p50": received_p99 / 4, "p99": received_p99}
-        return {**run, "received_latency_ms": received}
+        ack_sent = {**run["e2e_latency_ms"], "p50": sent_p99 / 4, "p99": sent_p99}
+        return {**run, "received_latency_ms": received, "ack_sent_latency_ms": ack_sent}
 
-    results = _results(queue_run("raftline", 8.0, 30.0), queue_run("rabbitmq-quorum", 12.0, 14.0))
+    results = _results(
+        queue_run("raftline", 8.0, 9.0, 30.0), queue_run("rabbitmq-quorum", 12.0, 14.0, 14.0)
+    )
     (entry,) = ratios(results)
     assert entry["received_latency_ms"][0]["p99"] == 8.0
     assert entry["received_latency_ms"][1]["p99"] == 12.0
+    assert entry["ack_sent_latency_ms"][0]["p99"] == 9.0
     row = next(line for line in markdown(results).splitlines() if "| 1.00 | 2.00 / 8.00 |" in line)
-    assert row.endswith("| 2.00 / 8.00 | 3.00 / 12.0 | 15.0 / 30.0 | 7.00 / 14.0 |")
+    assert row.endswith(
+        "| 2.00 / 8.00 | 3.00 / 12.0 | 2.25 / 9.00 | 3.50 / 14.0 | 15.0 / 30.0 | 7.00 / 14.0 |"
+    )

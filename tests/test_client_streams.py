@@ -121,6 +121,29 @@ def test_a_streamed_queue_receiver_has_at_most_its_prefetch_unsettled(
     queue.close()
 
 
+def test_an_ack_beside_a_waiting_streamed_receive_gives_its_credit_back_at_once(
+    node: Cluster, topic_name: str
+) -> None:
+    async def main() -> list[Any]:
+        async with AsyncClient(node.urls) as client:
+            await client.create_topic(topic_name, 1)
+            await client.produce(topic_name, [{"value": "q1"}, {"value": "q2"}])
+            queue = client.queue(f"{topic_name}-q", stream=True, prefetch=1, wait_ms=20_000)
+            await queue.create(topic_name)
+            first = await queue.receive()
+            waiting = asyncio.ensure_future(queue.receive())  # no credit left: it waits
+            await asyncio.sleep(0.2)
+            await queue.ack(first)
+            # Without the grant sent with the ack, the credit went out with the next receive
+            # only: this one would wait its 20 s out.
+            second = await asyncio.wait_for(waiting, 10)
+            await queue.ack(second)
+            await queue.close()
+            return first + second
+
+    assert [m.value for m in asyncio.run(main())] == [b"q1", b"q2"]
+
+
 def test_the_async_client_streams_too(node: Cluster, topic_name: str) -> None:
     async def main() -> list[Any]:
         async with AsyncClient(node.urls) as client:

@@ -41,9 +41,9 @@ async def test_a_fresh_follower_stays_quiet_until_its_expected_leaders_link_goes
     runtime.transport.alive = lambda peer: True  # type: ignore[method-assign]
     runtime.add_group("t~1~0", RaftStorage(tmp_path / "g"), [1, 2, 3], _Replica(), -1, 2)
     assert runtime.quiet_groups() == 1  # no election timer while node 2 is expected to campaign
-    runtime._on_link(3, up=False)
+    runtime._on_gone(3)
     assert runtime.quiet_groups() == 1  # another follower's node: nothing to do
-    runtime._on_link(2, up=False)
+    runtime._on_gone(2)
     assert runtime.quiet_groups() == 0  # the expected leader is gone: elect
 
 
@@ -149,7 +149,7 @@ async def test_a_follower_woken_by_its_leaders_link_loss_wakes_the_leader_when_i
 ) -> None:
     runtime, group = _linked_group(tmp_path, preferred=2)
     group.leader = 2  # a follower of node 2 in a quiet group
-    runtime._on_link(2, up=False)
+    runtime._on_gone(2)
     assert not group.quiet
     runtime._on_link(2, up=True)
     assert ["w", "t~1~0"] in runtime._notices[2]
@@ -160,7 +160,7 @@ async def test_followers_woken_by_a_silent_leader_go_quiet_again_when_it_is_hear
 ) -> None:
     runtime, group = _linked_group(tmp_path, preferred=2)
     group.leader = group.core.leader_id = 2  # a follower of node 2 in a quiet group
-    runtime._on_link(2, up=False)
+    runtime._on_gone(2)
     assert runtime.quiet_groups() == 0
     runtime._on_link(2, up=True, revived=True)  # the same connection: node 2 was only silent
     assert runtime.quiet_groups() == 1
@@ -172,7 +172,7 @@ async def test_a_follower_that_moved_on_while_its_leader_was_silent_wakes_the_le
 ) -> None:
     runtime, group = _linked_group(tmp_path, preferred=2)
     group.leader = group.core.leader_id = 2
-    runtime._on_link(2, up=False)
+    runtime._on_gone(2)
     group.proposals.append(object())  # type: ignore[arg-type]  # something to feed
     runtime._on_link(2, up=True, revived=True)
     assert runtime.quiet_groups() == 0
@@ -192,34 +192,73 @@ async def test_a_reconnected_peer_learns_the_leaders_here_and_wakes_their_groups
     assert runtime._notices[2] == [["l", "t~1~0", 1, 4]]
 
 
-def test_a_node_that_did_not_run_for_a_while_does_not_declare_its_peers_dead(
+def _silent_peer_transport(
     monkeypatch: pytest.MonkeyPatch,
-) -> None:
+) -> tuple[Any, list[int], list[int], list[float]]:
+    """A transport of node 1 whose tick clock is `clock`, with node 2 last heard at 99.5; the
+    lists collect the link-down and the gone events."""
     from unittest import mock
 
     from raftline.node import transport as transport_module
 
     downs: list[int] = []
+    gone: list[int] = []
     transport = transport_module.Transport(
         1,
         "127.0.0.1:0",
         {2: "x"},
-        None,
-        None,
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
         lambda p, up, revived: downs.append(p),
-        1.0,  # type: ignore[arg-type]
+        gone.append,
+        1.0,
+        0.05,
     )
     clock = [100.0]
     monkeypatch.setattr(transport_module.time, "monotonic", lambda: clock[0])
     transport._last_tick = 100.0
     transport._links[2] = transport_module._Link(mock.Mock(), last_heard=99.5)
-    clock[0] = 103.0  # this node's own loop stalled 3 s: the peer's frames wait unread
-    transport.tick()
-    assert downs == [] and transport.alive(2)
-    for _ in range(24):  # then 1.2 s of silence while ticking every 50 ms: dead
+    return transport, downs, gone, clock
+
+
+def _ticks(transport: Any, clock: list[float], count: int) -> None:
+    for _ in range(count):  # every 50 ms
         clock[0] += 0.05
         transport.tick()
-    assert downs == [2]
+
+
+def test_a_node_that_runs_on_time_counts_a_silent_peer_gone_after_the_base_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    transport, downs, gone, clock = _silent_peer_transport(monkeypatch)
+    _ticks(transport, clock, 10)  # 1.0 s of silence
+    assert downs == gone == []
+    _ticks(transport, clock, 2)
+    assert downs == gone == [2] and not transport.alive(2)
+
+
+def test_a_node_that_did_not_run_for_a_while_does_not_declare_its_peers_dead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    transport, downs, gone, clock = _silent_peer_transport(monkeypatch)
+    clock[0] = 103.0  # this node's own loop stalled 3 s: the peer's frames wait unread
+    transport.tick()
+    assert downs == gone == [] and transport.alive(2)
+
+
+def test_a_node_that_stalled_wakes_a_silent_peers_groups_only_after_the_widened_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    transport, downs, gone, clock = _silent_peer_transport(monkeypatch)
+    clock[0] = 103.0  # a 3 s stall: the peer counts as heard until 102.5
+    transport.tick()
+    _ticks(transport, clock, 22)  # 1.1 s: requests no longer go to the peer
+    assert downs == [2] and not transport.alive(2)
+    # ... but the groups it leads wake only past the widest window (1 s + 2 s)
+    _ticks(transport, clock, 26)
+    assert gone == []
+    _ticks(transport, clock, 4)
+    assert gone == [2]
 
 
 async def test_started_replicas_are_kept_out_of_the_collectors_scans(cluster: list[Any]) -> None:
@@ -346,3 +385,21 @@ async def test_the_count_of_groups_led_follows_role_changes(cluster: list[Any]) 
     assert cluster[0].runtime.leading_groups() == sum(
         g.role == "leader" for g in cluster[0].runtime.groups.values()
     )
+
+
+async def test_the_http_topic_cache_is_filled_without_asking_partition_leaders() -> None:
+    from raftline.api.app import ApiState
+
+    class SettingsOnly:
+        async def topic_partition_count(self, name: str) -> int:
+            return 2000
+
+        async def topic_settings(self, name: str) -> tuple[int, dict[str, str]]:
+            return 2000, {"max.message.bytes": "4096", "compression.type": "zstd"}
+
+        async def describe_topic(self, name: str) -> Any:
+            raise AssertionError("describing every partition's offsets, per cache refresh")
+
+    state = ApiState(SettingsOnly(), None)  # type: ignore[arg-type]
+    meta = await state.topic_meta("wide")
+    assert (meta.partitions, meta.max_message_bytes, meta.compression) == (2000, 4096, "zstd")

@@ -141,7 +141,15 @@ async def test_a_garbage_frame_closes_only_its_connection() -> None:
 
     def transport(node: int, on_raft: Any) -> Transport:
         return Transport(
-            node, peers[node], peers, on_raft, no_rpc, lambda p, up, revived: None, 5.0
+            node,
+            peers[node],
+            peers,
+            on_raft,
+            no_rpc,
+            lambda p, up, revived: None,
+            lambda p: None,
+            5.0,
+            0.05,
         )
 
     one = transport(1, lambda peer, msgs, notices: None)
@@ -183,7 +191,9 @@ def receiving_connection(received: list[Message]) -> _PeerConnection:
         lambda p, msgs, notices: received.extend(msgs),
         no_rpc,
         lambda p, up, revived: None,
+        lambda p: None,
         5.0,
+        0.05,
     )
     return _PeerConnection(owner, peer=1)
 

@@ -98,11 +98,12 @@ class Driver(abc.ABC):
         on_delivery: OnDelivery,
         stop: asyncio.Event,
         on_received: OnDelivery,
+        on_ack_sent: OnDelivery,
     ) -> None:
         """One receiver of the topic's queue, sharing it with the others, until stop is set:
-        calls on_received with the payloads as soon as it has them, and on_delivery with them
-        once it acknowledged them (as far as the system confirms an acknowledgement: see the
-        driver's durability)."""
+        calls on_received with the payloads as soon as it has them, on_ack_sent as it sends
+        their acknowledgement, and on_delivery with them once it acknowledged them (as far as
+        the system confirms an acknowledgement: see the driver's durability)."""
         raise NotImplementedError(f"{self.system} has no queue driver")
 
     def max_length_argument(self) -> dict[str, int]:

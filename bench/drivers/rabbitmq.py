@@ -119,6 +119,7 @@ class QuorumQueueDriver(Driver):
         on_delivery: OnDelivery,
         stop: asyncio.Event,
         on_received: OnDelivery,
+        on_ack_sent: OnDelivery,
     ) -> None:
         """One consumer (own channel) on every partition's quorum queue, with manual acks."""
         channel = await self.consumer.channel()
@@ -132,7 +133,9 @@ class QuorumQueueDriver(Driver):
             pending.clear()
             last = max(batch, key=lambda m: m.delivery_tag or 0)
             await last.ack(multiple=True)
-            on_delivery([m.body for m in batch])
+            bodies = [m.body for m in batch]
+            on_ack_sent(bodies)  # the ack frame is written: sent, and all AMQP 0-9-1 says
+            on_delivery(bodies)
 
         async def deliver(message: AbstractIncomingMessage) -> None:
             on_received([message.body])

@@ -12,15 +12,20 @@ import sys
 
 from bench.drivers.base import Driver, OnAcked, OnDelivery
 from raftline.clients.client import AsyncClient, AsyncConsumer, AsyncProducer
+from raftline.clients.queueing import QueueMessage
 
 # The node's largest max_messages; 1 MiB answers are the ones a node reads on its loop.
 FETCH_MAX_MESSAGES = 100_000
 FETCH_MAX_BYTES = 1024 * 1024
 FETCH_WAIT_MS = 500
-# Queue receivers: messages per receive, and receives (each then acked) in flight per receiver.
+# Queue receivers: one pushed stream each, frames of up to QUEUE_RECEIVE_MAX messages, each
+# frame's ack sent at once without holding up the next frame. At most QUEUE_PREFETCH messages
+# received and not yet settled: 1,000 per partition, as the RabbitMQ driver's receiver holds
+# (prefetch 1,000 per consumer, one consumer per partition's queue); and several frames in
+# flight, so that a frame's ack round does not stop the stream.
 QUEUE_RECEIVE_MAX = 1000
+QUEUE_PREFETCH_PER_PARTITION = 1000
 QUEUE_WAIT_MS = 500
-QUEUE_WINDOW = 4
 QUEUE_LOCK_MS = 30_000
 
 
@@ -107,11 +112,13 @@ class RaftlineDriver(Driver):
     def queue_durability(self) -> str:
         r = self.endpoint.replicas
         return (
-            f"{self.durability}. Queue: one over all partitions; a receive locks up to "
-            f"{QUEUE_RECEIVE_MAX} messages on the partition leaders, the ack (accept) of the "
-            f"batch's receipts answers after the settle committed in the queue's Raft state "
-            f"group ({r} replica{'s' if r > 1 else ''}, same fsync policy); {QUEUE_WINDOW} "
-            "receive-then-ack loops per receiver over HTTP (clients/queueing.py)"
+            f"{self.durability}. Queue: one over all partitions; each receiver holds a pushed "
+            "stream (WebSocket) from the queue's shard leader with prefetch "
+            f"{QUEUE_PREFETCH_PER_PARTITION} per partition (messages locked to it and not yet "
+            "settled); each frame's receipts are acked "
+            "(accept) at once over HTTP, and the ack answers after the settle committed in the "
+            f"queue's Raft state group ({r} replica{'s' if r > 1 else ''}, same fsync policy); "
+            "a message counts as acknowledged when that answer says it held its lock"
         )
 
     @staticmethod
@@ -134,26 +141,39 @@ class RaftlineDriver(Driver):
         on_delivery: OnDelivery,
         stop: asyncio.Event,
         on_received: OnDelivery,
+        on_ack_sent: OnDelivery,
     ) -> None:
         queue = self.client.queue(
-            self.queue_name(topic), max_messages=QUEUE_RECEIVE_MAX, wait_ms=QUEUE_WAIT_MS
+            self.queue_name(topic),
+            max_messages=QUEUE_RECEIVE_MAX,
+            wait_ms=QUEUE_WAIT_MS,
+            stream=True,
+            prefetch=QUEUE_PREFETCH_PER_PARTITION * partitions,
         )
+        acks: set[asyncio.Task[None]] = set()
 
-        async def loop() -> None:
+        async def settle(messages: list[QueueMessage]) -> None:
+            on_ack_sent([m.value for m in messages])
+            held = await queue.ack(messages)
+            on_delivery([m.value for m, ok in zip(messages, held, strict=True) if ok])
+            # why a receipt did not hold, and redeliveries: printed to stderr at close
+            self.queue_errors.update(m.error for m in messages if m.error)
+            self.queue_errors.update(
+                f"delivery_count_{m.delivery_count}" for m in messages if m.delivery_count > 1
+            )
+
+        try:
             while not stop.is_set():
                 messages = await queue.receive()
                 if not messages:
                     continue
                 on_received([m.value for m in messages])
-                held = await queue.ack(messages)
-                on_delivery([m.value for m, ok in zip(messages, held, strict=True) if ok])
-                # why a receipt did not hold, and redeliveries: printed to stderr at close
-                self.queue_errors.update(m.error for m in messages if m.error)
-                self.queue_errors.update(
-                    f"delivery_count_{m.delivery_count}" for m in messages if m.delivery_count > 1
-                )
-
-        await asyncio.gather(*(loop() for _ in range(QUEUE_WINDOW)))
+                task = asyncio.create_task(settle(messages))
+                acks.add(task)
+                task.add_done_callback(acks.discard)
+            await asyncio.gather(*acks)
+        finally:
+            await queue.close()
 
     async def close(self) -> None:
         if getattr(self, "queue_errors", None):
