@@ -70,8 +70,15 @@ async def test_a_writes_disk_hand_offs_are_timed_apart_from_its_fsyncs(
     leader = leader_of(cluster, "handed")
     before = counts(leader)
     await leader.produce("handed", 0, batch_of(b"a"), "all")
+    # The ack may come before the leader's own write returns (it applies once the followers'
+    # copies are durable and its own is written): wait for that write, then look.
+    stages = ("disk_queue", "fsync_call", "disk_return")
+    for _ in range(100):
+        if all(counts(leader)[s] > before[s] for s in stages):
+            break
+        await asyncio.sleep(0.05)
     after = counts(leader)
-    for stage in ("disk_queue", "fsync_call", "disk_return"):
+    for stage in stages:
         assert after[stage] > before[stage], stage
 
 
