@@ -30,6 +30,7 @@ from bench.drivers.base import Endpoint
 from bench.drivers.raftline import RaftlineDriver
 from bench.histogram import Histogram
 from bench.host_samples import _cpu_and_rss
+from bench.native import StampedRun, ensure_built
 from bench.node_procs import NodeCluster, running_nodes
 from bench.runner import WorkloadRun
 from bench.wakeup_ring import HOPS, ring_tail
@@ -145,16 +146,32 @@ class CpuWatch:
         return cpu, waits
 
 
-def raftline_side(rate: float, seconds: float, root: Path, fsync: str = "always") -> dict[str, Any]:
+def raftline_side(
+    rate: float,
+    seconds: float,
+    root: Path,
+    fsync: str = "always",
+    flags: dict[str, str] | None = None,
+    producer: str = "native",
+) -> dict[str, Any]:
     """One fixed-rate RF 3 run of the 16-partition 1 KB half-max workload at `rate` msgs/s
-    (0: as fast as acks allow) on fresh nodes; e2e latency plus each node's write pattern."""
+    (0: as fast as acks allow) on fresh nodes started with further serve `flags`; e2e latency
+    plus each node's write pattern."""
     workload = load_workload(WORKLOAD_DIR / "1-topic-16-partitions-1kb-half-max.yaml")
     workload = replace(workload, duration_seconds=seconds, warmup_seconds=5.0)
-    with running_nodes(root, NODES, PORT_BASE, fsync) as cluster:
+    with running_nodes(root, NODES, PORT_BASE, fsync, flags) as cluster:
         pids = {f"node-{n.node_id}": n.pid for n in cluster.nodes}
-        pids["bench (producer)"] = os.getpid()
-        port = int(cluster.nodes[0].http.rsplit(":", 1)[1])
+        native = producer == "native"
+        pids["bench (Python)" if native else "bench (producer)"] = os.getpid()
+        ports = {n.node_id: int(n.http.rsplit(":", 1)[1]) for n in cluster.nodes}
+        port = ports[cluster.nodes[0].node_id]
         driver = RaftlineDriver(Endpoint("127.0.0.1", {"http": port}, NODES, {"fsync": fsync}))
+        run_id = uuid.uuid4().hex[:6]
+        run = (
+            StampedRun(driver, workload, run_id, rate, ports)
+            if native
+            else WorkloadRun(driver, workload, run_id, rate)
+        )
         marks: dict[str, Any] = {}
 
         def mark_at_window() -> None:
@@ -164,6 +181,10 @@ def raftline_side(rate: float, seconds: float, root: Path, fsync: str = "always"
             marks["counts0"] = _counters(cluster, (FSYNCS, FORWARDED))
             marks["stages0"] = _stage_buckets(cluster)
             marks["bytes0"] = [_dir_bytes(n.data_dir) for n in cluster.nodes]
+            if isinstance(run, StampedRun) and run.producer_pid is not None:
+                pids["native producer"] = run.producer_pid
+            if run.consumer_pid is not None:
+                pids["consumer"] = run.consumer_pid
             marks["cpu"] = CpuWatch(pids).start()
             time.sleep(max(1.0, seconds - 1.0))
             marks["counts1"] = _counters(cluster, (FSYNCS, FORWARDED))
@@ -176,7 +197,6 @@ def raftline_side(rate: float, seconds: float, root: Path, fsync: str = "always"
         async def go() -> dict[str, Any]:
             await driver.connect()
             try:
-                run = WorkloadRun(driver, workload, uuid.uuid4().hex[:6], rate)
                 return await run.run(DRAIN_S)
             finally:
                 await driver.close()
@@ -196,6 +216,8 @@ def raftline_side(rate: float, seconds: float, root: Path, fsync: str = "always"
     return {
         "side": "raftline",
         "fsync": fsync,
+        "flags": flags or {},
+        "producer": "native" if native else "python",
         "target_rate": rate,
         "publish_msgs_per_s": result["publish_msgs_per_s"],
         "consume_msgs_per_s": result["consume_msgs_per_s"],
@@ -321,12 +343,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=2, help="raftline then disk, repeated")
     parser.add_argument("--threads", type=int, default=FSYNC_THREADS, help="writers per node")
     parser.add_argument("--fsync", default="always", help="the nodes' --fsync (never: a contrast)")
+    parser.add_argument(
+        "--switch-interval-us", type=int, default=None, help="the nodes' --switch-interval-us"
+    )
+    parser.add_argument(
+        "--producer",
+        choices=("native", "python"),
+        default="native",
+        help="fixed-rate producer: bench/native (stamping, as the Python one) or Python",
+    )
     parser.add_argument("--out", type=Path, default=None, help="append JSON lines here")
     args = parser.parse_args(argv)
+    if args.producer == "native":
+        ensure_built()
+    flags = {}
+    if args.switch_interval_us is not None:
+        flags["switch-interval-us"] = str(args.switch_interval_us)
     if args.rate <= 0:
         root = Path(tempfile.mkdtemp(prefix="rf3-max-", dir=os.environ.get("BENCH_DIR")))
         try:
-            top = raftline_side(0, args.max_seconds, root, args.fsync)
+            top = raftline_side(0, args.max_seconds, root, args.fsync, flags)
         finally:
             shutil.rmtree(root, ignore_errors=True)
         args.rate = round(top["publish_msgs_per_s"] / 2)
@@ -339,7 +375,7 @@ def main(argv: list[str] | None = None) -> None:
     for round_no in range(args.rounds):
         root = Path(tempfile.mkdtemp(prefix="rf3-", dir=os.environ.get("BENCH_DIR")))
         try:
-            ours = raftline_side(args.rate, args.seconds, root, args.fsync)
+            ours = raftline_side(args.rate, args.seconds, root, args.fsync, flags, args.producer)
         finally:
             shutil.rmtree(root, ignore_errors=True)
         disk = disk_side(ours["nodes"], args.seconds, args.threads)
@@ -347,7 +383,8 @@ def main(argv: list[str] | None = None) -> None:
         ring["load_1m"] = os.getloadavg()[0]
         stamp = time.strftime("%H:%M", time.gmtime())
         print(
-            f"[{stamp}] round {round_no + 1}: raftline --fsync {args.fsync} "
+            f"[{stamp}] round {round_no + 1}: raftline --fsync {args.fsync} {flags or ''} "
+            f"({ours['producer']} producer) "
             f"{ours['publish_msgs_per_s']:.0f} msg/s, "
             f"e2e ms p50/p99/p99.9/max {_ms(ours['e2e_ms'])}, ack {_ms(ours['ack_ms'])}, "
             f"load {ours['load_1m']:.1f}, cpu% {ours['cpu_pct']}, "

@@ -2,7 +2,8 @@
 
 Owns building the generator (cargo, on demand), the mapping of a system and workload to its
 command line, and its JSON answer turned into a result row like the Python runner's. The
-generator publishes only; topics are created and deleted through the Python driver.
+generator publishes only; topics are created and deleted through the Python driver. Also a
+fixed-rate Raftline run with the generator as producer and the Python consumer (StampedRun).
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ import asyncio
 import json
 import shutil
 import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from bench.drivers.base import Driver
+from bench.node_procs import http_json
+from bench.runner import WorkloadRun
 from bench.workload import Workload
 
 CRATE = Path(__file__).parent / "native"
@@ -180,3 +184,75 @@ def result_row(workload: Workload, rate: float, answer: dict[str, Any]) -> dict[
         "connections": answer["in_flight"],
         "batch": answer["batch"],
     }
+
+
+class StampedRun(WorkloadRun):
+    """A Raftline run whose producer is the generator (`--stamp 1`): each message carries its
+    intended send time and, at a fixed rate, a batch goes out once its last message is due, as
+    from the Python runner, so the Python consumer process measures end-to-end latency alike;
+    only the producer's CPU is compiled code's. Batches go to each partition's leader
+    (`node_ports`: node id -> HTTP port, to look leaders up and follow a forwarded answer)."""
+
+    def __init__(
+        self,
+        driver: Driver,
+        workload: Workload,
+        run_id: str,
+        rate: float,
+        node_ports: dict[int, int],
+    ) -> None:
+        super().__init__(driver, workload, run_id, rate)
+        self.node_ports = node_ports
+        self.producer_pid: int | None = None
+        self.answer: dict[str, Any] = {}
+
+    async def _produce(self, topic: str, drain_seconds: float) -> None:
+        w = self.workload
+        argv = command(
+            "raftline", self.driver, topic, w, self.rate, w.duration_seconds, w.warmup_seconds
+        )
+        leaders = await asyncio.to_thread(self._leader_ports, topic)
+        argv += [
+            "--start-ns", str(self.start_ns),
+            "--stamp", "1",
+            "--leaders", ",".join(map(str, leaders)),
+            "--node-ports", ",".join(f"{n}={p}" for n, p in self.node_ports.items()),
+        ]  # fmt: skip
+        process = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        self.producer_pid = process.pid
+        seconds = (self.tally.window.end_ns - time.monotonic_ns()) / 1e9 + drain_seconds
+        try:
+            stdout, stderr = await asyncio.wait_for(process.communicate(), seconds + 60)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            raise
+        try:
+            self.answer = json.loads(stdout)
+        except json.JSONDecodeError as error:
+            raise NativeError(f"generator said {stdout[-300:]!r} {stderr[-300:]!r}") from error
+        self.tally.sent += self.answer.get("acked", 0)
+        self.tally.acked += self.answer.get("acked", 0)
+        self.tally.acked_in_window += self.answer.get("acked_in_window", 0)
+        if self.answer.get("error") or self.answer.get("errors"):
+            error = self.answer.get("error") or self.answer.get("first_error")
+            self.tally.on_error(NativeError(str(error)))
+
+    def _leader_ports(self, topic: str) -> list[int]:
+        """Each partition's leader's HTTP port (the endpoint's where none is known yet)."""
+        port = self.driver.endpoint.ports["http"]
+        url = f"http://{self.driver.endpoint.host}:{port}/v1/topics/{topic}"
+        status, body = http_json(url)
+        partitions = body.get("partitions", []) if status == 200 else []
+        return [
+            self.node_ports.get(int(p["leader"]), port) if p.get("leader") is not None else port
+            for p in partitions
+        ] or [port] * self.workload.partitions_per_topic
+
+    def result(self) -> dict[str, Any]:
+        row = super().result()
+        row["client"] = "native"
+        row["publish_latency_ms"] = self.answer.get("publish_latency_ms")
+        return row

@@ -71,7 +71,8 @@ class NodeProcess:
         assert self.process is not None
         return self.process.pid
 
-    def start(self, fsync: str = "always") -> None:
+    def start(self, fsync: str = "always", flags: dict[str, str] | None = None) -> None:
+        """Start `raftline serve`; `flags` are more of its flags: {"switch-interval-us": "500"}."""
         command = [
             *serve_command(),
             "--node-id", str(self.node_id),
@@ -81,6 +82,8 @@ class NodeProcess:
             "--peers", self.peers,
             "--fsync", fsync,
         ]  # fmt: skip
+        for flag, value in (flags or {}).items():
+            command += [f"--{flag}", value]
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -140,9 +143,9 @@ class NodeCluster:
     def live(self) -> list[NodeProcess]:
         return [n for n in self.nodes if n.running]
 
-    def start(self, fsync: str = "always") -> None:
+    def start(self, fsync: str = "always", flags: dict[str, str] | None = None) -> None:
         for node in self.nodes:
-            node.start(fsync)
+            node.start(fsync, flags)
         deadline = time.monotonic() + READY_TIMEOUT_S
         for node in self.nodes:
             while not node.ready():
@@ -196,12 +199,16 @@ class NodeCluster:
 
 @contextmanager
 def running_nodes(
-    root: Path, size: int, port_base: int, fsync: str = "always"
+    root: Path,
+    size: int,
+    port_base: int,
+    fsync: str = "always",
+    flags: dict[str, str] | None = None,
 ) -> Iterator[NodeCluster]:
     """A started cluster whose processes are always killed when the block ends."""
     cluster = NodeCluster(root, size, port_base)
     try:
-        cluster.start(fsync)
+        cluster.start(fsync, flags)
         yield cluster
     finally:
         cluster.kill_all()

@@ -32,6 +32,7 @@ class WorkloadRun:
         self.start_ns = 0
         self.tally = Tally(Window(0, 0))
         self.primed = 0
+        self.consumer_pid: int | None = None  # the consumer process, once started
 
     def _set_window(self) -> None:
         w = self.workload
@@ -58,6 +59,7 @@ class WorkloadRun:
                     receivers=w.consumers_per_topic if queue else 0,
                 )
                 await consumer.start()
+                self.consumer_pid = consumer.process.pid
             await self._prime()
             self._set_window()
             if consumer is not None:

@@ -34,6 +34,9 @@ SERVE_FLAGS: dict[str, str] = {
     "s3-bucket": "bucket for tiered segments (with --s3-endpoint)",
     "s3-region": "region of the bucket (default us-east-1)",
     "s3-prefix": "key prefix inside the bucket (default none)",
+    "switch-interval-us": "how long (us) a thread of the node may hold Python's interpreter lock "
+    "while another waits for it: a disk thread back from fsync waits up to this long before "
+    "the write is acknowledged (100-100000, default 500)",
     "tiered-cache-bytes": "bytes of remote segment chunks a node keeps in memory for fetches "
     "below the local log start (with --s3-endpoint; at least 4194304, default 67108864 = 64 MiB)",
 }
@@ -63,7 +66,12 @@ def node_config(args: argparse.Namespace, environ: dict[str, str]) -> Any:
             values[attribute] = parse_peers(text)
         elif flag == "data-dir":
             values[attribute] = Path(text)
-        elif flag in ("producer-expiry-ms", "queue-cache-bytes", "tiered-cache-bytes"):
+        elif flag in (
+            "producer-expiry-ms",
+            "queue-cache-bytes",
+            "tiered-cache-bytes",
+            "switch-interval-us",
+        ):
             if not text.strip().isdigit() or int(text) < 1:
                 raise ValueError(f"--{flag} must be a positive integer, got {text!r}")
             values[attribute] = int(text)

@@ -12,6 +12,13 @@ FSYNC_MODES = ("always", "interval", "never")
 # The tiered chunk cache holds whole chunks of remote reads (tiered/reader.py CHUNK_BYTES).
 TIERED_CACHE_MIN_BYTES = 4 << 20
 TIERED_CACHE_DEFAULT_BYTES = 64 << 20
+# How long a thread may keep the interpreter lock while another waits (sys.setswitchinterval).
+# A disk thread back from fdatasync waits up to this long for the event loop thread to let go
+# before it can hand its result to the loop; Python's default of 5 ms can put that much on
+# every acknowledged write (bench/README.md, RF 3 latency). Bounds: below 100 us the threads mostly
+# trade the lock; above 100 ms a node's disk and fetch threads stall for whole ticks.
+SWITCH_INTERVAL_US_DEFAULT = 500
+SWITCH_INTERVAL_US_RANGE = (100, 100_000)
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -68,6 +75,7 @@ class NodeConfig:
     s3_prefix: str = ""
     # chunks of remote reads (fetches below the local log start) kept in memory, node-wide
     tiered_cache_bytes: int = TIERED_CACHE_DEFAULT_BYTES
+    switch_interval_us: int = SWITCH_INTERVAL_US_DEFAULT  # see SWITCH_INTERVAL_US_DEFAULT
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -91,6 +99,11 @@ class NodeConfig:
         tiered = self.s3_endpoint and self.s3_bucket
         if self.tiered_cache_bytes != TIERED_CACHE_DEFAULT_BYTES and not tiered:
             raise ValueError("tiered cache bytes need object storage (--s3-endpoint, --s3-bucket)")
+        low, high = SWITCH_INTERVAL_US_RANGE
+        if not low <= self.switch_interval_us <= high:
+            raise ValueError(
+                f"switch interval must be {low}-{high} us, got {self.switch_interval_us}"
+            )
         if self.tick_ms <= 0 or self.election_ticks < 2:
             raise ValueError("tick_ms must be > 0 and election_ticks >= 2")
 

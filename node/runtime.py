@@ -196,9 +196,12 @@ class _Write:
     """One disk write of rounds (of one or more groups) on the disk pool."""
 
     rounds: list[_Round]
-    future: asyncio.Future[int] | None = None
+    future: asyncio.Future[None] | None = None  # done once the loop took up its outcome
     submitted_at: float = field(default_factory=time.monotonic)
     started_at: float = 0.0  # when a disk thread took it
+    returned_at: float = 0.0  # when its disk thread was done with it
+    # per log fsync: (handed to the thread that ran it, started, returned), time.monotonic()
+    fsyncs: list[tuple[float, float, float]] = field(default_factory=list)
     written: bool = False  # its entries are in the log files; its fsyncs may still run
     done: bool = False
 
@@ -719,34 +722,48 @@ class Runtime:
         # Only leaders apply entries before their fsync: only they need the written signal.
         leads = any(r.ready is not None and r.ready.role == "leader" for r in rounds)
         loop = asyncio.get_running_loop()
-        signal = loop if leads else None
-        write.future = loop.run_in_executor(self._disk, self._persist, rounds, signal, write)
+        write.future = loop.create_future()
+        self._disk.submit(self._persist_and_return, rounds, loop, leads, write)
         for name in write.groups:
             self._writes.setdefault(name, []).append(write)
             self._queued.setdefault(name, [])
         self._in_flight += 1
         self._disk_idle.clear()
-        write.future.add_done_callback(lambda _: self._written(write))
 
-    def _written(self, write: _Write) -> None:
-        """A write returned: finish, per group and in order, every write that returned and
-        has no earlier one still running; then start what was queued behind them."""
+    def _persist_and_return(
+        self, rounds: list[_Round], loop: asyncio.AbstractEventLoop, leads: bool, write: _Write
+    ) -> None:
+        """Disk thread: persist, then hand the outcome to the loop in one hop (through
+        run_in_executor's two futures, `_written` ran a loop iteration later: on a busy loop,
+        milliseconds on every follower's acknowledgement and leader's fsync)."""
+        outcome: int | BaseException
+        try:
+            outcome = self._persist(rounds, loop if leads else None, write)
+        except BaseException as error:
+            outcome = error
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the node is gone
+            loop.call_soon_threadsafe(self._written, write, outcome)
+
+    def _written(self, write: _Write, outcome: int | BaseException) -> None:
+        """A write returned (`outcome`: logs synced, or its error): finish, per group and in
+        order, every write that returned and has no earlier one still running; then start
+        what was queued behind them."""
         write.done = True
         self._in_flight -= 1
         if not self._in_flight:
             self._disk_idle.set()
-        future = write.future
-        assert future is not None
-        if future.cancelled() or self._stopping:
+        if write.future is not None and not write.future.done():
+            write.future.set_result(None)
+        if self._stopping:
             return
-        if (error := future.exception()) is not None:
-            log.critical("persisting Raft state failed; stopping the driver", exc_info=error)
-            self._failure = error
+        if isinstance(outcome, BaseException):
+            log.critical("persisting Raft state failed; stopping the driver", exc_info=outcome)
+            self._failure = outcome
             self._wakeup.set()
             return
-        self.stats["fsyncs"] += future.result()
+        self.stats["fsyncs"] += outcome
         now = time.monotonic()
-        self.stage_times.observe("disk_queue", write.started_at - write.submitted_at)
+        self._observe_disk_hand_offs(write, now)
         for item in write.rounds:
             if item.ready is not None and item.ready.entries:
                 stage = "leader_fsync" if item.ready.role == "leader" else "follower_persist"
@@ -767,6 +784,20 @@ class Runtime:
         # Rounds a leader was fed meanwhile: their writes (all of a group's at once) start now.
         self._start(idle)
         self._start_queued(write.groups)
+
+    def _observe_disk_hand_offs(self, write: _Write, now: float) -> None:
+        """What a write spent between threads, apart from the fsync calls themselves."""
+        observe = self.stage_times.observe
+        observe("disk_queue", write.started_at - write.submitted_at)
+        observe("disk_return", now - write.returned_at)
+        if not write.fsyncs:
+            return
+        for handed, started, returned in write.fsyncs:
+            observe("fsync_call", returned - started)
+            if started > handed:  # run on a pool thread, not on the disk thread itself
+                observe("fsync_start", started - handed)
+        if len(write.fsyncs) > 1:
+            observe("fsync_join", write.returned_at - max(t[2] for t in write.fsyncs))
 
     def _feed(self, group: Group) -> _Round:
         core = group.core
@@ -890,7 +921,10 @@ class Runtime:
         run_all(self._fsyncs, voted)
         if loop is not None and write is not None:
             loop.call_soon_threadsafe(self._entries_written, write)
-        fsync_all(self._fsyncs, list(to_sync.values()))
+        timings = write.fsyncs if write is not None else None
+        fsync_all(self._fsyncs, list(to_sync.values()), timings)
+        if write is not None:
+            write.returned_at = time.monotonic()
         return len(to_sync)
 
     def _send_replication(self, rounds: list[_Round]) -> None:
@@ -1175,10 +1209,27 @@ class Runtime:
                 fut.cancel()
 
 
-def fsync_all(pool: ThreadPoolExecutor, storages: list[GroupStorage]) -> None:
+def fsync_all(
+    pool: ThreadPoolExecutor,
+    storages: list[GroupStorage],
+    timings: list[tuple[float, float, float]] | None = None,
+) -> None:
     """Fsync every log of a round, in parallel on `pool` when there are several; raises the
-    first failure once all have finished (a log that failed to sync fails the node)."""
-    run_all(pool, [storage.fsync for storage in storages])
+    first failure once all have finished (a log that failed to sync fails the node). Each
+    fsync's (handed over, started, returned) times go to `timings` if given."""
+    if timings is None:
+        run_all(pool, [storage.fsync for storage in storages])
+        return
+    handed = time.monotonic()
+    run_all(pool, [partial(_timed, storage.fsync, handed, timings) for storage in storages])
+
+
+def _timed(
+    call: Callable[[], None], handed: float, timings: list[tuple[float, float, float]]
+) -> None:
+    started = time.monotonic()
+    call()
+    timings.append((handed, started, time.monotonic()))  # list.append: thread-safe
 
 
 def run_all(pool: ThreadPoolExecutor, calls: list[Callable[[], None]]) -> None:

@@ -10,6 +10,7 @@ import contextlib
 import gc
 import logging
 import signal
+import sys
 
 from aiohttp import web
 
@@ -63,9 +64,15 @@ async def run(config: NodeConfig, stop: asyncio.Event) -> None:
         await broker.stop()
 
 
+def configure_process(config: NodeConfig) -> None:
+    """Process-wide settings of a serving node (not of in-process test clusters)."""
+    sys.setswitchinterval(config.switch_interval_us / 1e6)
+    keep_large_buffers()  # a buffer per batch: reuse freed ones, no fresh pages per message
+
+
 def serve(config: NodeConfig) -> None:
     """Run a node in the foreground until SIGTERM or SIGINT (blocking)."""
-    keep_large_buffers()  # a buffer per batch: reuse freed ones, no fresh pages per message
+    configure_process(config)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

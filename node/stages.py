@@ -10,6 +10,14 @@ Stages (seconds):
   write in flight to have written its entries, and for the driver's next round);
 - `disk_queue`: a disk write (of one or more groups' rounds) submitted -> a disk thread
   took it;
+- `fsync_call`: one log's fsync, on the thread that ran it: the fdatasync, then taking the
+  interpreter lock back;
+- `fsync_start`: a log's fsync handed to the fsync pool -> a pool thread started it (thread
+  wake-up and the interpreter lock);
+- `fsync_join`: a write's last fsync returned -> its disk thread had every result (a write of
+  several logs: the disk thread's wake-up and the interpreter lock);
+- `disk_return`: a disk thread done with a write -> the loop took it up (the hand-off to the
+  loop, its wake-up, and whatever the loop was doing);
 - `leader_write` / `leader_fsync`: leader, a round fed -> its entries written to the log file
   / its fsync returned (disk pool queueing included);
 - `commit`: leader, a round fed -> its last entry committed and applied (a quorum's copies
@@ -32,6 +40,10 @@ STAGES = (
     "produce",
     "propose_wait",
     "disk_queue",
+    "fsync_call",
+    "fsync_start",
+    "fsync_join",
+    "disk_return",
     "leader_write",
     "leader_fsync",
     "commit",

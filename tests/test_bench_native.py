@@ -8,12 +8,15 @@ import asyncio
 import json
 import shutil
 import subprocess
+import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from bench import native, report
 from bench.drivers.raftline import RaftlineDriver
+from bench.pacing import FixedRateSchedule, intended_ns_of
 from bench.peers import RaftlinePeer
 from bench.workload import workload_from_dict
 
@@ -76,6 +79,34 @@ def test_a_fixed_rate_run_holds_its_rate_and_is_capped_by_max_messages(node: obj
     # Paced: 2,000 messages at 2,000/s cannot take much under a second. Capped: the run ended
     # at its 2,000th message, well before its 5 s window (a busy machine only slows it).
     assert 0.8 <= row["duration_s"] < 5.0
+
+
+def test_a_stamped_run_carries_each_messages_intended_send_time(node: object) -> None:
+    """As the Python runner stamps them (bench/pacing.py), so a consumer measures end-to-end
+    latency from them: message i of the schedule carries start + i / rate, rounded down."""
+    rate, start_ns = 2000.0, time.monotonic_ns() + 300_000_000
+
+    async def scenario() -> tuple[dict, list[bytes]]:
+        driver = RaftlineDriver(node)  # type: ignore[arg-type]
+        await driver.connect()
+        await driver.create_topic("native-s", 1)
+        argv = native.command("raftline", driver, "native-s", WORKLOAD, rate, 0.5, 0.0)
+        argv += ["--start-ns", str(start_ns), "--stamp", "1"]
+        out = await asyncio.to_thread(subprocess.run, argv, capture_output=True, timeout=60)
+        answer = json.loads(out.stdout)
+        fetched = await driver.client.fetch_values(
+            "native-s", 0, offset=0, max_messages=10_000, max_bytes=8 << 20
+        )
+        await driver.delete_topic("native-s", 1)
+        await driver.close()
+        return answer, [v for v in fetched.values if v is not None]
+
+    answer, values = asyncio.run(scenario())
+    assert answer["errors"] == 0, answer["first_error"]
+    schedule = FixedRateSchedule(start_ns, rate)
+    groups = schedule.stamp_groups(0, answer["acked"])
+    expected = Counter(stamp for stamp, count in groups for _ in range(count))
+    assert Counter(intended_ns_of(v) for v in values) == expected
 
 
 def test_the_report_keeps_native_and_python_tables_apart() -> None:

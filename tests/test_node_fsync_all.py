@@ -49,3 +49,11 @@ def test_the_calling_thread_runs_one_fsync_itself_instead_of_idling() -> None:
     with ThreadPoolExecutor(3) as pool:
         fsync_all(pool, [Noting(), Noting(), Noting()])  # type: ignore[list-item]
     assert ran_on.count(threading.current_thread()) == 1 and len(ran_on) == 3
+
+
+def test_each_fsync_reports_when_it_was_handed_over_started_and_returned() -> None:
+    timings: list[tuple[float, float, float]] = []
+    with ThreadPoolExecutor(3) as pool:
+        fsync_all(pool, [Log(), Log(), Log()], timings)  # type: ignore[list-item]
+    assert len(timings) == 3
+    assert all(handed <= started <= returned for handed, started, returned in timings)

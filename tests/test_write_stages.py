@@ -62,6 +62,26 @@ async def test_an_acked_produce_is_timed_on_the_leader_and_on_its_followers(
     assert 'stage="commit"' in leader.metrics_text()
 
 
+async def test_a_writes_disk_hand_offs_are_timed_apart_from_its_fsyncs(
+    cluster: list[Broker],
+) -> None:
+    await cluster[0].create_topic("handed", 1, 3, {})
+    await produce_anywhere(cluster, "handed", batch_of(b"warm"))
+    leader = leader_of(cluster, "handed")
+    before = counts(leader)
+    await leader.produce("handed", 0, batch_of(b"a"), "all")
+    # The ack may come before the leader's own write returns (it applies once the followers'
+    # copies are durable and its own is written): wait for that write, then look.
+    stages = ("disk_queue", "fsync_call", "disk_return")
+    for _ in range(100):
+        if all(counts(leader)[s] > before[s] for s in stages):
+            break
+        await asyncio.sleep(0.05)
+    after = counts(leader)
+    for stage in stages:
+        assert after[stage] > before[stage], stage
+
+
 async def test_a_long_poll_that_a_commit_releases_is_timed(cluster: list[Broker]) -> None:
     await cluster[0].create_topic("polled", 1, 3, {})
     end = await produce_anywhere(cluster, "polled", batch_of(b"first")) + 1

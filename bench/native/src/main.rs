@@ -19,6 +19,37 @@ use std::time::{Duration, Instant};
 /// Sends one batch of `count` messages to a partition and returns once all are acknowledged.
 pub trait Publisher: Send {
     fn publish(&mut self, partition: usize, count: usize) -> Result<(), String>;
+
+    /// The same with each message's first 8 bytes its intended send time (CLOCK_MONOTONIC ns,
+    /// little-endian, as bench/pacing.py stamps them): `stamps` are (time, messages) in order.
+    fn publish_stamped(&mut self, _partition: usize, _stamps: &[(u64, u32)]) -> Result<(), String> {
+        Err("this system's publisher does not stamp messages".into())
+    }
+}
+
+/// Intended send times are stamped rounded down to this (bench/pacing.py STAMP_RESOLUTION_NS).
+const STAMP_RESOLUTION_NS: u64 = 100_000;
+
+#[repr(C)]
+struct Timespec {
+    tv_sec: i64,
+    tv_nsec: i64,
+}
+
+extern "C" {
+    fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
+}
+
+/// CLOCK_MONOTONIC in ns: the clock Python's time.monotonic_ns() reads, shared by the host.
+fn monotonic_ns() -> u64 {
+    const CLOCK_MONOTONIC: i32 = 1;
+    let mut ts = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC exists on every Linux.
+    unsafe { clock_gettime(CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 #[derive(Clone, Debug)]
@@ -40,6 +71,15 @@ pub struct Args {
     pub linger_ms: f64,
     /// Redis: XADD MAXLEN ~ this (0: no trimming).
     pub maxlen: u64,
+    /// CLOCK_MONOTONIC ns the schedule starts at (0: 100 ms from now).
+    pub start_ns: u64,
+    /// Stamp every message with its intended send time and, at a fixed rate, send a batch when
+    /// its last message is due, as the Python runner does (raftline only).
+    pub stamp: bool,
+    /// Raftline: the HTTP port of each partition's leader, in partition order.
+    pub leaders: Vec<u16>,
+    /// Raftline: node id -> HTTP port, to follow a forwarded answer's `Raftline-Leader`.
+    pub node_ports: Vec<(u64, u16)>,
 }
 
 fn usage() -> ! {
@@ -48,7 +88,9 @@ fn usage() -> ! {
          rabbitmq-stream|redis --port N --topic T [--host H] [--partitions P] \
          [--message-size B] [--batch N] [--in-flight N] [--seconds S] [--warmup S] \
          [--rate MSGS_PER_S (0 = max)] [--max-messages N] [--replicas R] [--acks all|leader|none] \
-         [--linger-ms MS] [--maxlen N (redis)]"
+         [--linger-ms MS] [--maxlen N (redis)] [--start-ns CLOCK_MONOTONIC_NS] \
+         [--stamp 1 (raftline)] [--leaders PORT,... (raftline, per partition)] \
+         [--node-ports ID=PORT,... (raftline)]"
     );
     std::process::exit(2)
 }
@@ -71,6 +113,10 @@ fn parse_args() -> Args {
         acks: "all".into(),
         linger_ms: 5.0,
         maxlen: 0,
+        start_ns: 0,
+        stamp: false,
+        leaders: Vec::new(),
+        node_ports: Vec::new(),
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -94,6 +140,26 @@ fn parse_args() -> Args {
             "--acks" => a.acks = value,
             "--linger-ms" => a.linger_ms = number(&value),
             "--maxlen" => a.maxlen = number(&value) as u64,
+            "--start-ns" => a.start_ns = value.parse().unwrap_or_else(|_| usage()),
+            "--stamp" => a.stamp = value == "1",
+            "--leaders" => {
+                a.leaders = value
+                    .split(',')
+                    .map(|p| p.parse().unwrap_or_else(|_| usage()))
+                    .collect()
+            }
+            "--node-ports" => {
+                a.node_ports = value
+                    .split(',')
+                    .map(|item| {
+                        let (id, port) = item.split_once('=').unwrap_or_else(|| usage());
+                        (
+                            id.parse().unwrap_or_else(|_| usage()),
+                            port.parse().unwrap_or_else(|_| usage()),
+                        )
+                    })
+                    .collect()
+            }
             _ => usage(),
         }
         i += 2;
@@ -102,6 +168,9 @@ fn parse_args() -> Args {
         usage();
     }
     if a.batch == 0 || a.in_flight == 0 || a.message_size < 8 || a.seconds <= 0.0 {
+        usage();
+    }
+    if a.stamp && a.system != "raftline" {
         usage();
     }
     a
@@ -130,6 +199,8 @@ struct Ack {
 struct Shared {
     args: Args,
     start: Instant,
+    /// `start` on CLOCK_MONOTONIC, in ns (what stamps count from).
+    start_ns: u64,
     next_batch: AtomicU64,
     stop: AtomicBool,
     batch: usize,
@@ -164,7 +235,18 @@ fn worker(
             shared.stop.store(true, Ordering::Relaxed);
             break;
         }
-        let intended = if args.rate > 0.0 {
+        let first = k * b;
+        let intended = if args.stamp && args.rate > 0.0 {
+            // Sent once its last message is due (the Python runner's linger): no message
+            // goes out before its intended time.
+            let last_due =
+                shared.start + Duration::from_secs_f64((first + b - 1) as f64 / args.rate);
+            let now = Instant::now();
+            if last_due > now {
+                std::thread::sleep(last_due - now);
+            }
+            shared.start + Duration::from_secs_f64(first as f64 / args.rate)
+        } else if args.rate > 0.0 {
             // Batch k holds the messages due from this moment on: coordinated-omission safe,
             // a late send counts its whole delay.
             let due = shared.start + Duration::from_secs_f64((k * b) as f64 / args.rate);
@@ -182,15 +264,40 @@ fn worker(
         while Instant::now() < shared.start {
             std::thread::sleep(shared.start - Instant::now());
         }
+        let stamps = if !args.stamp {
+            Vec::new()
+        } else if args.rate > 0.0 {
+            stamp_groups(shared.start_ns, args.rate, first, b)
+        } else {
+            // At max rate a batch is due when it is sent, as in the Python runner: one stamp.
+            let sent_ns = shared.start_ns + (intended - shared.start).as_nanos() as u64;
+            vec![(sent_ns, b as u32)]
+        };
         let partition = (k % args.partitions as u64) as usize;
-        match publisher.publish(partition, shared.batch) {
+        let sent = if args.stamp {
+            publisher.publish_stamped(partition, &stamps)
+        } else {
+            publisher.publish(partition, shared.batch)
+        };
+        match sent {
             Ok(()) => {
-                let acked = Instant::now();
-                out.acks.push(Ack {
-                    intended_us: (intended - shared.start).as_micros() as u64,
-                    acked_us: (acked - shared.start).as_micros() as u64,
-                    count: shared.batch as u32,
-                });
+                let acked_us = (Instant::now() - shared.start).as_micros() as u64;
+                if args.stamp {
+                    // Each message counts from its own intended time, as in the Python runner.
+                    for (stamp, count) in &stamps {
+                        out.acks.push(Ack {
+                            intended_us: (stamp - shared.start_ns) / 1000,
+                            acked_us,
+                            count: *count,
+                        });
+                    }
+                } else {
+                    out.acks.push(Ack {
+                        intended_us: (intended - shared.start).as_micros() as u64,
+                        acked_us,
+                        count: shared.batch as u32,
+                    });
+                }
             }
             Err(error) => {
                 out.errors += 1;
@@ -202,6 +309,21 @@ fn worker(
         }
     }
     out
+}
+
+/// Messages first..first+count of a fixed-rate schedule grouped by intended time, rounded down
+/// to STAMP_RESOLUTION_NS (bench/pacing.py FixedRateSchedule.stamp_groups).
+fn stamp_groups(start_ns: u64, rate: f64, first: u64, count: u64) -> Vec<(u64, u32)> {
+    let mut groups: Vec<(u64, u32)> = Vec::new();
+    for i in first..first + count {
+        let offset = (i as f64 * 1e9 / rate) as u64;
+        let stamp = start_ns + offset - offset % STAMP_RESOLUTION_NS;
+        match groups.last_mut() {
+            Some((last, n)) if *last == stamp => *n += 1,
+            _ => groups.push((stamp, 1)),
+        }
+    }
+    groups
 }
 
 /// Latency percentiles (ms) of weighted (latency µs, count) entries.
@@ -253,9 +375,22 @@ fn main() {
             }
         }
     }
+    let (now, now_ns) = (Instant::now(), monotonic_ns());
+    let start_ns = if args.start_ns > 0 {
+        args.start_ns
+    } else {
+        now_ns + 100_000_000
+    };
+    let start = if start_ns >= now_ns {
+        now + Duration::from_nanos(start_ns - now_ns)
+    } else {
+        now.checked_sub(Duration::from_nanos(now_ns - start_ns))
+            .unwrap_or(now)
+    };
     let shared = Arc::new(Shared {
         args: args.clone(),
-        start: Instant::now() + Duration::from_millis(100),
+        start,
+        start_ns,
         next_batch: AtomicU64::new(0),
         stop: AtomicBool::new(false),
         batch,

@@ -3,20 +3,48 @@
 
 use crate::wire::{crc32c, dial, payload, read_exact, read_line, text_payload};
 use crate::{Args, Publisher};
+use std::collections::HashMap;
 use std::io::{BufReader, Write};
 use std::net::TcpStream;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub struct Raftline {
+/// One keep-alive connection to one node.
+struct Conn {
     writer: TcpStream,
     reader: BufReader<TcpStream>,
     host: String,
+}
+
+impl Conn {
+    fn open(host: &str, port: u16) -> Result<Conn, String> {
+        let stream = dial(host, port)?;
+        Ok(Conn {
+            reader: BufReader::with_capacity(
+                64 * 1024,
+                stream.try_clone().map_err(|e| e.to_string())?,
+            ),
+            writer: stream,
+            host: format!("{host}:{port}"),
+        })
+    }
+}
+
+pub struct Raftline {
+    /// Connections by node HTTP port, opened on first use.
+    conns: HashMap<u16, Conn>,
+    host: String,
+    /// The port each partition's batches go to: its leader where known (`--leaders`, then
+    /// the `Raftline-Leader` header of a forwarded answer), else `--port`.
+    partition_port: Vec<u16>,
+    node_ports: HashMap<u64, u16>,
     topic: String,
     acks: String,
     json: bool,
     message_size: usize,
     /// The body of a full batch, built once (per partition for JSON, which names it inside).
     bodies: Vec<Option<(usize, Vec<u8>)>>,
+    /// A stamped batch: its body and where each record's value starts in it.
+    stamped: Option<(Vec<u8>, Vec<usize>)>,
     line: Vec<u8>,
 }
 
@@ -31,6 +59,11 @@ fn varint(value: i64, out: &mut Vec<u8>) {
 
 /// A Kafka v2 record batch of `count` records with `value` and no key, producer id -1.
 pub fn record_batch(count: usize, value: &[u8]) -> Vec<u8> {
+    record_batch_with_offsets(count, value).0
+}
+
+/// The batch and the position of each record's value in it (where a stamp goes).
+fn record_batch_with_offsets(count: usize, value: &[u8]) -> (Vec<u8>, Vec<usize>) {
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -50,6 +83,7 @@ pub fn record_batch(count: usize, value: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&(-1i32).to_be_bytes()); // base sequence
     out.extend_from_slice(&(count as i32).to_be_bytes());
     let mut record = Vec::with_capacity(value.len() + 16);
+    let mut offsets = Vec::with_capacity(count);
     for i in 0..count {
         record.clear();
         record.push(0); // attributes
@@ -57,16 +91,23 @@ pub fn record_batch(count: usize, value: &[u8]) -> Vec<u8> {
         varint(i as i64, &mut record); // offset delta
         varint(-1, &mut record); // no key
         varint(value.len() as i64, &mut record);
+        let value_at = record.len();
         record.extend_from_slice(value);
         varint(0, &mut record); // no headers
         varint(record.len() as i64, &mut out);
+        offsets.push(out.len() + value_at);
         out.extend_from_slice(&record);
     }
     let length = (out.len() - 12) as i32;
     out[8..12].copy_from_slice(&length.to_be_bytes());
-    let crc = crc32c(&out[21..]);
-    out[17..21].copy_from_slice(&crc.to_be_bytes());
-    out
+    seal(&mut out);
+    (out, offsets)
+}
+
+/// Set the batch's CRC over everything after it.
+fn seal(batch: &mut [u8]) {
+    let crc = crc32c(&batch[21..]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
 }
 
 fn json_body(count: usize, value: &[u8], partition: usize, acks: &str) -> Vec<u8> {
@@ -78,24 +119,29 @@ fn json_body(count: usize, value: &[u8], partition: usize, acks: &str) -> Vec<u8
 
 impl Raftline {
     pub fn connect(args: &Args, json: bool) -> Result<Raftline, String> {
-        let stream = dial(&args.host, args.port)?;
+        let mut conns = HashMap::new();
+        conns.insert(args.port, Conn::open(&args.host, args.port)?);
+        let mut partition_port = vec![args.port; args.partitions];
+        for (partition, port) in args.leaders.iter().enumerate().take(args.partitions) {
+            partition_port[partition] = *port;
+        }
         Ok(Raftline {
-            reader: BufReader::with_capacity(
-                64 * 1024,
-                stream.try_clone().map_err(|e| e.to_string())?,
-            ),
-            writer: stream,
-            host: format!("{}:{}", args.host, args.port),
+            conns,
+            host: args.host.clone(),
+            partition_port,
+            node_ports: args.node_ports.iter().copied().collect(),
             topic: args.topic.clone(),
             acks: args.acks.clone(),
             json,
             message_size: args.message_size,
             bodies: vec![None; args.partitions],
+            stamped: None,
             line: Vec::new(),
         })
     }
 
-    fn body(&mut self, partition: usize, count: usize) -> &[u8] {
+    /// Build the partition's cached body of `count` messages unless it is already there.
+    fn prepare_body(&mut self, partition: usize, count: usize) {
         let slot = if self.json { partition } else { 0 };
         let stale = !matches!(&self.bodies[slot], Some((n, _)) if *n == count);
         if stale {
@@ -111,12 +157,10 @@ impl Raftline {
             };
             self.bodies[slot] = Some((count, body));
         }
-        &self.bodies[slot].as_ref().unwrap().1
     }
-}
 
-impl Publisher for Raftline {
-    fn publish(&mut self, partition: usize, count: usize) -> Result<(), String> {
+    /// POST one batch body to the partition's leader; follows a `Raftline-Leader` answer.
+    fn send(&mut self, partition: usize, body: &[u8]) -> Result<(), String> {
         let (path, content_type) = if self.json {
             (
                 format!("/v1/topics/{}/messages", self.topic),
@@ -129,25 +173,29 @@ impl Publisher for Raftline {
                 "application/vnd.raftline.batch",
             )
         };
-        let host = self.host.clone();
-        let body_len = self.body(partition, count).len();
+        let port = self.partition_port[partition];
+        if !self.conns.contains_key(&port) {
+            self.conns.insert(port, Conn::open(&self.host, port)?);
+        }
+        let conn = self.conns.get_mut(&port).unwrap();
         let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: {content_type}\r\n\
-             Content-Length: {body_len}\r\n\r\n"
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: {content_type}\r\n\
+             Content-Length: {}\r\n\r\n",
+            conn.host,
+            body.len()
         );
-        self.writer
+        conn.writer
             .write_all(head.as_bytes())
             .map_err(|e| e.to_string())?;
-        let slot = if self.json { partition } else { 0 };
-        let body = &self.bodies[slot].as_ref().unwrap().1;
-        self.writer.write_all(body).map_err(|e| e.to_string())?;
+        conn.writer.write_all(body).map_err(|e| e.to_string())?;
         // Status line, headers, then a body of Content-Length bytes.
-        read_line(&mut self.reader, &mut self.line)?;
+        read_line(&mut conn.reader, &mut self.line)?;
         let status_line = String::from_utf8_lossy(&self.line).to_string();
         let status = status_line.split(' ').nth(1).unwrap_or("").to_string();
         let mut length = 0usize;
+        let mut leader = None;
         loop {
-            read_line(&mut self.reader, &mut self.line)?;
+            read_line(&mut conn.reader, &mut self.line)?;
             if self.line.is_empty() {
                 break;
             }
@@ -157,15 +205,56 @@ impl Publisher for Raftline {
                     .trim()
                     .parse()
                     .map_err(|_| format!("bad header {header}"))?;
+            } else if let Some(value) = header.strip_prefix("raftline-leader:") {
+                leader = value.trim().parse::<u64>().ok();
             }
         }
-        let answer = read_exact(&mut self.reader, length)?;
+        let answer = read_exact(&mut conn.reader, length)?;
         if status != "200" && status != "202" {
             return Err(format!(
                 "{status_line}: {}",
                 String::from_utf8_lossy(&answer)
             ));
         }
+        if let Some(port) = leader.and_then(|id| self.node_ports.get(&id)) {
+            self.partition_port[partition] = *port;
+        }
         Ok(())
+    }
+}
+
+impl Publisher for Raftline {
+    fn publish(&mut self, partition: usize, count: usize) -> Result<(), String> {
+        let slot = if self.json { partition } else { 0 };
+        self.prepare_body(partition, count);
+        let body = std::mem::take(&mut self.bodies[slot].as_mut().unwrap().1);
+        let sent = self.send(partition, &body);
+        self.bodies[slot].as_mut().unwrap().1 = body;
+        sent
+    }
+
+    fn publish_stamped(&mut self, partition: usize, stamps: &[(u64, u32)]) -> Result<(), String> {
+        if self.json {
+            return Err("stamped batches are record batches: use --system raftline".into());
+        }
+        let count: usize = stamps.iter().map(|s| s.1 as usize).sum();
+        let stale = !matches!(&self.stamped, Some((_, offsets)) if offsets.len() == count);
+        if stale {
+            self.stamped = Some(record_batch_with_offsets(
+                count,
+                &payload(self.message_size),
+            ));
+        }
+        let (mut body, offsets) = self.stamped.take().unwrap();
+        let mut at = offsets.iter();
+        for (stamp, n) in stamps {
+            for offset in at.by_ref().take(*n as usize) {
+                body[*offset..*offset + 8].copy_from_slice(&(*stamp as i64).to_le_bytes());
+            }
+        }
+        seal(&mut body);
+        let sent = self.send(partition, &body);
+        self.stamped = Some((body, offsets));
+        sent
     }
 }
