@@ -165,6 +165,38 @@ def test_the_native_consumer_times_only_messages_stamped_inside_the_window(
     assert result["e2e_latency"]["total"] == 25
 
 
+def test_a_stamped_run_with_the_native_consumer_receives_every_acknowledged_message(
+    node: object,
+) -> None:
+    workload = workload_from_dict(
+        {
+            "name": "s",
+            "message_size": 100,
+            "batch_size": 50,
+            "partitions_per_topic": 2,
+            "duration_seconds": 1.0,
+            "warmup_seconds": 0.0,
+        }
+    )
+
+    async def scenario() -> dict:
+        driver = RaftlineDriver(node)  # type: ignore[arg-type]
+        await driver.connect()
+        try:
+            node_ports = {1: driver.endpoint.ports["http"]}
+            run = native.StampedRun(driver, workload, "nc", 2000.0, node_ports)
+            return await run.run(drain_seconds=5.0)
+        finally:
+            await driver.close()
+
+    row = asyncio.run(scenario())
+    assert row["errors"] == 0, row["first_error"]
+    assert row["consumer"] == "native"
+    assert row["acked"] > 0
+    assert row["received"] == row["acked"]
+    assert row["e2e_latency_ms"]["count"] == row["acked"]
+
+
 def test_the_report_keeps_native_and_python_tables_apart() -> None:
     run = {
         "workload": "w",
