@@ -235,6 +235,9 @@ class NativeConsumer:
         )
         line = await self._line(READY_TIMEOUT_S)
         if line != "ready":
+            if self.process.returncode is None:
+                self.process.kill()
+            await self.process.wait()
             raise NativeError(f"native consumer did not subscribe: {line!r}")
 
     def send_window(self, window: Window) -> None:
@@ -307,6 +310,8 @@ class StampedRun(WorkloadRun):
         consumer: str = "native",
     ) -> None:
         super().__init__(driver, workload, run_id, rate)
+        if consumer not in ("native", "python"):
+            raise ValueError(f"consumer must be native or python, not {consumer!r}")
         self.node_ports = node_ports
         self.consumer = consumer
         self.producer_pid: int | None = None
