@@ -156,7 +156,14 @@ def test_unknown_group_and_bad_input_are_errors_without_a_traceback(
 
 def test_ctrl_c_leaves_the_group_cleanly(url: str, topic: str) -> None:
     group = f"{topic}-g"
-    command = [sys.executable, "-c", "from raftline.clients.cli import main; main()"]
+    # Ctrl-C as in an interactive shell: a suite started in the background (`&`) passes its
+    # children SIGINT ignored, and the consumer would rightly not stop.
+    command = [
+        sys.executable,
+        "-c",
+        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "from raftline.clients.cli import main; main()",
+    ]
     argv = ["consume", topic, "--group", group, "-o", "earliest", "--url", url]
     # faulthandler: a consumer that does not end is made to print every thread's stack.
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
