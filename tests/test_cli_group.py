@@ -156,10 +156,19 @@ def test_unknown_group_and_bad_input_are_errors_without_a_traceback(
 
 def test_ctrl_c_leaves_the_group_cleanly(url: str, topic: str) -> None:
     group = f"{topic}-g"
-    command = [sys.executable, "-c", "from raftline.clients.cli import main; main()"]
+    # Ctrl-C as in an interactive shell: a suite started in the background (`&`) passes its
+    # children SIGINT ignored, and the consumer would rightly not stop.
+    command = [
+        sys.executable,
+        "-c",
+        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "from raftline.clients.cli import main; main()",
+    ]
     argv = ["consume", topic, "--group", group, "-o", "earliest", "--url", url]
+    # faulthandler: a consumer that does not end is made to print every thread's stack.
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
     process = subprocess.Popen(
-        [*command, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*command, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
     try:
         with Client(url) as client:
@@ -169,7 +178,12 @@ def test_ctrl_c_leaves_the_group_cleanly(url: str, topic: str) -> None:
                 time.sleep(0.1)
             time.sleep(0.5)
             os.kill(process.pid, signal.SIGINT)
-            out, err = process.communicate(timeout=30)
+            try:
+                out, err = process.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGABRT)
+                _, stacks = process.communicate(timeout=10)
+                raise AssertionError(f"still running 30 s after Ctrl-C:\n{stacks}") from None
             assert process.returncode == 0, err
             assert "Traceback" not in err
             assert sorted(out.splitlines()) == ALL
