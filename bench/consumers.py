@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 from bench.drivers import driver_class
 from bench.drivers.base import Endpoint
@@ -132,6 +132,21 @@ def _tally_dict(tally: Tally) -> dict[str, Any]:
     }
 
 
+class Consumer(Protocol):
+    """What a run needs of its consumer: ConsumerProcess, or bench.native.NativeConsumer."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    async def start(self) -> None: ...
+
+    def send_window(self, window: Window) -> None: ...
+
+    async def drain(self, target: int, timeout: float) -> None: ...
+
+    async def stop(self) -> dict[str, Any]: ...
+
+
 class ConsumerProcess:
     """The parent's handle: start, wait until subscribed, send the window, follow, collect."""
 
@@ -153,6 +168,10 @@ class ConsumerProcess:
         self.received = 0
         self.result: dict[str, Any] | None = None
         self.started = False
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
 
     async def start(self) -> None:
         self.process.start()

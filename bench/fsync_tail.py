@@ -153,22 +153,24 @@ def raftline_side(
     fsync: str = "always",
     flags: dict[str, str] | None = None,
     producer: str = "native",
+    consumer: str = "native",
 ) -> dict[str, Any]:
     """One fixed-rate RF 3 run of the 16-partition 1 KB half-max workload at `rate` msgs/s
     (0: as fast as acks allow) on fresh nodes started with further serve `flags`; e2e latency
-    plus each node's write pattern."""
+    plus each node's write pattern. A native consumer needs the native producer."""
     workload = load_workload(WORKLOAD_DIR / "1-topic-16-partitions-1kb-half-max.yaml")
     workload = replace(workload, duration_seconds=seconds, warmup_seconds=5.0)
+    native = producer == "native"
+    consumer = consumer if native else "python"
     with running_nodes(root, NODES, PORT_BASE, fsync, flags) as cluster:
         pids = {f"node-{n.node_id}": n.pid for n in cluster.nodes}
-        native = producer == "native"
         pids["bench (Python)" if native else "bench (producer)"] = os.getpid()
         ports = {n.node_id: int(n.http.rsplit(":", 1)[1]) for n in cluster.nodes}
         port = ports[cluster.nodes[0].node_id]
         driver = RaftlineDriver(Endpoint("127.0.0.1", {"http": port}, NODES, {"fsync": fsync}))
         run_id = uuid.uuid4().hex[:6]
         run = (
-            StampedRun(driver, workload, run_id, rate, ports)
+            StampedRun(driver, workload, run_id, rate, ports, consumer)
             if native
             else WorkloadRun(driver, workload, run_id, rate)
         )
@@ -184,7 +186,7 @@ def raftline_side(
             if isinstance(run, StampedRun) and run.producer_pid is not None:
                 pids["native producer"] = run.producer_pid
             if run.consumer_pid is not None:
-                pids["consumer"] = run.consumer_pid
+                pids[f"{consumer} consumer"] = run.consumer_pid
             marks["cpu"] = CpuWatch(pids).start()
             time.sleep(max(1.0, seconds - 1.0))
             marks["counts1"] = _counters(cluster, (FSYNCS, FORWARDED))
@@ -218,6 +220,7 @@ def raftline_side(
         "fsync": fsync,
         "flags": flags or {},
         "producer": "native" if native else "python",
+        "consumer": consumer,
         "target_rate": rate,
         "publish_msgs_per_s": result["publish_msgs_per_s"],
         "consume_msgs_per_s": result["consume_msgs_per_s"],
@@ -352,8 +355,18 @@ def main(argv: list[str] | None = None) -> None:
         default="native",
         help="fixed-rate producer: bench/native (stamping, as the Python one) or Python",
     )
+    parser.add_argument(
+        "--consumer",
+        choices=("native", "python"),
+        default=None,
+        help="consumer: bench/native's consume mode or the Python consumer process "
+        "(default: the producer's kind; native needs the native producer)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="append JSON lines here")
     args = parser.parse_args(argv)
+    args.consumer = args.consumer or args.producer
+    if args.consumer == "native" and args.producer != "native":
+        parser.error("--consumer native needs --producer native")
     if args.producer == "native":
         ensure_built()
     flags = {}
@@ -362,7 +375,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.rate <= 0:
         root = Path(tempfile.mkdtemp(prefix="rf3-max-", dir=os.environ.get("BENCH_DIR")))
         try:
-            top = raftline_side(0, args.max_seconds, root, args.fsync, flags)
+            top = raftline_side(
+                0, args.max_seconds, root, args.fsync, flags, "native", args.consumer
+            )
         finally:
             shutil.rmtree(root, ignore_errors=True)
         args.rate = round(top["publish_msgs_per_s"] / 2)
@@ -375,7 +390,9 @@ def main(argv: list[str] | None = None) -> None:
     for round_no in range(args.rounds):
         root = Path(tempfile.mkdtemp(prefix="rf3-", dir=os.environ.get("BENCH_DIR")))
         try:
-            ours = raftline_side(args.rate, args.seconds, root, args.fsync, flags, args.producer)
+            ours = raftline_side(
+                args.rate, args.seconds, root, args.fsync, flags, args.producer, args.consumer
+            )
         finally:
             shutil.rmtree(root, ignore_errors=True)
         disk = disk_side(ours["nodes"], args.seconds, args.threads)
@@ -384,7 +401,7 @@ def main(argv: list[str] | None = None) -> None:
         stamp = time.strftime("%H:%M", time.gmtime())
         print(
             f"[{stamp}] round {round_no + 1}: raftline --fsync {args.fsync} {flags or ''} "
-            f"({ours['producer']} producer) "
+            f"({ours['producer']} producer, {ours['consumer']} consumer) "
             f"{ours['publish_msgs_per_s']:.0f} msg/s, "
             f"e2e ms p50/p99/p99.9/max {_ms(ours['e2e_ms'])}, ack {_ms(ours['ack_ms'])}, "
             f"load {ours['load_1m']:.1f}, cpu% {ours['cpu_pct']}, "

@@ -2,8 +2,9 @@
 
 Owns building the generator (cargo, on demand), the mapping of a system and workload to its
 command line, and its JSON answer turned into a result row like the Python runner's. The
-generator publishes only; topics are created and deleted through the Python driver. Also a
-fixed-rate Raftline run with the generator as producer and the Python consumer (StampedRun).
+generator publishes; topics are created and deleted through the Python driver. Also a
+fixed-rate Raftline run with the generator as producer (StampedRun) and, by default, its
+consume mode as consumer (NativeConsumer), so the servers are measured, not a Python client.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench.consumers import READY_TIMEOUT_S, RESULT_TIMEOUT_S, Consumer
 from bench.drivers.base import Driver
 from bench.node_procs import http_json
+from bench.pacing import Window
 from bench.runner import WorkloadRun
 from bench.workload import Workload
 
@@ -26,6 +29,7 @@ CRATE = Path(__file__).parent / "native"
 BINARY = CRATE / "target" / "release" / "raftline-loadgen"
 MB = 1_000_000
 BUILD_TIMEOUT_S = 600
+PROGRESS_POLL_S = 0.05  # how often drain asks the native consumer how far it got
 # The generator's name for a system and the endpoint port it talks to.
 PROTOCOL = {
     "raftline": ("raftline", "http"),
@@ -186,12 +190,115 @@ def result_row(workload: Workload, rate: float, answer: dict[str, Any]) -> dict[
     }
 
 
+def _leader_args(leaders: list[int], node_ports: dict[int, int]) -> list[str]:
+    argv = ["--leaders", ",".join(map(str, leaders))]
+    if node_ports:
+        argv += ["--node-ports", ",".join(f"{n}={p}" for n, p in node_ports.items())]
+    return argv
+
+
+class NativeConsumer:
+    """The generator's consume mode (`--consume 1`), driven as ConsumerProcess is: started
+    and subscribed, told the window, followed until drained, stopped for its tally (the same
+    fields and histogram buckets, so bench.consumers.merge_into folds it in). It follows every
+    partition of one Raftline topic from its leader, one thread each."""
+
+    def __init__(
+        self,
+        driver: Driver,
+        topic: str,
+        partitions: int,
+        leaders: list[int],
+        node_ports: dict[int, int],
+    ) -> None:
+        endpoint = driver.endpoint
+        self.argv = [
+            str(BINARY),
+            "--system", "raftline",
+            "--consume", "1",
+            "--host", endpoint.host,
+            "--port", str(endpoint.ports["http"]),
+            "--topic", topic,
+            "--partitions", str(partitions),
+            *_leader_args(leaders, node_ports),
+        ]  # fmt: skip
+        self.process: asyncio.subprocess.Process | None = None
+        self.received = 0
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    async def start(self) -> None:
+        self.process = await asyncio.create_subprocess_exec(
+            *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+        )
+        line = await self._line(READY_TIMEOUT_S)
+        if line != "ready":
+            if self.process.returncode is None:
+                self.process.kill()
+            await self.process.wait()
+            raise NativeError(f"native consumer did not subscribe: {line!r}")
+
+    def send_window(self, window: Window) -> None:
+        self._send(f"window {window.start_ns} {window.end_ns}")
+
+    async def drain(self, target: int, timeout: float) -> None:
+        """Follow progress until `target` messages arrived or time ran out."""
+        deadline = time.monotonic() + timeout
+        while self.received < target and (left := deadline - time.monotonic()) > 0:
+            self._send("progress")
+            line = await self._line(left)
+            if not line.startswith("progress "):
+                return
+            self.received = int(line.split()[1])
+            if self.received < target:
+                await asyncio.sleep(PROGRESS_POLL_S)
+
+    async def stop(self) -> dict[str, Any]:
+        """Stop it and return its tally (received counts, errors, e2e histogram)."""
+        if self.process is None:
+            raise NativeError("native consumer never started")
+        try:
+            self._send("stop")
+            line = await self._line(RESULT_TIMEOUT_S)
+            while line.startswith("progress "):  # answers to an abandoned drain
+                line = await self._line(RESULT_TIMEOUT_S)
+            result = json.loads(line)
+        except (json.JSONDecodeError, ConnectionError) as error:
+            raise NativeError(f"native consumer ended without result: {error}") from error
+        finally:
+            try:
+                await asyncio.wait_for(self.process.wait(), RESULT_TIMEOUT_S)
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+        if "error" in result:
+            raise NativeError(result["error"])
+        self.received = result["received"]
+        return result
+
+    def _send(self, command: str) -> None:
+        assert self.process is not None and self.process.stdin is not None
+        self.process.stdin.write(f"{command}\n".encode())
+
+    async def _line(self, timeout: float) -> str:
+        """The next line it writes ("" at its end or when none came in time)."""
+        assert self.process is not None and self.process.stdout is not None
+        try:
+            line = await asyncio.wait_for(self.process.stdout.readline(), timeout)
+        except TimeoutError:
+            return ""
+        return line.decode().strip()
+
+
 class StampedRun(WorkloadRun):
     """A Raftline run whose producer is the generator (`--stamp 1`): each message carries its
     intended send time and, at a fixed rate, a batch goes out once its last message is due, as
-    from the Python runner, so the Python consumer process measures end-to-end latency alike;
-    only the producer's CPU is compiled code's. Batches go to each partition's leader
-    (`node_ports`: node id -> HTTP port, to look leaders up and follow a forwarded answer)."""
+    from the Python runner, so a consumer measures end-to-end latency alike. The consumer is
+    the generator's consume mode (`consumer="native"`) or the Python consumer process. Both
+    talk to each partition's leader (`node_ports`: node id -> HTTP port, to look leaders up
+    and follow a forwarded answer)."""
 
     def __init__(
         self,
@@ -200,11 +307,28 @@ class StampedRun(WorkloadRun):
         run_id: str,
         rate: float,
         node_ports: dict[int, int],
+        consumer: str = "native",
     ) -> None:
         super().__init__(driver, workload, run_id, rate)
+        if consumer not in ("native", "python"):
+            raise ValueError(f"consumer must be native or python, not {consumer!r}")
         self.node_ports = node_ports
+        self.consumer = consumer
         self.producer_pid: int | None = None
         self.answer: dict[str, Any] = {}
+
+    async def _start_consumer(self, queue: bool) -> Consumer:
+        if self.consumer == "python":
+            return await super()._start_consumer(queue)
+        if queue or len(self.topics) != 1:
+            raise NativeError("the native consumer follows the partitions of one topic")
+        topic = self.topics[0]
+        leaders = await asyncio.to_thread(self._leader_ports, topic)
+        consumer = NativeConsumer(
+            self.driver, topic, self.workload.partitions_per_topic, leaders, self.node_ports
+        )
+        await consumer.start()
+        return consumer
 
     async def _produce(self, topic: str, drain_seconds: float) -> None:
         w = self.workload
@@ -215,8 +339,7 @@ class StampedRun(WorkloadRun):
         argv += [
             "--start-ns", str(self.start_ns),
             "--stamp", "1",
-            "--leaders", ",".join(map(str, leaders)),
-            "--node-ports", ",".join(f"{n}={p}" for n, p in self.node_ports.items()),
+            *_leader_args(leaders, self.node_ports),
         ]  # fmt: skip
         process = await asyncio.create_subprocess_exec(
             *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
@@ -254,5 +377,6 @@ class StampedRun(WorkloadRun):
     def result(self) -> dict[str, Any]:
         row = super().result()
         row["client"] = "native"
+        row["consumer"] = self.consumer
         row["publish_latency_ms"] = self.answer.get("publish_latency_ms")
         return row

@@ -10,7 +10,7 @@ import os
 import time
 from typing import Any
 
-from bench.consumers import ConsumerProcess, merge_into
+from bench.consumers import Consumer, ConsumerProcess, merge_into
 from bench.drivers.base import Driver
 from bench.pacing import FixedRateSchedule, StampGroup, Window, encode, payloads
 from bench.tally import Tally
@@ -51,15 +51,8 @@ class WorkloadRun:
         consumer = None
         try:
             if w.consumers_per_topic > 0:
-                consumer = ConsumerProcess(
-                    self.driver.system,
-                    self.driver.endpoint,
-                    self.topics,
-                    w.partitions_per_topic,
-                    receivers=w.consumers_per_topic if queue else 0,
-                )
-                await consumer.start()
-                self.consumer_pid = consumer.process.pid
+                consumer = await self._start_consumer(queue)
+                self.consumer_pid = consumer.pid
             await self._prime()
             self._set_window()
             if consumer is not None:
@@ -86,6 +79,19 @@ class WorkloadRun:
                 except Exception as error:  # cleanup failure must not hide the measurement
                     self.tally.on_error(error)
         return self.result()
+
+    async def _start_consumer(self, queue: bool) -> Consumer:
+        """The consumer process, started and subscribed to every topic."""
+        w = self.workload
+        consumer = ConsumerProcess(
+            self.driver.system,
+            self.driver.endpoint,
+            self.topics,
+            w.partitions_per_topic,
+            receivers=w.consumers_per_topic if queue else 0,
+        )
+        await consumer.start()
+        return consumer
 
     async def _prime(self) -> None:
         """One message per partition before the clock starts, as OMB creates its producers first.

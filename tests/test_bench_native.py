@@ -1,6 +1,7 @@
 """The native load generator (bench/native) builds with cargo, publishes record batches a
 Raftline node accepts and counts exactly what the node acknowledged; its answer becomes a
-result row of the native table, which the report keeps apart from the Python-client one."""
+result row of the native table, which the report keeps apart from the Python-client one. Its
+consume mode counts exactly what was produced and times each message from its stamp."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from pathlib import Path
 import pytest
 
 from bench import native, report
+from bench.consumers import merge_into
 from bench.drivers.raftline import RaftlineDriver
-from bench.pacing import FixedRateSchedule, intended_ns_of
+from bench.pacing import FixedRateSchedule, Window, encode, intended_ns_of
 from bench.peers import RaftlinePeer
+from bench.tally import Tally
 from bench.workload import workload_from_dict
 
 pytestmark = pytest.mark.skipif(shutil.which("cargo") is None, reason="needs cargo")
@@ -107,6 +110,91 @@ def test_a_stamped_run_carries_each_messages_intended_send_time(node: object) ->
     groups = schedule.stamp_groups(0, answer["acked"])
     expected = Counter(stamp for stamp, count in groups for _ in range(count))
     assert Counter(intended_ns_of(v) for v in values) == expected
+
+
+def _consume_while_publishing(
+    node: object, topic: str, window: Window, batches: list[list[bytes]]
+) -> dict:
+    """The native consumer's tally of a 2-partition topic while the Python driver publishes
+    `batches` (alternating partitions) after the consumer was told `window`."""
+
+    async def scenario() -> dict:
+        driver = RaftlineDriver(node)  # type: ignore[arg-type]
+        await driver.connect()
+        await driver.create_topic(topic, 2)
+        port = driver.endpoint.ports["http"]
+        consumer = native.NativeConsumer(driver, topic, 2, [port, port], {})
+        try:
+            await consumer.start()
+            consumer.send_window(window)
+            for i, batch in enumerate(batches):
+                await driver.publish(topic, i % 2, batch, "all")
+            await consumer.drain(sum(map(len, batches)), timeout=10)
+        finally:
+            result = await consumer.stop()
+            await driver.delete_topic(topic, 2)
+            await driver.close()
+        return result
+
+    return asyncio.run(scenario())
+
+
+def test_the_native_consumer_counts_exactly_the_messages_produced(node: object) -> None:
+    now = time.monotonic_ns()
+    batches = [[encode(now, bytes(100))] * size for size in (1, 500, 37, 1000, 3)]
+    result = _consume_while_publishing(node, "native-c", Window(now, now + 60 * 10**9), batches)
+    assert result["errors"] == 0, result["first_error"]
+    assert result["received"] == 1541
+    assert result["received_in_window"] == 1541
+    tally = Tally(Window(0, 0))
+    merge_into(tally, result)  # the Python side reads its histogram as its own
+    assert tally.e2e_latency.total == 1541
+    assert 0 < tally.e2e_latency.percentile(50) < 60 * 10**6
+
+
+def test_the_native_consumer_times_only_messages_stamped_inside_the_window(
+    node: object,
+) -> None:
+    now = time.monotonic_ns()
+    window = Window(now, now + 60 * 10**9)
+    before, inside = encode(now - 1, bytes(100)), encode(now, bytes(100))
+    batches = [[before] * 10, [inside] * 20, [before, inside] * 5]
+    result = _consume_while_publishing(node, "native-w", window, batches)
+    assert result["errors"] == 0, result["first_error"]
+    assert result["received"] == 40
+    assert result["e2e_latency"]["total"] == 25
+
+
+def test_a_stamped_run_with_the_native_consumer_receives_every_acknowledged_message(
+    node: object,
+) -> None:
+    workload = workload_from_dict(
+        {
+            "name": "s",
+            "message_size": 100,
+            "batch_size": 50,
+            "partitions_per_topic": 2,
+            "duration_seconds": 1.0,
+            "warmup_seconds": 0.0,
+        }
+    )
+
+    async def scenario() -> dict:
+        driver = RaftlineDriver(node)  # type: ignore[arg-type]
+        await driver.connect()
+        try:
+            node_ports = {1: driver.endpoint.ports["http"]}
+            run = native.StampedRun(driver, workload, "nc", 2000.0, node_ports)
+            return await run.run(drain_seconds=5.0)
+        finally:
+            await driver.close()
+
+    row = asyncio.run(scenario())
+    assert row["errors"] == 0, row["first_error"]
+    assert row["consumer"] == "native"
+    assert row["acked"] > 0
+    assert row["received"] == row["acked"]
+    assert row["e2e_latency_ms"]["count"] == row["acked"]
 
 
 def test_the_report_keeps_native_and_python_tables_apart() -> None:

@@ -1,4 +1,5 @@
-//! Native publish load generator for Raftline and its peers (`python -m bench compare --native`).
+//! Native publish load generator for Raftline and its peers (`python -m bench compare --native`),
+//! with a consume mode for Raftline (consume.rs).
 //!
 //! Owns the command line, the worker threads (one connection and one batch in flight each),
 //! the max-rate and fixed-rate schedules, and the JSON result: totals, publish-ack latency
@@ -6,6 +7,9 @@
 //! topics are created and deleted by the Python drivers around a run.
 
 mod amqp;
+mod batches;
+mod consume;
+mod histogram;
 mod nats;
 mod raftline;
 mod redis;
@@ -80,6 +84,8 @@ pub struct Args {
     pub leaders: Vec<u16>,
     /// Raftline: node id -> HTTP port, to follow a forwarded answer's `Raftline-Leader`.
     pub node_ports: Vec<(u64, u16)>,
+    /// Consume every partition instead of publishing (raftline only; consume.rs).
+    pub consume: bool,
 }
 
 fn usage() -> ! {
@@ -90,7 +96,7 @@ fn usage() -> ! {
          [--rate MSGS_PER_S (0 = max)] [--max-messages N] [--replicas R] [--acks all|leader|none] \
          [--linger-ms MS] [--maxlen N (redis)] [--start-ns CLOCK_MONOTONIC_NS] \
          [--stamp 1 (raftline)] [--leaders PORT,... (raftline, per partition)] \
-         [--node-ports ID=PORT,... (raftline)]"
+         [--node-ports ID=PORT,... (raftline)] [--consume 1 (raftline)]"
     );
     std::process::exit(2)
 }
@@ -117,6 +123,7 @@ fn parse_args() -> Args {
         stamp: false,
         leaders: Vec::new(),
         node_ports: Vec::new(),
+        consume: false,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -142,6 +149,7 @@ fn parse_args() -> Args {
             "--maxlen" => a.maxlen = number(&value) as u64,
             "--start-ns" => a.start_ns = value.parse().unwrap_or_else(|_| usage()),
             "--stamp" => a.stamp = value == "1",
+            "--consume" => a.consume = value == "1",
             "--leaders" => {
                 a.leaders = value
                     .split(',')
@@ -170,7 +178,7 @@ fn parse_args() -> Args {
     if a.batch == 0 || a.in_flight == 0 || a.message_size < 8 || a.seconds <= 0.0 {
         usage();
     }
-    if a.stamp && a.system != "raftline" {
+    if (a.stamp || a.consume) && a.system != "raftline" {
         usage();
     }
     a
@@ -359,6 +367,9 @@ fn json_escape(text: &str) -> String {
 
 fn main() {
     let args = parse_args();
+    if args.consume {
+        return consume::run(args);
+    }
     // At a fixed rate a batch holds what falls due within the linger time (at least one).
     let batch = if args.rate > 0.0 {
         ((args.rate * args.linger_ms / 1000.0) as usize).clamp(1, args.batch)

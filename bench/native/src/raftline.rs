@@ -1,4 +1,5 @@
-//! Raftline over HTTP/1.1 keep-alive: one request per batch, either one Kafka v2 record batch
+//! Raftline over HTTP/1.1 keep-alive: the request/answer exchange on one connection (the
+//! consumer's too), and publishing one request per batch, either one Kafka v2 record batch
 //! (Content-Type application/vnd.raftline.batch, as the Python client sends) or a JSON body.
 
 use crate::wire::{crc32c, dial, payload, read_exact, read_line, text_payload};
@@ -9,14 +10,41 @@ use std::net::TcpStream;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// One keep-alive connection to one node.
-struct Conn {
+pub struct Conn {
     writer: TcpStream,
     reader: BufReader<TcpStream>,
     host: String,
+    line: Vec<u8>,
+}
+
+/// One answer: its status, the headers a load generator reads, and the body.
+pub struct Answer {
+    pub status_line: String,
+    pub content_type: String,
+    /// `Raftline-Leader`: the node a forwarding node passed the request on to.
+    pub leader: Option<u64>,
+    /// `Raftline-Next-Offset` of a fetch answer in batch format.
+    pub next_offset: Option<i64>,
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    pub fn ok(&self) -> bool {
+        matches!(self.status_line.split(' ').nth(1), Some("200" | "202"))
+    }
+
+    /// The status line and body, for an error message.
+    pub fn describe(&self) -> String {
+        format!(
+            "{}: {}",
+            self.status_line,
+            String::from_utf8_lossy(&self.body)
+        )
+    }
 }
 
 impl Conn {
-    fn open(host: &str, port: u16) -> Result<Conn, String> {
+    pub fn open(host: &str, port: u16) -> Result<Conn, String> {
         let stream = dial(host, port)?;
         Ok(Conn {
             reader: BufReader::with_capacity(
@@ -25,7 +53,59 @@ impl Conn {
             ),
             writer: stream,
             host: format!("{host}:{port}"),
+            line: Vec::new(),
         })
+    }
+
+    /// One request; `extra` is further header lines, each ending in CRLF.
+    pub fn exchange(
+        &mut self,
+        method: &str,
+        path: &str,
+        extra: &str,
+        body: &[u8],
+    ) -> Result<Answer, String> {
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\n{extra}Content-Length: {}\r\n\r\n",
+            self.host,
+            body.len()
+        );
+        self.writer
+            .write_all(head.as_bytes())
+            .map_err(|e| e.to_string())?;
+        self.writer.write_all(body).map_err(|e| e.to_string())?;
+        // Status line, headers, then a body of Content-Length bytes.
+        read_line(&mut self.reader, &mut self.line)?;
+        let mut answer = Answer {
+            status_line: String::from_utf8_lossy(&self.line).to_string(),
+            content_type: String::new(),
+            leader: None,
+            next_offset: None,
+            body: Vec::new(),
+        };
+        let mut length = 0usize;
+        loop {
+            read_line(&mut self.reader, &mut self.line)?;
+            if self.line.is_empty() {
+                break;
+            }
+            let header = String::from_utf8_lossy(&self.line).to_ascii_lowercase();
+            let Some((name, value)) = header.split_once(':') else {
+                continue;
+            };
+            let value = value.trim();
+            match name {
+                "content-length" => {
+                    length = value.parse().map_err(|_| format!("bad header {header}"))?
+                }
+                "content-type" => answer.content_type = value.to_string(),
+                "raftline-leader" => answer.leader = value.parse().ok(),
+                "raftline-next-offset" => answer.next_offset = value.parse().ok(),
+                _ => {}
+            }
+        }
+        answer.body = read_exact(&mut self.reader, length)?;
+        Ok(answer)
     }
 }
 
@@ -45,7 +125,6 @@ pub struct Raftline {
     bodies: Vec<Option<(usize, Vec<u8>)>>,
     /// A stamped batch: its body and where each record's value starts in it.
     stamped: Option<(Vec<u8>, Vec<usize>)>,
-    line: Vec<u8>,
 }
 
 fn varint(value: i64, out: &mut Vec<u8>) {
@@ -63,7 +142,7 @@ pub fn record_batch(count: usize, value: &[u8]) -> Vec<u8> {
 }
 
 /// The batch and the position of each record's value in it (where a stamp goes).
-fn record_batch_with_offsets(count: usize, value: &[u8]) -> (Vec<u8>, Vec<usize>) {
+pub fn record_batch_with_offsets(count: usize, value: &[u8]) -> (Vec<u8>, Vec<usize>) {
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -136,7 +215,6 @@ impl Raftline {
             message_size: args.message_size,
             bodies: vec![None; args.partitions],
             stamped: None,
-            line: Vec::new(),
         })
     }
 
@@ -178,45 +256,12 @@ impl Raftline {
             self.conns.insert(port, Conn::open(&self.host, port)?);
         }
         let conn = self.conns.get_mut(&port).unwrap();
-        let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: {content_type}\r\n\
-             Content-Length: {}\r\n\r\n",
-            conn.host,
-            body.len()
-        );
-        conn.writer
-            .write_all(head.as_bytes())
-            .map_err(|e| e.to_string())?;
-        conn.writer.write_all(body).map_err(|e| e.to_string())?;
-        // Status line, headers, then a body of Content-Length bytes.
-        read_line(&mut conn.reader, &mut self.line)?;
-        let status_line = String::from_utf8_lossy(&self.line).to_string();
-        let status = status_line.split(' ').nth(1).unwrap_or("").to_string();
-        let mut length = 0usize;
-        let mut leader = None;
-        loop {
-            read_line(&mut conn.reader, &mut self.line)?;
-            if self.line.is_empty() {
-                break;
-            }
-            let header = String::from_utf8_lossy(&self.line).to_ascii_lowercase();
-            if let Some(value) = header.strip_prefix("content-length:") {
-                length = value
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("bad header {header}"))?;
-            } else if let Some(value) = header.strip_prefix("raftline-leader:") {
-                leader = value.trim().parse::<u64>().ok();
-            }
+        let extra = format!("Content-Type: {content_type}\r\n");
+        let answer = conn.exchange("POST", &path, &extra, body)?;
+        if !answer.ok() {
+            return Err(answer.describe());
         }
-        let answer = read_exact(&mut conn.reader, length)?;
-        if status != "200" && status != "202" {
-            return Err(format!(
-                "{status_line}: {}",
-                String::from_utf8_lossy(&answer)
-            ));
-        }
-        if let Some(port) = leader.and_then(|id| self.node_ports.get(&id)) {
+        if let Some(port) = answer.leader.and_then(|id| self.node_ports.get(&id)) {
             self.partition_port[partition] = *port;
         }
         Ok(())
