@@ -100,26 +100,33 @@ async def test_a_connection_takes_one_large_body_after_another(server: Any) -> N
     ]
 
 
-async def test_a_request_sent_right_behind_a_taken_body_is_parsed(server: Any) -> None:
+PLAIN_GET = b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def _post_bytes(body: bytes) -> bytes:
+    return f"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+
+
+async def _pipelined(server: Any, *requests: bytes) -> list[str]:
+    """The requests written back to back on one connection, and each one's answer."""
     host, port, _ = server
-    body = os.urandom(1_000_000)
     reader, writer = await asyncio.open_connection(host, port)
-    head = f"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
-    writer.write(head.encode() + body + b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
-    answers = [await _read_response(reader) for _ in range(2)]
+    writer.write(b"".join(requests))
+    answers = [await _read_response(reader) for _ in requests]
     writer.close()
+    return answers
+
+
+async def test_a_request_sent_right_behind_a_taken_body_is_parsed(server: Any) -> None:
+    body = os.urandom(1_000_000)
+    answers = await _pipelined(server, _post_bytes(body), PLAIN_GET)
     assert '"taken": 1' in answers[0] and _md5(body) in answers[0]
     assert f'"md5": "{_md5(b"")}", "size": 0' in answers[1]
 
 
 async def test_a_large_body_pipelined_behind_another_request_arrives_whole(server: Any) -> None:
-    host, port, _ = server
     body = os.urandom(1_000_000)
-    reader, writer = await asyncio.open_connection(host, port)
-    head = f"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
-    writer.write(b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n" + head.encode() + body)
-    answers = [await _read_response(reader) for _ in range(2)]
-    writer.close()
+    answers = await _pipelined(server, PLAIN_GET, _post_bytes(body))
     assert f'"md5": "{_md5(b"")}", "size": 0' in answers[0]
     assert f'"md5": "{_md5(body)}", "size": {len(body)}' in answers[1]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from inproc_harness import http_cluster
-from test_node_cluster import batch_of, leader_of, produce_anywhere
+from test_node_cluster import led_topic
 
 from raftline.api.app import LEADER_HEADER
 from raftline.clients.aio import AsyncClient
@@ -22,9 +22,7 @@ pytestmark = pytest.mark.timeout(120)
 async def test_an_answer_a_follower_forwarded_names_the_leader(tmp_path: Path) -> None:
     async with http_cluster(tmp_path, 3) as cluster:
         brokers = cluster.brokers
-        await brokers[0].create_topic("routed", 1, 3, {})
-        await produce_anywhere(brokers, "routed", batch_of(b"warm"))
-        leader = leader_of(brokers, "routed")
+        leader = await led_topic(brokers, "routed")
         path = "/v1/topics/routed/partitions/0/messages?offset=0"
         async with aiohttp.ClientSession() as http:
             for index, broker in enumerate(brokers):
@@ -38,9 +36,7 @@ async def test_an_answer_a_follower_forwarded_names_the_leader(tmp_path: Path) -
 async def test_a_producer_sends_to_the_leader_a_forwarded_answer_named(tmp_path: Path) -> None:
     async with http_cluster(tmp_path, 3) as cluster:
         brokers = cluster.brokers
-        await brokers[0].create_topic("moved", 1, 3, {})
-        await produce_anywhere(brokers, "moved", batch_of(b"warm"))
-        leader = leader_of(brokers, "moved")
+        leader = await led_topic(brokers, "moved")
         follower = next(b for b in brokers if b is not leader)
         async with AsyncClient(",".join(cluster.urls)) as client:
             await client._run(client.refreshed("moved"))

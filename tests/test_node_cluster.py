@@ -77,6 +77,13 @@ def leader_of(brokers: list[Broker], topic: str) -> Broker:
     return leader
 
 
+async def led_topic(brokers: list[Broker], topic: str) -> Broker:
+    """A 1-partition RF 3 topic with one write committed: its leader, elected and serving."""
+    await brokers[0].create_topic(topic, 1, 3, {})
+    await produce_anywhere(brokers, topic, batch_of(b"warm"))
+    return leader_of(brokers, topic)
+
+
 async def test_three_nodes_elect_one_controller_and_register_every_node(
     cluster: list[Broker],
 ) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from inproc_harness import http_cluster
-from test_node_cluster import batch_of, leader_of, produce_anywhere
+from test_node_cluster import batch_of, leader_of, led_topic, produce_anywhere
 
 from raftline.clients.client import AsyncClient
 from raftline.node.broker import Broker
@@ -46,9 +46,7 @@ def test_metrics_lines_are_a_prometheus_histogram_with_cumulative_buckets() -> N
 async def test_an_acked_produce_is_timed_on_the_leader_and_on_its_followers(
     cluster: list[Broker],
 ) -> None:
-    await cluster[0].create_topic("timed", 1, 3, {})
-    await produce_anywhere(cluster, "timed", batch_of(b"warm"))
-    leader = leader_of(cluster, "timed")
+    leader = await led_topic(cluster, "timed")
     followers = [b for b in cluster if b is not leader]
     before = {b.node_id: counts(b) for b in cluster}
     await leader.produce("timed", 0, batch_of(b"a", b"b"), "all")
@@ -65,9 +63,7 @@ async def test_an_acked_produce_is_timed_on_the_leader_and_on_its_followers(
 async def test_a_writes_disk_hand_offs_are_timed_apart_from_its_fsyncs(
     cluster: list[Broker],
 ) -> None:
-    await cluster[0].create_topic("handed", 1, 3, {})
-    await produce_anywhere(cluster, "handed", batch_of(b"warm"))
-    leader = leader_of(cluster, "handed")
+    leader = await led_topic(cluster, "handed")
     before = counts(leader)
     await leader.produce("handed", 0, batch_of(b"a"), "all")
     # The ack may come before the leader's own write returns (it applies once the followers'
@@ -104,9 +100,7 @@ async def test_the_tick_timer_records_how_late_it_fired(cluster: list[Broker]) -
 async def test_a_produce_sent_to_a_follower_counts_as_forwarded(tmp_path: Path) -> None:
     async with http_cluster(tmp_path, 3) as cluster:
         brokers = cluster.brokers
-        await brokers[0].create_topic("routed", 1, 3, {})
-        await produce_anywhere(brokers, "routed", batch_of(b"warm"))
-        leader = leader_of(brokers, "routed")
+        leader = await led_topic(brokers, "routed")
         index = next(i for i, b in enumerate(brokers) if b is not leader)
         follower = brokers[index]
         async with AsyncClient(cluster.urls[index]) as client:
