@@ -232,3 +232,13 @@ def test_tiered_run_against_broker_losing_old_records_on_rereads_is_invalid(
         result = run(config)
     assert not result["valid"]
     assert {"int-poll-skip", "vanished-read"} <= set(result["queue"]["anomaly_types"])
+
+
+@pytest.mark.parametrize(
+    "bad", [["--streamers", "-1"], ["--time-limit", "0"], ["--receivers", "0"]]
+)
+def test_a_run_with_a_count_out_of_range_is_refused_before_anything_starts(
+    bad: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "--urls", "http://127.0.0.1:1", *bad]) == 2
+    assert "chaos: --time-limit" in capsys.readouterr().err
