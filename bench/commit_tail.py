@@ -29,8 +29,16 @@ from raftline.clients.aio import AsyncClient
 NODES = 3
 PORT_BASE = 19700
 TOPIC = "commit-tail"
-# collector passes on the nodes (node/collector.py): a young one is a loop pause too
-GC_COUNTS = ("raftline_gc_young_collections_total", "raftline_gc_full_collections_total")
+# Counters over the window, summed over the nodes: requests forwarded to a leader (the client's
+# was stale), collector passes (node/collector.py: a young one pauses the loop too), log fsyncs,
+# and follower rounds fed beside the group's writes in flight (node/runtime.py).
+COUNTERS = {
+    "forwarded": FORWARDED,
+    "gc_young": "raftline_gc_young_collections_total",
+    "gc_full": "raftline_gc_full_collections_total",
+    "fsyncs": "raftline_raft_fsyncs_total",
+    "follower_rounds_beside_writes": "raftline_raft_follower_rounds_beside_writes_total",
+}
 WARMUP_S = 3.0
 
 
@@ -85,14 +93,13 @@ def run(
             try:
                 await _publish_at_rate(client, leaders, rate, WARMUP_S, size)
                 stages0 = _stage_buckets(cluster)
-                counts0 = _counters(cluster, (FORWARDED, *GC_COUNTS))
+                counts0 = _counters(cluster, tuple(COUNTERS.values()))
                 cpu0, _ = _cpu_and_rss(list(pids.values()))
                 watch = CpuWatch(pids).start()
                 latencies = await _publish_at_rate(client, leaders, rate, seconds, size)
                 cpu_pct, waits = watch.stop()
                 cpu1, _ = _cpu_and_rss(list(pids.values()))
-                counts1 = _counters(cluster, (FORWARDED, *GC_COUNTS))
-                grown = {name: sum(counts1[name]) - sum(counts0[name]) for name in counts0}
+                counts1 = _counters(cluster, tuple(COUNTERS.values()))
                 return {
                     "ack_ms": quantiles_ms(latencies),
                     "messages": len(latencies),
@@ -101,9 +108,10 @@ def run(
                     ),
                     "cpu_pct": cpu_pct,
                     "runq_wait_pct": waits,
-                    "forwarded": grown[FORWARDED],
-                    "gc_young": grown[GC_COUNTS[0]],
-                    "gc_full": grown[GC_COUNTS[1]],
+                    **{
+                        name: sum(counts1[metric]) - sum(counts0[metric])
+                        for name, metric in COUNTERS.items()
+                    },
                     "stages_ms": stage_summary(stages0, _stage_buckets(cluster)),
                 }
             finally:

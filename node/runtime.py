@@ -641,6 +641,8 @@ class Runtime:
             for item in rounds:
                 if (queue := self._queued.get(item.group.name)) is not None:
                     queue.append(item)  # behind its group's writes in flight
+                    if item.extends_in is not None:
+                        self.stats["follower_rounds_beside_writes"] += 1
             self._start([r for r in rounds if r.group.name not in self._queued])
             self._start_queued({r.group.name for r in rounds if r.group.name in self._queued})
             if len(taken) >= GROUPS_PER_ROUND:
