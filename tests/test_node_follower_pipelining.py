@@ -2,7 +2,8 @@
 
 The follower writes it at once, beside that fsync, instead of waiting for the fsync to return and
 for the loop to take up its outcome; it still acknowledges each write only once its own fsync
-returned, in order.
+returned, in order. Only its leader's replication in its term is taken beside writes: a new
+term (a vote, a new leader's APPEND) waits for them to end.
 """
 
 from __future__ import annotations
@@ -81,3 +82,23 @@ async def test_a_follower_acknowledges_a_write_made_beside_an_fsync_only_after_i
     finally:
         held.release.set()
     await wait_for(lambda: replicas.acknowledged_through() >= second, BOUND_S)
+
+
+async def test_a_follower_takes_a_new_leaders_term_only_after_its_writes_in_flight_end(
+    cluster: list[Broker],
+) -> None:
+    replicas, held = await hold_a_followers_fsync(cluster, "newterm")
+    group = replicas.group
+    other = next(b for b in cluster if b not in (replicas.leader, replicas.follower))
+    old_term = replicas.follower.runtime.groups[group].core.term
+    try:
+        await replicas.produce("newterm", b"a")
+        await asyncio.wait_for(held.entered.wait(), BOUND_S)
+        replicas.leader.runtime.transfer_leadership(group, other.node_id)
+        await wait_for(lambda: other.runtime.groups[group].role == "leader", BOUND_S)
+        await asyncio.sleep(0.2)  # the new leader's APPENDs reach the follower meanwhile
+        assert replicas.follower.runtime.groups[group].core.term == old_term
+    finally:
+        held.release.set()
+    new_term = other.runtime.groups[group].core.term
+    await wait_for(lambda: replicas.follower.runtime.groups[group].core.term == new_term, BOUND_S)
