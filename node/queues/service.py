@@ -104,6 +104,7 @@ class Leading:
     failing: set[Key] = field(default_factory=set)  # archives that failed (logged once)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     waiting: collections.Counter[str] = field(default_factory=collections.Counter)  # by queue
+    waited: dict[str, float] = field(default_factory=dict)  # by queue: when a receive last did
     cache: Cache = field(default_factory=Cache)
 
     def wake(self) -> None:
