@@ -10,12 +10,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import msgpack
 import pytest
 from cluster_harness import Cluster
 
 from raftline.clients.client import AsyncClient, Client
 from raftline.clients.consuming import ConsumerCore
 from raftline.clients.core import Call, ClientCore, Step
+from raftline.clients.queueing import QueueCore
 from raftline.clients.streaming import STREAM_UNSUPPORTED, Open, Receive
 from raftline.clients.wire import Answer, RaftlineError
 
@@ -199,6 +201,27 @@ def test_a_stream_grants_back_what_the_application_consumed() -> None:
     nxt = Step(consumer.polled(values=False))
     assert isinstance(nxt.call, Receive) and nxt.call.credit == 2
     assert consumer.positions is not None and consumer.positions.next[0] == 5
+
+
+def test_a_streamed_queue_asks_for_msgpack_frames_and_takes_json_ones_too() -> None:
+    core = ClientCore("http://127.0.0.1:1")
+    queue = QueueCore(core, "jobs", stream=True, prefetch=5)
+    step = Step(queue.received(10, 500))
+    assert isinstance(step.call, Call)  # where the shard leader is: the queue's description
+    step.send(Answer({"raftline-queue-leader": "127.0.0.1:2"}, b"{}"))
+    assert isinstance(step.call, Open) and step.call.params["format"] == "msgpack"
+    step.send("handle")
+    assert isinstance(step.call, Receive)
+    message = {"topic": "t", "partition": 0, "offset": 3, "timestamp": 1, "key": None}
+    packed = {**message, "value": b"\xff", "headers": {"h": b"\xfe"}}
+    frame = msgpack.packb({"messages": [{**packed, "receipt": "r1", "delivery_count": 1}]})
+    step.send(frame)  # type: ignore[arg-type]
+    assert [(m.value, m.headers) for m in step.result or []] == [(b"\xff", {"h": b"\xfe"})]
+    # a server that does not know the parameter sends JSON text frames
+    old = {**message, "value_b64": "/w==", "headers": {}, "headers_b64": {"h": "/g=="}}
+    again = Step(queue.received(10, 500))
+    again.send({"messages": [{**old, "receipt": "r2", "delivery_count": 1}]})  # type: ignore[arg-type]
+    assert [(m.value, m.headers) for m in again.result or []] == [(b"\xff", {"h": b"\xfe"})]
 
 
 def test_the_async_group_consumer_and_queue_stream_too(node: Cluster, topic_name: str) -> None:
