@@ -150,28 +150,35 @@ async def _serve(
     stats.open[kind] += 1
     stats.sockets.add(socket)
     reader = asyncio.ensure_future(_read_credit(socket, credit))
+    give_up_s = _state(request).broker.election_timeout_s * 2
+
+    async def round_then_send() -> None:
+        """A round, and its frames sent from this task as soon as it has them (not by the
+        stream's own task, which a busy loop resumes a turn or two later)."""
+        for payload, count in await _round_or_retry(round_, credit.left, give_up_s):
+            credit.take(count)
+            stats.messages[kind] += count
+            if isinstance(payload, str):
+                await socket.send_str(payload)
+            else:
+                await socket.send_bytes(payload)
+
     try:
         while not reader.done():
-            waiting = asyncio.ensure_future(credit.wait())
-            await asyncio.wait({waiting, reader}, return_when=asyncio.FIRST_COMPLETED)
-            waiting.cancel()
-            if reader.done():
-                break
-            give_up_s = _state(request).broker.election_timeout_s * 2
-            worker = asyncio.ensure_future(_round_or_retry(round_, credit.left, give_up_s))
+            if credit.left <= 0:
+                waiting = asyncio.ensure_future(credit.wait())
+                await asyncio.wait({waiting, reader}, return_when=asyncio.FIRST_COMPLETED)
+                waiting.cancel()
+                if reader.done():
+                    break
+            worker = asyncio.ensure_future(round_then_send())
             await asyncio.wait({worker, reader}, return_when=asyncio.FIRST_COMPLETED)
             if not worker.done():  # the client left mid-round
                 worker.cancel()
                 with contextlib.suppress(BaseException):
                     await worker
                 break
-            for payload, count in worker.result():
-                credit.take(count)
-                stats.messages[kind] += count
-                if isinstance(payload, str):
-                    await socket.send_str(payload)
-                else:
-                    await socket.send_bytes(payload)
+            worker.result()  # its error, if it failed
     except ApiError as exc:
         await _send_error(socket, exc)
     except BrokerError as exc:
