@@ -5,6 +5,7 @@ is refused (driven without a server)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from raftline.clients.consuming import ConsumerCore
 from raftline.clients.core import Call, ClientCore, Step
 from raftline.clients.queueing import QueueCore
 from raftline.clients.streaming import STREAM_UNSUPPORTED, Open, Receive
+from raftline.clients.websocket import receive_frame
 from raftline.clients.wire import Answer, RaftlineError
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(90)]
@@ -222,6 +224,33 @@ def test_a_streamed_queue_asks_for_msgpack_frames_and_takes_json_ones_too() -> N
     again = Step(queue.received(10, 500))
     again.send({"messages": [{**old, "receipt": "r2", "delivery_count": 1}]})  # type: ignore[arg-type]
     assert [(m.value, m.headers) for m in again.result or []] == [(b"\xff", {"h": b"\xfe"})]
+
+
+class RecordingSocket:
+    """The two calls receive_frame makes of a client WebSocket: the texts sent, no frame."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def send_str(self, text: str) -> None:
+        self.sent.append(text)
+
+    async def receive(self, timeout: float) -> Any:
+        raise TimeoutError
+
+
+def test_a_receive_sends_a_credit_frame_only_when_it_grants_credit_or_names_a_frame_seen() -> None:
+    async def sent_by(credit: int, seen: int | None) -> list[Any]:
+        socket = RecordingSocket()
+        assert await receive_frame(Receive(socket, credit, 0.01, seen)) is None
+        return [json.loads(text) for text in socket.sent]
+
+    async def main() -> None:
+        assert await sent_by(0, None) == []  # a queue stream's credit goes back with its acks
+        assert await sent_by(3, None) == [{"credit": 3}]
+        assert await sent_by(0, 7) == [{"credit": 0, "seen": 7}]  # a group member is back
+
+    asyncio.run(main())
 
 
 def test_the_async_group_consumer_and_queue_stream_too(node: Cluster, topic_name: str) -> None:
