@@ -95,7 +95,7 @@ def run(
                 stages0 = _stage_buckets(cluster)
                 counts0 = _counters(cluster, tuple(COUNTERS.values()))
                 cpu0, _ = _cpu_and_rss(list(pids.values()))
-                watch = CpuWatch(pids).start()
+                watch = CpuWatch({**pids, "probe (client)": os.getpid()}).start()
                 latencies = await _publish_at_rate(client, leaders, rate, seconds, size)
                 cpu_pct, waits = watch.stop()
                 cpu1, _ = _cpu_and_rss(list(pids.values()))
