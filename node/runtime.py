@@ -10,16 +10,22 @@ written (acks need no later fsync); (2) on a disk thread, write every Ready's en
 state, then fsync each touched log once; (3) back on the loop, send the other messages (one
 frame per peer), apply the other committed entries, answer read barriers and advance.
 Rounds are pipelined: while one round is on disk, the loop runs further rounds for the other
-groups (an ack of partition A never waits for partition B's fsync). A follower's inputs wait for
-its write in flight to finish, which is what batches a partition's concurrent writes into one
-append and one fsync. A leader goes on being fed (asynchronous storage writes, see
-raftlog.raft): it commits on its followers' acknowledgements and applies what they made durable
-as soon as its own copy is written, before its own fsync returns. Its proposals wait only while
-its write in flight is writing entries; once that write is fsyncing, they form the next write
-(the log orders the fsyncs), so a slow fsync of the leader's holds back neither replication
-nor commit. Writes of one group finish (advance the core) in order. The loop reads a leader's
-storage during its writes only below the offsets being written (the core keeps those in
-memory); followers' storage is not touched while a write is in flight.
+groups (an ack of partition A never waits for partition B's fsync). A leader goes on being fed
+(asynchronous storage writes, see raftlog.raft): it commits on its followers' acknowledgements
+and applies what they made durable as soon as its own copy is written, before its own fsync
+returns. Its proposals wait only while its write in flight is writing entries; once that write
+is fsyncing, they form the next write (the log orders the fsyncs), so a slow fsync of the
+leader's holds back neither replication nor commit. A follower is fed beside its writes in
+flight only while they and what waits in its inbox can only extend its log (APPENDs and
+HEARTBEATs of the leader it follows, in its term, rounds that truncate nothing): an APPEND that
+arrives while the last one fsyncs is then written at once and its fsync follows that one,
+instead of waiting for it to end, for the loop to take up its outcome and for a disk thread to
+be woken again (on a busy machine each of those hand-offs is a wait for a CPU, on the commit
+path). Anything else waits for the writes to finish; so do rounds fed while a write is still
+writing its entries, which is what batches a partition's concurrent writes into one append and
+one fsync. Writes of one group finish (advance the core, send the acknowledgements) in order.
+The loop reads a group's storage during its writes only below the offsets being written (the
+core keeps those in memory), and never while a write of the group truncates.
 
 Quiescence. A leader whose group had no proposals and no replication traffic (anything but
 heartbeats) for `quiet_after_ticks` ticks, and has every entry committed, stops ticking it and tells
@@ -203,6 +209,9 @@ class _Write:
     # per log fsync: (handed to the thread that ran it, started, returned), time.monotonic()
     fsyncs: list[tuple[float, float, float]] = field(default_factory=list)
     written: bool = False  # its entries are in the log files; its fsyncs may still run
+    # Set by its disk thread once its entries are in the log files, without waking the loop
+    # (which reads it when input arrives): a follower's next write may then start.
+    appended: bool = False
     done: bool = False
 
     @property
@@ -222,6 +231,9 @@ class _Round:
     fed_at: float = 0.0  # time.monotonic() when the Ready was taken
     applied_early: bool = False  # committed entries went to the replica before its write ended
     written: bool = False  # its entries are in the log file (maybe not yet fsynced)
+    # a follower's round whose write only appends after its log's last entry (no truncation,
+    # no snapshot) in `term`: more rounds of the group may be fed beside it (see _takeable)
+    extends_in: int | None = None
 
     @property
     def writes(self) -> bool:
@@ -629,6 +641,8 @@ class Runtime:
             for item in rounds:
                 if (queue := self._queued.get(item.group.name)) is not None:
                     queue.append(item)  # behind its group's writes in flight
+                    if item.extends_in is not None:
+                        self.stats["follower_rounds_beside_writes"] += 1
             self._start([r for r in rounds if r.group.name not in self._queued])
             self._start_queued({r.group.name for r in rounds if r.group.name in self._queued})
             if len(taken) >= GROUPS_PER_ROUND:
@@ -677,25 +691,47 @@ class Runtime:
         return len(writes) >= WRITES_PER_GROUP or self._unwritten(name)
 
     def _unwritten(self, name: str) -> bool:
-        """The group has a write whose entries are not yet in its log file."""
-        return any(not w.written for w in self._writes.get(name, ()))
+        """The group has a write whose entries are not yet in its log file (as the loop was
+        told, or as the disk thread marked: read just before it marks, the group waits for
+        that write to end instead)."""
+        return any(not (w.written or w.appended) for w in self._writes.get(name, ()))
 
     def _takeable(self, name: str) -> bool:
-        """A group may be fed unless it has writes in flight and is not a leader whose
-        writes only append (a trim or snapshot changes what the core may read from storage)."""
+        """A group may be fed unless it has writes in flight and is neither a leader whose
+        writes only append (a trim or snapshot changes what the core may read from storage)
+        nor a follower whose pending rounds and inputs can only extend its log."""
         writes = self._writes.get(name)
         if not writes:
             return True
         group = self.groups.get(name)
+        if group is None or group.trim_to is not None:
+            return False
+        if group.core.role != "leader":
+            return self._only_extends(group)
+        return not any(
+            r.trim is not None or (r.ready is not None and r.ready.snapshot is not None)
+            for w in writes
+            for r in w.rounds_of(name)
+        )
+
+    def _only_extends(self, group: Group) -> bool:
+        """A follower with writes in flight: every round not finished appends after its log
+        without truncating in the current term, and its inputs are only the replication of
+        the leader it follows in that term. Stepping those cannot truncate what is being
+        written nor change the term or vote (in one term the leader's log only grows), so the
+        round they make can be written once the earlier writes have written their entries."""
+        core = group.core
+        term, leader = core.term, core.leader_id
         return (
-            group is not None
-            and group.core.role == "leader"
-            and group.trim_to is None
-            and not any(
-                r.trim is not None or (r.ready is not None and r.ready.snapshot is not None)
-                for w in writes
-                for r in w.rounds_of(name)
+            core.role == "follower"
+            and leader is not None
+            and bool(group.inbox)
+            and not (group.notices or group.proposals or group.reads or group.campaign)
+            and group.transfer_to is None
+            and all(
+                m.type in _REPLICATION and m.src == leader and m.term == term for m in group.inbox
             )
+            and all(r.extends_in == term for r in self._pending(group.name))
         )
 
     def _take_dirty(self) -> list[str]:
@@ -808,6 +844,7 @@ class Runtime:
         # votes could come back, and elected for minutes.
         ticks, group.ticks = min(group.ticks, TICKS_PER_FEED), 0
         busy = bool(group.proposals) or bool(group.reads)
+        last_before = core.last_index
         now = time.monotonic()
         if group.inbox_since is not None:
             self.stage_times.observe("follower_wait", now - group.inbox_since)
@@ -868,7 +905,10 @@ class Runtime:
         ready = core.ready() if core.has_ready() else None
         if ready is not None and ready.entries and ready.role == "leader":
             group.uncommitted.append((ready.entries[-1].last_index, now))
-        return _Round(group, ready, accepted, trim, fed_at=now)
+        item = _Round(group, ready, accepted, trim, fed_at=now)
+        if trim is None and core.role == "follower" and _appends_after(ready, last_before):
+            item.extends_in = core.term
+        return item
 
     @staticmethod
     def _guard(group: Group, fn: Callable[..., None], *args: Any) -> None:
@@ -921,6 +961,8 @@ class Runtime:
         run_all(self._fsyncs, voted)
         if loop is not None and write is not None:
             loop.call_soon_threadsafe(self._entries_written, write)
+        if write is not None:
+            write.appended = True
         timings = write.fsyncs if write is not None else None
         fsync_all(self._fsyncs, list(to_sync.values()), timings)
         if write is not None:
@@ -1207,6 +1249,16 @@ class Runtime:
         for _, fut in group.waiting_reads:
             if not fut.done():
                 fut.cancel()
+
+
+def _appends_after(ready: Ready | None, last_index: int) -> bool:
+    """The Ready writes no snapshot and no entry at or below `last_index` (which would
+    truncate the log there): at most entries right after it, and hard state."""
+    if ready is None:
+        return True
+    return ready.snapshot is None and (
+        not ready.entries or ready.entries[0].index == last_index + 1
+    )
 
 
 def fsync_all(

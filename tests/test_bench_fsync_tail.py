@@ -30,7 +30,10 @@ def test_stage_summary_gives_the_bucket_bounds_of_p50_and_p99_within_the_window(
     before["commit"] = [5] * (len(BUCKETS_S) + 1)  # observed before the window: left out
     after = {stage: list(counts) for stage, counts in before.items()}
     # 100 commits in the window: 98 under 2 ms, 2 between 0.2 and 0.3 s (cumulative counts)
-    window = [0, 0, *[98] * 13, *[100] * 6]  # bounds ..., 2 ms (index 2), ..., 0.3 s (15), ...
+    two_ms, three_tenths = BUCKETS_S.index(0.002), BUCKETS_S.index(0.3)
+    window = [
+        0 if i < two_ms else 98 if i < three_tenths else 100 for i in range(len(BUCKETS_S) + 1)
+    ]
     after["commit"] = [b + w for b, w in zip(before["commit"], window, strict=True)]
     summary = stage_summary(before, after)
     assert summary == {"commit": {"count": 100, "p50": 2.0, "p99": 300.0}}
