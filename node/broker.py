@@ -12,7 +12,7 @@ import logging
 import shutil
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Collection
+from collections.abc import Awaitable, Collection
 from typing import Any, TypeVar
 
 from raftline.node import restore
@@ -61,7 +61,7 @@ from raftline.node.transactions.service import (
     shard_of as txn_shard_of,
 )
 from raftline.node.transport import OUTCOME_UNKNOWN, RemoteError
-from raftline.raftlog.cleaner import Cleaner, CleanerConfig
+from raftline.node.upkeep import LogUpkeep
 from raftline.raftlog.log import LogConfig
 from raftline.raftlog.raft import NotLeaderError
 from raftline.raftlog.records import decode_batch
@@ -83,16 +83,6 @@ BARRIER_S = 3.0  # how long a metadata read waits for the read barrier
 CREATE_WAIT_S = 5.0  # create_topic waits this long for its partitions to elect leaders
 DEFAULT_REPLICATION_FACTOR = 3  # capped at the number of registered nodes
 PRODUCER_ID_BLOCK = 100  # producer ids a node asks the controller for at a time
-PASS_SLICE = 256  # partitions a periodic pass over all of them handles between loop turns
-
-
-def cleaner_config(topic_config: dict[str, str]) -> CleanerConfig:
-    defaults = CleanerConfig()
-    return CleanerConfig(
-        int(topic_config.get("delete.retention.ms", defaults.delete_retention_ms)),
-        float(topic_config.get("min.cleanable.dirty.ratio", defaults.min_cleanable_dirty_ratio)),
-        int(topic_config.get("min.compaction.lag.ms", defaults.min_compaction_lag_ms)),
-    )
 
 
 def check_keyed(batch: bytes) -> None:
@@ -105,16 +95,6 @@ def check_keyed(batch: bytes) -> None:
         raise BrokerError(
             "invalid_request", "a compacted topic (cleanup.policy compact) needs a key per record"
         )
-
-
-async def in_slices(items: list[T], size: int = PASS_SLICE) -> AsyncIterator[T]:
-    """The items, letting the loop run (read the sockets, fire timers) after every `size` of
-    them: a retention pass over 60,000 replicas in one go held the loop for about a second,
-    past the peers' dead-after window."""
-    for i, item in enumerate(items):
-        if i and i % size == 0:
-            await asyncio.sleep(0)
-        yield item
 
 
 def _freeze_replicas(reclaim: bool) -> None:
@@ -169,7 +149,7 @@ class Broker:
         }
         self._producer_ids: range = range(0)
         self._producer_ids_lock = asyncio.Lock()
-        self._cleaners: dict[str, Cleaner] = {}  # compacted partitions' log cleaners
+        self.upkeep = LogUpkeep(self)  # retention, compaction, producer clocks
         s3 = s3_config_of(config)  # tiered storage: uploads, remote reads (node/tiering.py)
         self.tiering = (
             NodeTiering(
@@ -200,8 +180,8 @@ class Broker:
         if members == [self.node_id]:
             self.runtime.campaign(META_GROUP)
         self._tasks.append(asyncio.ensure_future(self._maintain()))
-        self._tasks.append(asyncio.ensure_future(self._enforce_retention()))
-        self._tasks.append(asyncio.ensure_future(self._clean_logs()))
+        self._tasks.append(asyncio.ensure_future(self.upkeep.run_retention()))
+        self._tasks.append(asyncio.ensure_future(self.upkeep.run_cleaning()))
         self._tasks.append(asyncio.ensure_future(self.coordinator.run()))
         self._tasks.append(asyncio.ensure_future(self.transactions.run()))
         self._tasks.append(asyncio.ensure_future(self.queues.run()))
@@ -266,7 +246,7 @@ class Broker:
             for group in leaving:
                 if group in self.partitions:
                     self.partitions.pop(group).close()
-                self._cleaners.pop(group, None)
+                self.upkeep.detach(group)
                 if self.tiering is not None:
                     self.tiering.detach(group)
                 self.coordinator.drop_replica(group)
@@ -356,8 +336,7 @@ class Broker:
             self._verifier(topic.name, partition),
         )
         self.partitions[group] = replica
-        if "compact" in topic.config.get("cleanup.policy", "delete"):
-            self._cleaners[group] = Cleaner(storage.log, cleaner_config(topic.config))
+        self.upkeep.attach(group, storage.log, topic.config)
         if self.tiering is not None and tiered_config.remote_enabled(topic.config):
             tiering = self.tiering.attach(group, topic, partition, storage, replica)
             if restored is not None:
@@ -369,60 +348,7 @@ class Broker:
         if replicas == [self.node_id] or (fresh and replicas[0] == self.node_id):
             self.runtime.campaign(group, pre_vote=not fresh)  # a new group: no leader to disrupt
 
-    # background: retention, registration, bootstrap, controller
-
-    def keep_producer_clocks(self) -> None:
-        """Led partitions with producer state get a clock entry when one is due."""
-        now = self.clock.now_ms()
-        for replica in self.partitions.values():
-            replica.keep_clock(now)
-
-    async def _enforce_retention(self) -> None:
-        while True:
-            # The log is thread-safe: reading its retention point beside a round's write is fine.
-            await asyncio.sleep(self.config.retention_check_s)
-            self.keep_producer_clocks()
-            async for group in in_slices(list(self.partitions)):
-                raft_group = self.runtime.groups.get(group)
-                if raft_group is None:
-                    continue
-                storage = raft_group.storage
-                point = storage.retention_point()
-                if self.tiering is not None:  # local disk keeps what the bucket lacks
-                    point = self.tiering.trim_point(group, point)
-                if point >= storage.first_index():
-                    replica = self.partitions.get(group)
-                    producers = None if replica is None else replica.producers
-                    if producers is not None and producers.durable_offset <= point:
-                        # a restart must find producer state that needs no trimmed entry
-                        try:
-                            await producers.persist(self.runtime.run_on_disk)
-                        except OSError as exc:
-                            log.warning("no producer snapshot for %s: %s", group, exc)
-                            continue
-                    self.runtime.trim(group, point)
-
-    async def _clean_logs(self) -> None:
-        """Compact the local replicas of compacted topics, one partition at a time on the disk
-        pool, below each group's commit index (see raftlog/cleaner.py)."""
-        while True:
-            await asyncio.sleep(self.config.retention_check_s)
-            await self.clean_logs_once()
-
-    async def clean_logs_once(self) -> None:
-        for group, cleaner in list(self._cleaners.items()):
-            raft_group = self.runtime.groups.get(group)
-            if raft_group is None:
-                continue
-            upto = raft_group.storage.hard_state.commit + 1
-            try:
-                stats = await self.runtime.run_on_disk(cleaner.clean, upto)
-            except Exception:  # e.g. retention deleted the segment being read
-                log.exception("cleaning %s failed", group)
-                continue
-            self.counters["cleaner_bytes_cleaned"] += stats.bytes_read
-            self.counters["cleaner_bytes_freed"] += stats.bytes_freed
-            self.counters["cleaner_records_removed"] += stats.records_removed
+    # background: registration, bootstrap, controller (log upkeep: node/upkeep.py)
 
     async def _maintain(self) -> None:
         while True:

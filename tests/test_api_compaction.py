@@ -48,11 +48,11 @@ async def test_compacted_topic_keeps_the_latest_value_per_key_at_its_offset(
         before = await _fetch_all(api, "kv")
         assert len(before) == 60
 
-        await broker.clean_logs_once()
+        await broker.upkeep.clean_once()
 
         after = [(m["offset"], m["key"], m["value"]) for m in await _fetch_all(api, "kv")]
         # below the active segment: the latest per key among those offsets; from it on: all
-        (cleaner,) = broker._cleaners.values()
+        (cleaner,) = broker.upkeep.cleaners.values()
         end = cleaner.log.segment_bases[-1]
         assert end > 0
         latest_below = {key: (o, key, value) for o, key, value in written if o < end}
@@ -127,6 +127,6 @@ async def test_compact_alone_turns_retention_off_and_compact_delete_keeps_it(
         cleaned = {
             replica.topic
             for group, replica in broker.partitions.items()
-            if group in broker._cleaners
+            if group in broker.upkeep.cleaners
         }
         assert cleaned == {"only", "both"}

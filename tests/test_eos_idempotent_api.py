@@ -216,9 +216,9 @@ async def test_idle_producers_expire_into_unknown(tmp_path: Path) -> None:
         status, body = await _produce(api, _body(pid, epoch, 0, "old"))
         assert status == 200 and body.get("duplicate") is True, body
         # the partition leader's clock entries do: an hour later both (idle) are forgotten
-        broker.keep_producer_clocks()  # the log's first clock, now
+        broker.upkeep.keep_producer_clocks()  # the log's first clock, now
         broker.clock.set_offset_ms(3_600_000)
-        broker.keep_producer_clocks()
+        broker.upkeep.keep_producer_clocks()
         await _wait_expired(broker)
         # so its retry is no longer recognised, and it may go on at any sequence (Kafka's
         # unknown producer): the window of an expired producer is gone

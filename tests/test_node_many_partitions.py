@@ -341,7 +341,7 @@ def test_the_groups_of_a_placed_topic_are_named_once_per_node(
 
 
 async def test_a_pass_over_all_partitions_lets_the_loop_run_between_slices() -> None:
-    from raftline.node.broker import in_slices
+    from raftline.node.upkeep import in_slices
 
     others: list[str] = []
     asyncio.get_running_loop().call_soon(others.append, "a timer or a socket read")
