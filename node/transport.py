@@ -493,9 +493,7 @@ class _PeerConnection(asyncio.BufferedProtocol):
         return bool(due)
 
     def _frame(self, data: bytes | bytearray | memoryview) -> None:
-        blobs = self.blobs
-        if blobs is not None:  # received whole: they belong to this frame
-            self.blobs = None
+        blobs, self.blobs = self.blobs, None  # received whole, if any: they belong to this frame
         # decoded values are copies or blobs: `data` may be reused
         kind, body = wire.decode_frame(data, blobs)
         if kind is FrameKind.BLOBS:
