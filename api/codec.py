@@ -220,6 +220,18 @@ def _put_headers(message: dict[str, Any], headers: Sequence[tuple[str, bytes | N
         message["headers_b64"] = binary
 
 
+def binary_headers(headers: Sequence[tuple[str, bytes | None]]) -> dict[str, str | bytes | None]:
+    """Headers for msgpack, in one map: the UTF-8 (and null) values as text, the others as
+    bytes (what `binary_headers_inline` makes of `headers` and `headers_b64`)."""
+    out: dict[str, str | bytes | None] = {}
+    for name, value in headers:
+        try:
+            out[name] = None if value is None else bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            out[name] = bytes(value)
+    return out
+
+
 def binary_headers_inline(body: dict[str, Any]) -> dict[str, Any]:
     """A fetch answer for msgpack: each message's `headers_b64` values as bytes in `headers`
     (msgpack carries bytes as they are). Changes `body` in place and returns it."""

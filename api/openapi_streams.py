@@ -165,6 +165,13 @@ def stream_paths(fetch_params: list[dict[str, Any]]) -> dict[str, Any]:
             [
                 {"name": "queue", "in": "path", "required": True, "schema": _ref("QueueName")},
                 _query("max_messages", {"type": "integer", "minimum": 1}, "most per frame"),
+                _query(
+                    "format",
+                    {"type": "string", "enum": ["json", "msgpack"], "default": "json"},
+                    "msgpack: binary frames, the same frame in msgpack with key and value as "
+                    "bytes and headers in one map of text and bytes (no _b64 fields); error "
+                    "frames stay JSON text",
+                ),
                 _CREDIT,
                 *FILTER_PARAMS,
             ],

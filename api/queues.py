@@ -97,7 +97,9 @@ def _leader(request: web.Request, name: str) -> dict[str, str] | None:
     return {LEADER_HEADER: address} if address else None
 
 
-def _message(topic: str, item: dict[str, Any]) -> dict[str, Any]:
+def _message(topic: str, item: dict[str, Any], binary: bool = False) -> dict[str, Any]:
+    """A received message as API.md shapes it; `binary` (msgpack): key and value as bytes,
+    headers in one map of text and bytes, no `_b64` fields (nothing in base64)."""
     offset, timestamp, key, value, headers = item["record"]
     message: dict[str, Any] = {
         "topic": topic,
@@ -105,9 +107,15 @@ def _message(topic: str, item: dict[str, Any]) -> dict[str, Any]:
         "offset": offset,
         "timestamp": timestamp,
     }
-    codec._put_text(message, "key", key)
-    codec._put_text(message, "value", value)
-    codec._put_headers(message, [(str(k), v) for k, v in headers])
+    named = [(str(k), v) for k, v in headers]
+    if binary:
+        message["key"] = key
+        message["value"] = value
+        message["headers"] = codec.binary_headers(named)
+    else:
+        codec._put_text(message, "key", key)
+        codec._put_text(message, "value", value)
+        codec._put_headers(message, named)
     message["receipt"] = item["receipt"]
     message["delivery_count"] = item["delivery_count"]
     return message
@@ -136,9 +144,10 @@ async def receive_messages(
     limit: int,
     wait_ms: int,
     record_filter: filters.RecordFilter | None = None,
+    binary: bool = False,
 ) -> dict[str, Any]:
     """One receive (API.md): `{"messages": [...]}`; only records `record_filter` matches, the
-    others left available to other receivers."""
+    others left available to other receivers. `binary`: the messages shaped for msgpack."""
     deadline = time.monotonic() + wait_ms / 1000
     # Each call to the shard leader must end well inside a node-to-node request's timeout.
     slice_ms = max(int(state.broker.config.request_timeout_s * 1000) - 2_000, 500)
@@ -151,7 +160,7 @@ async def receive_messages(
         answer = await state.broker.queue_call(name, "queue_receive", args)
         if answer["messages"] or time.monotonic() >= deadline:
             break
-    return {"messages": [_message(answer["topic"], m) for m in answer["messages"]]}
+    return {"messages": [_message(answer["topic"], m, binary) for m in answer["messages"]]}
 
 
 async def ack(request: web.Request) -> web.Response:

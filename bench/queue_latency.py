@@ -6,7 +6,8 @@ messages per send). Per message: publish ack (the produce commit), sent to recei
 wake-up, delivery-count commit, forwards), publish ack to received (what the queue adds after
 the produce commit), received to acked (the settle commit and forwards), end to end; and the
 CPU time the three node processes spent per acknowledged message (user + system, from /proc),
-which a busy machine delays but does not inflate the way it inflates latencies.
+which a busy machine delays but does not inflate the way it inflates latencies; and the probe
+process's own (its producer and its receivers: what the client spends).
 
 Run: PYTHONPATH=. .venv/bin/python -m bench.queue_latency [messages] [loops] [gap_s] [per_send]
 """
@@ -87,6 +88,7 @@ async def probe(
     await producer.publish("lat", 0, [b"warm-up"], "all")
     await asyncio.sleep(1.0)
     cpu_start = cpu_seconds(pids)
+    own_start = time.process_time()
     started, sends = time.monotonic(), []
     for i in range(messages):
         sends.append(asyncio.ensure_future(send(i)))
@@ -103,6 +105,8 @@ async def probe(
     cpu_ms = (cpu_seconds(pids) - cpu_start) * 1000
     print(f"{len(done)} of {len(sent)} messages acknowledged")
     print(f"node CPU per acknowledged message {cpu_ms / max(len(done), 1):.2f} ms")
+    own_ms = (time.process_time() - own_start) * 1000
+    print(f"probe CPU per acknowledged message {own_ms / max(len(done), 1):.3f} ms")
     print("publish ack      ", percentiles([acked[v] - sent[v] for v in done]))
     print("sent to received ", percentiles([received[v] - sent[v] for v in done]))
     print("publish ack to received", percentiles([received[v] - acked[v] for v in done]))

@@ -24,6 +24,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgpack
+
 from raftline.clients.core import Call, Op, Returns, json_call
 from raftline.clients.streaming import StreamCursor
 from raftline.clients.wire import (
@@ -173,7 +175,9 @@ class QueueCore:
         """The stream's next frame; None when the upgrade was refused. A lost stream answers
         nothing now (its messages' locks expire and they come again) and is opened again at
         the next receive."""
-        params = {"max_messages": str(self.max_messages)}
+        # msgpack frames: values as bytes, no base64 (a server that does not know the
+        # parameter sends JSON text frames, taken as well)
+        params = {"max_messages": str(self.max_messages), "format": "msgpack"}
         if self.record_filter is not None:
             params["filter"] = self.record_filter
         if self.stream.handle is None:
@@ -189,24 +193,30 @@ class QueueCore:
             if error.retryable:
                 return []
             raise
-        messages = [self._message(m) for m in (frame or {}).get("messages", ())]
+        if isinstance(frame, bytes):
+            packed = msgpack.unpackb(frame, raw=False)
+            messages = [self._message(m, packed=True) for m in packed["messages"]]
+        else:
+            messages = [self._message(m) for m in (frame or {}).get("messages", ())]
         self._unsettled.update(m.receipt for m in messages)
         return messages
 
     def stopped(self) -> Op[None]:
         yield from self.stream.shut()
 
-    def _message(self, m: dict[str, Any]) -> QueueMessage:
+    def _message(self, m: dict[str, Any], packed: bool = False) -> QueueMessage:
+        """A message of a JSON answer or frame; `packed`: of a msgpack frame (key and value as
+        bytes, headers in one map of text and bytes)."""
         return QueueMessage(
             topic=str(m["topic"]),
             partition=int(m["partition"]),
             offset=int(m["offset"]),
             timestamp=int(m.get("timestamp") or 0),
-            key=_decoded(m, "key"),
-            value=_decoded(m, "value"),
+            key=m["key"] if packed else _decoded(m, "key"),
+            value=m["value"] if packed else _decoded(m, "value"),
             receipt=str(m["receipt"]),
             delivery_count=int(m["delivery_count"]),
-            headers=_json_headers(m),
+            headers=dict(m["headers"]) if packed else _json_headers(m),
             queue=self if isinstance(self, QueueApi) else None,
         )
 

@@ -39,10 +39,10 @@ class Open:
 
 @dataclass(slots=True)
 class Receive:
-    """Grant `credit` more messages (a frame even when 0: it also tells a group stream that
-    the member is back), then wait up to `wait_s` for a frame. The shell answers the frame (a
-    dict from a text frame, bytes from a binary one) or None when none came in time; an error
-    frame or a lost stream is thrown."""
+    """Grant `credit` more messages (a frame even when 0 if it names a frame `seen`: that
+    tells a group stream that the member is back; else none), then wait up to `wait_s` for a
+    frame. The shell answers the frame (a dict from a text frame, bytes from a binary one) or
+    None when none came in time; an error frame or a lost stream is thrown."""
 
     stream: Any
     credit: int

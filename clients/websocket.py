@@ -49,14 +49,18 @@ async def open_stream(
 
 
 async def receive_frame(call: Receive) -> dict[str, Any] | bytes | None:
-    """Send the call's credit, then wait for a frame (see Receive)."""
+    """Send the call's credit, then wait for a frame (see Receive). A grant of nothing that
+    names no frame seen tells the node nothing: it is not sent (a queue stream's credit goes
+    back with its acks, so most of its receives have none to give: one frame fewer each way
+    per frame pushed)."""
     socket: aiohttp.ClientWebSocketResponse = call.stream
     grant: dict[str, int] = {"credit": call.credit}
     if call.seen is not None:
         grant["seen"] = call.seen
     wait_s = call.wait_s
     try:
-        await socket.send_str(json.dumps(grant))
+        if call.credit or call.seen is not None:
+            await socket.send_str(json.dumps(grant))
         message = await socket.receive(timeout=max(wait_s, 0.001))
     except TimeoutError:
         return None

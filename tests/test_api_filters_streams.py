@@ -1,18 +1,24 @@
 """Server-side filters and streams through the HTTP API of one in-process node: filtered fetches
 skip and advance, group positions and commits pass filtered records, a filtered queue receive
 leaves the others to other receivers; a stream pushes records produced after it connected and
-never sends more than the credit its client granted."""
+never sends more than the credit its client granted; a queue stream's msgpack frames carry what
+its JSON frames do."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
+import dataclasses
 import json
 from typing import Any
 
+import msgpack
 import pytest
 from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient
 
+from raftline.clients.queueing import QueueCore
 from raftline.clients.streaming import batch_frame
 from raftline.clients.wire import fetch_answer
 
@@ -233,6 +239,63 @@ async def test_a_queue_stream_pushes_locked_messages_within_its_credit(api: Test
     await socket.close()
     described = await ok(api, "GET", "/v1/queues/jobs")
     assert described["locked"] == 2
+
+
+async def streamed_queue(api: TestClient, queue: str, params: dict[str, str]) -> list[Any]:
+    """Every frame of a new stream on `queue` until none comes for half a second."""
+    socket = await api.ws_connect(f"/v1/queues/{queue}/stream", params=params)
+    got = []
+    with contextlib.suppress(asyncio.TimeoutError):
+        while True:
+            got.append(await socket.receive(timeout=0.5))
+    await socket.close()
+    return got
+
+
+async def test_a_msgpack_queue_stream_carries_exactly_what_a_json_one_does(
+    api: TestClient,
+) -> None:
+    await ok(api, "POST", "/v1/topics", {"name": "mixed", "partitions": 1})
+    binary = base64.b64encode(b"\xff\x00bin").decode()
+    messages = [
+        {"value": "text", "key": "k", "headers": {"h": "v"}, "partition": 0},
+        {"value_b64": binary, "headers_b64": {"raw": binary}, "partition": 0},
+        {"key_b64": binary, "value": "", "headers": {"h": "v"}, "partition": 0},
+    ]
+    await ok(api, "POST", "/v1/topics/mixed/messages", {"messages": messages})
+    for name in ("as-json", "as-msgpack"):  # two queues over the topic: each gets every record
+        await ok(api, "POST", "/v1/queues", {"name": name, "topic": "mixed"})
+    texts = await streamed_queue(api, "as-json", {})
+    packed = await streamed_queue(api, "as-msgpack", {"format": "msgpack"})
+    assert {f.type for f in texts} == {WSMsgType.TEXT}
+    assert {f.type for f in packed} == {WSMsgType.BINARY}
+    core = QueueCore.__new__(QueueCore)  # its decoding only
+    from_json = [core._message(m) for f in texts for m in json.loads(f.data)["messages"]]
+    from_msgpack = [
+        core._message(m, packed=True) for f in packed for m in msgpack.unpackb(f.data)["messages"]
+    ]
+    assert len(from_json) == 3
+    unreceipted = [
+        [dataclasses.replace(m, receipt="") for m in got] for got in (from_json, from_msgpack)
+    ]
+    assert unreceipted[0] == unreceipted[1]
+    assert from_msgpack[1].value == b"\xff\x00bin" and from_msgpack[1].headers == {
+        "raw": b"\xff\x00bin"
+    }
+    # receipts are the queue's own: the msgpack ones settle as JSON ones do
+    receipts = [m.receipt for m in from_msgpack]
+    settled = await ok(api, "POST", "/v1/queues/as-msgpack/ack", {"receipts": receipts})
+    assert all(r["ok"] for r in settled["results"])
+
+
+async def test_a_queue_stream_refuses_an_unknown_format(api: TestClient) -> None:
+    await regions(api, "work", 1)
+    await ok(api, "POST", "/v1/queues", {"name": "jobs", "topic": "work"})
+    response = await api.get(
+        "/v1/queues/jobs/stream", params={"format": "xml"}, headers={"Upgrade": "websocket"}
+    )
+    assert response.status == 400
+    assert "format" in (await response.json())["error"]["message"]
 
 
 async def test_a_stream_without_websocket_is_refused_with_426(api: TestClient) -> None:

@@ -5,18 +5,22 @@ is refused (driven without a server)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+import msgpack
 import pytest
 from cluster_harness import Cluster
 
 from raftline.clients.client import AsyncClient, Client
 from raftline.clients.consuming import ConsumerCore
 from raftline.clients.core import Call, ClientCore, Step
+from raftline.clients.queueing import QueueCore
 from raftline.clients.streaming import STREAM_UNSUPPORTED, Open, Receive
+from raftline.clients.websocket import receive_frame
 from raftline.clients.wire import Answer, RaftlineError
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(90)]
@@ -199,6 +203,54 @@ def test_a_stream_grants_back_what_the_application_consumed() -> None:
     nxt = Step(consumer.polled(values=False))
     assert isinstance(nxt.call, Receive) and nxt.call.credit == 2
     assert consumer.positions is not None and consumer.positions.next[0] == 5
+
+
+def test_a_streamed_queue_asks_for_msgpack_frames_and_takes_json_ones_too() -> None:
+    core = ClientCore("http://127.0.0.1:1")
+    queue = QueueCore(core, "jobs", stream=True, prefetch=5)
+    step = Step(queue.received(10, 500))
+    assert isinstance(step.call, Call)  # where the shard leader is: the queue's description
+    step.send(Answer({"raftline-queue-leader": "127.0.0.1:2"}, b"{}"))
+    assert isinstance(step.call, Open) and step.call.params["format"] == "msgpack"
+    step.send("handle")
+    assert isinstance(step.call, Receive)
+    message = {"topic": "t", "partition": 0, "offset": 3, "timestamp": 1, "key": None}
+    packed = {**message, "value": b"\xff", "headers": {"h": b"\xfe"}}
+    frame = msgpack.packb({"messages": [{**packed, "receipt": "r1", "delivery_count": 1}]})
+    step.send(frame)  # type: ignore[arg-type]
+    assert [(m.value, m.headers) for m in step.result or []] == [(b"\xff", {"h": b"\xfe"})]
+    # a server that does not know the parameter sends JSON text frames
+    old = {**message, "value_b64": "/w==", "headers": {}, "headers_b64": {"h": "/g=="}}
+    again = Step(queue.received(10, 500))
+    again.send({"messages": [{**old, "receipt": "r2", "delivery_count": 1}]})  # type: ignore[arg-type]
+    assert [(m.value, m.headers) for m in again.result or []] == [(b"\xff", {"h": b"\xfe"})]
+
+
+class RecordingSocket:
+    """The two calls receive_frame makes of a client WebSocket: the texts sent, no frame."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def send_str(self, text: str) -> None:
+        self.sent.append(text)
+
+    async def receive(self, timeout: float) -> Any:
+        raise TimeoutError
+
+
+def test_a_receive_sends_a_credit_frame_only_when_it_grants_credit_or_names_a_frame_seen() -> None:
+    async def sent_by(credit: int, seen: int | None) -> list[Any]:
+        socket = RecordingSocket()
+        assert await receive_frame(Receive(socket, credit, 0.01, seen)) is None
+        return [json.loads(text) for text in socket.sent]
+
+    async def main() -> None:
+        assert await sent_by(0, None) == []  # a queue stream's credit goes back with its acks
+        assert await sent_by(3, None) == [{"credit": 3}]
+        assert await sent_by(0, 7) == [{"credit": 0, "seen": 7}]  # a group member is back
+
+    asyncio.run(main())
 
 
 def test_the_async_group_consumer_and_queue_stream_too(node: Cluster, topic_name: str) -> None:

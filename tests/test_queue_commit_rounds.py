@@ -69,6 +69,28 @@ def count_in_flight(monkeypatch: pytest.MonkeyPatch, op: str) -> list[int]:
     return seen
 
 
+async def test_a_receive_of_one_partition_hands_out_in_the_receive_s_own_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No task of its own (as gather would make): two turns of a busy loop fewer between a
+    # record and its receiver.
+    async with serving(tmp_path / "data") as (_, broker):
+        await queue_over(broker, 1)
+        real_deliver = QueueService._deliver
+        tasks: list[asyncio.Task[Any] | None] = []
+
+        async def deliver(self: QueueService, *args: Any) -> Any:
+            tasks.append(asyncio.current_task())
+            return await real_deliver(self, *args)
+
+        monkeypatch.setattr(QueueService, "_deliver", deliver)
+        receiving = asyncio.ensure_future(
+            broker.queue_call("q", "queue_receive", {"max_messages": 10, "wait_ms": 0})
+        )
+        assert len((await receiving)["messages"]) == 3
+        assert tasks == [receiving]
+
+
 async def test_a_receive_over_four_partitions_proposes_their_delivery_counts_together(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -2,8 +2,8 @@
 (reads of other partitions, the Raft commit of its delivery count); another receive that locks
 some of those records meanwhile must win them, and the first must not count or hand them out
 again (a record held elsewhere, delivered twice, with its holder's ack refused as stale).
-Waiting receives share one tail read per partition, and the leader reads ahead only as far
-as its record cache bound allows."""
+Waiting receives share one tail read per partition, which reads on between receives, and the
+leader reads ahead only as far as its record cache bound allows."""
 
 from __future__ import annotations
 
@@ -142,6 +142,40 @@ async def test_waiting_receives_share_one_tail_read_per_partition(
         for task in waiting:
             task.cancel()
         await asyncio.gather(*waiting, return_exceptions=True)
+
+
+async def test_the_tail_reads_on_between_receives_so_the_next_receive_reads_nothing_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A caught-up consumer spends most of its time between receives (a stream sending its
+    # frame, a client acking). What commits then must reach the view as it commits, not when
+    # the next receive reads it itself (a node-to-node round trip on the receive's path).
+    async with serving(tmp_path / "data") as (_, broker):
+        shard = await queue_over_two_partitions(broker)
+        first = await broker.queue_call("q", "queue_receive", {"max_messages": 10, "wait_ms": 0})
+        receipts = [m["receipt"] for m in first["messages"]]
+        await broker.queue_call("q", "queue_ack", {"receipts": receipts})
+        # A receive waits (and starts the tails), then ends empty; no receive waits from now.
+        waited = {"max_messages": 10, "wait_ms": 100}
+        assert (await broker.queue_call("q", "queue_receive", waited))["messages"] == []
+        await asyncio.sleep(1.2)  # past the long-poll the tail had in flight (TAIL_WAIT_MS)
+        reads: list[int] = []  # the wait_ms of each read
+        real_read = ReadAhead.read
+
+        async def read(self: ReadAhead, queue: Any, partition: int, *args: Any) -> Any:
+            reads.append(args[3])
+            return await real_read(self, queue, partition, *args)
+
+        monkeypatch.setattr(ReadAhead, "read", read)
+        offset = await broker.produce("t", 1, build_batch([Record(b"new")]), "all")
+        view = broker.queues.shards.leading[shard].views[("q", 1)]
+        async with asyncio.timeout(2):
+            while offset not in view.records:  # read as it committed, with no receive asking
+                await asyncio.sleep(0.01)
+        reads.clear()
+        got = await broker.queue_call("q", "queue_receive", {"max_messages": 10, "wait_ms": 0})
+        assert [m["record"][3] for m in got["messages"]] == [b"new"]
+        assert 0 not in reads  # the receive read nothing itself: the tails long-poll on
 
 
 async def test_a_reject_whose_archive_failed_is_not_handed_out_again_before_it_is_archived(

@@ -35,8 +35,9 @@ import logging
 import secrets
 import time
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from raftline.node.coordinator.service import GROUPS_TOPIC
 from raftline.node.errors import BrokerError
@@ -77,6 +78,7 @@ MAX_WAIT_MS = 30_000
 OUTCOMES = ("accept", "release", "reject")
 
 Key = tuple[str, int, int]  # (queue, partition, offset)
+_T = TypeVar("_T")
 
 
 # A settle's result -> the receipt's error (None: settled by this receipt).
@@ -104,6 +106,7 @@ class Leading:
     failing: set[Key] = field(default_factory=set)  # archives that failed (logged once)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     waiting: collections.Counter[str] = field(default_factory=collections.Counter)  # by queue
+    waited: dict[str, float] = field(default_factory=dict)  # by queue: when a receive last did
     cache: Cache = field(default_factory=Cache)
 
     def wake(self) -> None:
@@ -119,6 +122,18 @@ class Leading:
 
 def now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+async def together(jobs: list[Coroutine[Any, Any, _T]]) -> list[_T | BaseException]:
+    """asyncio.gather(*jobs, return_exceptions=True), but a lone job (a receive or an ack of
+    one partition: the usual case at low rates) runs in the caller's task: gather would make
+    it a task of its own, two more turns of a busy loop between a record and its receiver."""
+    if len(jobs) != 1:
+        return await asyncio.gather(*jobs, return_exceptions=True)
+    try:
+        return [await jobs[0]]
+    except Exception as exc:
+        return [exc]
 
 
 class QueueService:
@@ -336,9 +351,8 @@ class QueueService:
             by_partition.setdefault(partition, []).append(offset)
         # The partitions' delivery counts are proposed together: one Raft round (one fsync on
         # a majority), not one per partition in turn.
-        delivered = await asyncio.gather(
-            *(self._deliver(shard, name, p, by_partition[p]) for p in order if p in by_partition),
-            return_exceptions=True,
+        delivered = await together(
+            [self._deliver(shard, name, p, by_partition[p]) for p in order if p in by_partition]
         )
         out: list[dict[str, Any]] = []
         failure: BaseException | None = None
@@ -528,12 +542,11 @@ class QueueService:
         for index, key, attempt in claimed:
             by_partition.setdefault(key[1], []).append((index, key, attempt))
         # All partitions' commands are proposed together: one Raft round, not one each.
-        settled = await asyncio.gather(
-            *(
+        settled = await together(
+            [
                 self._decide(shard, leading, queue, outcome, p, items, errors, locks)
                 for p, items in by_partition.items()
-            ),
-            return_exceptions=True,
+            ]
         )
         failure = next((r for r in settled if isinstance(r, BaseException)), None)
         if isinstance(failure, BrokerError):
