@@ -4,8 +4,10 @@ Owns dialing, accepting, frame reading/writing, per-peer liveness, request/respo
 test-only hold on outgoing frames (LinkFaults: delay, reorder, duplicate) at the send point.
 
 Frames are received without copies of their own: the kernel writes small frames into one
-scratch buffer they are decoded from, and a large frame (an APPEND of big batches) straight into
-a buffer of its size. A StreamReader copied every byte three times (buffer, readexactly, bytes).
+scratch buffer they are decoded from, a large frame straight into a buffer of its size, and the
+large batches of an APPEND (the blobs of wire.py) straight into the bytes objects the log keeps.
+A StreamReader copied every byte three times (buffer, readexactly, bytes); msgpack copied each
+batch once more out of the frame buffer.
 
 The node with the lower id dials the higher one; both directions share that connection. A peer
 counts as alive while its link is up and a frame arrived within `dead_after_s` (every node sends a
@@ -186,7 +188,7 @@ class Transport:
         if peer not in self._links:
             return False
         kind = wire.PREFIX.unpack_from(frame if type(frame) is bytes else frame[0])[2]
-        may_duplicate = kind in (FrameKind.RAFT, FrameKind.PING)
+        may_duplicate = kind in (FrameKind.RAFT, FrameKind.BLOBS, FrameKind.PING)
         loop = asyncio.get_running_loop()
         delays = faults.send_delays_s(self._fault_rng, may_duplicate)
         self.frames_duplicated += len(delays) - 1
@@ -359,10 +361,11 @@ class Transport:
 class _PeerConnection(asyncio.BufferedProtocol):
     """One connection of a node pair: receives frames and hands them to the Transport.
 
-    Bytes land in `scratch`, where whole frames are decoded in place; a large frame that is
+    Bytes land in `scratch`, where whole frames are decoded in place. A large frame that is
     still arriving moves to a buffer of its own (`large`, kept for the next one) that the rest
-    is received into. A connection this node accepted is anonymous until its first frame, a
-    HELLO, names the peer.
+    is received into; the blobs a BLOBS frame announces are received into their own bytes, and
+    handed to the RAFT frame that follows them. A connection this node accepted is anonymous
+    until its first frame, a HELLO, names the peer.
     """
 
     def __init__(self, owner: Transport, peer: int | None) -> None:
@@ -375,7 +378,9 @@ class _PeerConnection(asyncio.BufferedProtocol):
         self.end = 0
         self.large = bytearray()  # holds the large frames, one at a time
         self.frame: memoryview | None = None  # a large frame being received, without its prefix
-        self.filled = 0
+        self.blobs: wire.Blobs | None = None  # announced, for the next RAFT frame
+        self.filling: list[memoryview] = []  # the socket's bytes go here in turn, then to scratch
+        self.filled = 0  # bytes of filling[0] received
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -397,19 +402,19 @@ class _PeerConnection(asyncio.BufferedProtocol):
             self.transport.close()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self.frame is not None:
-            return memoryview(self.frame)[self.filled :]
+        if self.filling:
+            return self.filling[0][self.filled :]
         return memoryview(self.scratch)[self.end :]
 
     def buffer_updated(self, nbytes: int) -> None:
         try:
-            if self.frame is not None:
+            if self.filling:
                 self.filled += nbytes
-                if self.filled == len(self.frame):
-                    frame, self.frame = self.frame, None
-                    if len(self.large) > KEPT_BUFFER_BYTES:
-                        self.large = bytearray()  # the frame's view keeps it while decoded
-                    self._frame(frame)
+                if self.filled == len(self.filling[0]):
+                    del self.filling[0]
+                    self.filled = 0
+                    if not self.filling:
+                        self._filled()
                 return
             self.end += nbytes
             self._decode_scratch()
@@ -420,6 +425,17 @@ class _PeerConnection(asyncio.BufferedProtocol):
             else:
                 log.warning("closing connection to node %s: %s", self.peer, exc)
             self.close()
+
+    def _filled(self) -> None:
+        """The large frame, or the last blob, has been received whole."""
+        if self.frame is None:
+            assert self.blobs is not None
+            self.blobs.finished()  # the RAFT frame they belong to comes next
+            return
+        frame, self.frame = self.frame, None
+        if len(self.large) > KEPT_BUFFER_BYTES:
+            self.large = bytearray()  # the frame's view keeps it while decoded
+        self._frame(frame)
 
     def _decode_scratch(self) -> None:
         scratch, prefix = self.scratch, wire.LENGTH.size
@@ -433,12 +449,14 @@ class _PeerConnection(asyncio.BufferedProtocol):
                 if have >= length:
                     self.start = body_at + length
                     self._frame(view[body_at : self.start])
+                    if self.blobs is not None and self.blobs.views and self._fill_blobs(view):
+                        break  # the rest of the blobs comes straight from the socket
                 elif length >= OWN_BUFFER_BYTES:
                     if len(self.large) < length:
                         self.large = bytearray(length)
                     self.frame = memoryview(self.large)[:length]
                     self.frame[:have] = view[body_at : self.end]
-                    self.filled = have
+                    self.filling, self.filled = [self.frame], have
                     self.start = self.end = 0
                     return
                 else:
@@ -453,8 +471,36 @@ class _PeerConnection(asyncio.BufferedProtocol):
             scratch[:pending] = scratch[self.start : self.end]
             self.start, self.end = 0, pending
 
+    def _fill_blobs(self, view: memoryview) -> bool:
+        """Blobs were just announced: they take the bytes after their BLOBS frame, first those
+        already in the scratch buffer. Whether some are still due from the socket."""
+        assert self.blobs is not None
+        due = list(self.blobs.views)
+        while due and self.start < self.end:
+            blob = due[0]
+            taken = min(len(blob), self.end - self.start)
+            blob[:taken] = view[self.start : self.start + taken]
+            self.start += taken
+            if taken < len(blob):
+                self.filled = taken
+                break
+            del due[0]
+        else:
+            self.filled = 0
+        self.filling = due
+        if not due:
+            self.blobs.finished()
+        return bool(due)
+
     def _frame(self, data: bytes | bytearray | memoryview) -> None:
-        kind, body = wire.decode_frame(data)  # decoded values are copies: `data` may be reused
+        blobs, self.blobs = self.blobs, None  # received whole, if any: they belong to this frame
+        # decoded values are copies or blobs: `data` may be reused
+        kind, body = wire.decode_frame(data, blobs)
+        if kind is FrameKind.BLOBS:
+            if self.peer is None:
+                raise FrameError("blobs before HELLO")
+            self.blobs = wire.Blobs(body)
+            return
         if self.peer is not None:
             self.owner._received(self.peer, kind, body)
             return

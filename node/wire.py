@@ -1,8 +1,13 @@
 """The node-to-node wire format: length-prefixed, versioned frames with msgpack bodies.
 
-Owns frame layout and Raft message encoding; record batch bytes travel as msgpack bin, untouched.
+Owns frame layout and Raft message encoding; record batch bytes travel untouched: as msgpack bin,
+or (batches of LARGE_BIN bytes or more) as raw blobs between a BLOBS frame and their RAFT frame.
 
 Frame: u32 length of what follows | u8 version | u8 kind | msgpack body.
+A RAFT frame with large batches goes as: a BLOBS frame (body: the blobs' lengths), the blobs'
+bytes back to back, then the RAFT frame, where each of those batches is the msgpack ext BLOB_EXT
+holding its length. The receiver allocates each batch's final bytes from the BLOBS frame and has
+the kernel write the blobs straight into them: no frame buffer, no copy out of it.
 """
 
 from __future__ import annotations
@@ -14,20 +19,21 @@ from typing import Any
 import msgpack
 
 from raftline.raftlog.batch import parse_header
+from raftline.raftlog.speedups import C
 from raftline.raftlog.types import Entry, EntryKind, Message, MessageType, SnapshotMeta
 
 VERSION = 1
 MAX_FRAME = 64 * 1024 * 1024  # a full APPEND is capped near 1 MiB; this bounds a bad length
 PREFIX = struct.Struct(">IBB")
 LENGTH = struct.Struct(">I")
-# Entries carrying batches of at least this size are framed without msgpack copying them; at
-# 64 KiB and above msgpack encodes bin as bin 32: 0xc6 and a big-endian u32 length.
+# Entries carrying batches of at least this size travel as blobs (module docstring).
 LARGE_BIN = 64 * 1024
-_BIN32 = struct.Struct(">BI")
+BLOB_EXT = 1  # msgpack ext type of a RAFT frame's placeholder for the next blob
 
 
-# A frame: its bytes, or pieces whose concatenation is the frame, so that large batches reach
-# the socket without being copied into one buffer (a transport's writelines takes the pieces).
+# A frame: its bytes, or pieces whose concatenation goes to the socket as one unit (a BLOBS
+# frame, its blobs and their RAFT frame), so that large batches reach the socket without being
+# copied into one buffer (a transport's writelines takes the pieces).
 Frame = bytes | list[bytes]
 
 
@@ -37,6 +43,7 @@ class FrameKind(IntEnum):
     PING = 3  # []: node-pair liveness, sent every tick the link carried nothing else
     RPC_REQUEST = 4  # [id, method, args]
     RPC_RESPONSE = 5  # [id, ok, result or [code, message]]
+    BLOBS = 6  # [length, ...]: that many raw bytes follow, then the RAFT frame they belong to
 
 
 class FrameError(ValueError):
@@ -45,42 +52,9 @@ class FrameError(ValueError):
 
 def encode_frame(kind: FrameKind, body: Any) -> bytes:
     payload = msgpack.packb(body, use_bin_type=True)
-    return b"".join(_framed(kind, [payload], len(payload)))
-
-
-def _framed(kind: FrameKind, parts: list[bytes], size: int) -> list[bytes]:
-    """The pieces of the frame of a body encoded as `parts` (`size` bytes in all)."""
-    if size + 2 > MAX_FRAME:
-        raise FrameError(f"frame of {size} bytes exceeds {MAX_FRAME}")
-    return [PREFIX.pack(size + 2, VERSION, kind), *parts]
-
-
-def _encode_parts(body: Any) -> tuple[list[bytes], int]:
-    """`body` as msgpack.packb(body, use_bin_type=True) would encode it, as pieces whose
-    concatenation is that encoding: bin values of LARGE_BIN bytes or more are pieces of
-    their own, referenced rather than copied (packb copies a 1 MB batch twice, the frame
-    prefix a third time)."""
-    packer = msgpack.Packer(use_bin_type=True)
-    parts: list[bytes] = []
-    small = bytearray()  # encoded bytes since the last large value
-
-    def walk(item: Any) -> None:
-        nonlocal small
-        kind = type(item)
-        if kind is list or kind is tuple:
-            small += packer.pack_array_header(len(item))
-            for element in item:
-                walk(element)
-        elif kind is bytes and len(item) >= LARGE_BIN:
-            small += _BIN32.pack(0xC6, len(item))
-            parts.extend((bytes(small), item))
-            small = bytearray()
-        else:
-            small += packer.pack(item)
-
-    walk(body)
-    parts.append(bytes(small))
-    return parts, sum(map(len, parts))
+    if len(payload) + 2 > MAX_FRAME:
+        raise FrameError(f"frame of {len(payload)} bytes exceeds {MAX_FRAME}")
+    return PREFIX.pack(len(payload) + 2, VERSION, kind) + payload
 
 
 def frame_length(prefix: bytes) -> int:
@@ -91,18 +65,73 @@ def frame_length(prefix: bytes) -> int:
     return length
 
 
-def decode_frame(data: bytes) -> tuple[FrameKind, Any]:
-    """Decode what follows the length prefix: version, kind, body."""
+def decode_frame(
+    data: bytes | bytearray | memoryview, blobs: Blobs | None = None
+) -> tuple[FrameKind, Any]:
+    """Decode what follows the length prefix: version, kind, body. `blobs`: those announced by
+    the BLOBS frame before this one, which its BLOB_EXT placeholders stand for, in order."""
     if len(data) < 2:
         raise FrameError("frame shorter than its header")
     if data[0] != VERSION:
         raise FrameError(f"unsupported frame version {data[0]}")
     try:
         kind = FrameKind(data[1])
-        body = msgpack.unpackb(memoryview(data)[2:], raw=False, strict_map_key=True)
+        body = msgpack.unpackb(
+            memoryview(data)[2:],
+            raw=False,
+            strict_map_key=True,
+            ext_hook=_no_ext if blobs is None else blobs.claim,
+        )
     except (ValueError, msgpack.UnpackException) as exc:
         raise FrameError(f"undecodable frame: {exc}") from exc
+    if blobs is not None and (kind is not FrameKind.RAFT or blobs.claimed != len(blobs.data)):
+        raise FrameError("a BLOBS frame's blobs do not match the RAFT frame after them")
     return kind, body
+
+
+def _no_ext(code: int, data: bytes) -> Any:
+    raise FrameError(f"msgpack ext {code} outside a RAFT frame that follows its blobs")
+
+
+class Blobs:
+    """The blobs a BLOBS frame announced: buffers of their final size, filled in turn by the
+    receiver, then claimed in order by the placeholders of the RAFT frame that follows."""
+
+    def __init__(self, lengths: Any) -> None:
+        lengths = as_list(lengths)
+        if not lengths or any(type(n) is not int or n < LARGE_BIN for n in lengths):
+            raise FrameError(f"a BLOBS frame needs a list of blob lengths of {LARGE_BIN} or more")
+        if sum(lengths) > MAX_FRAME:
+            raise FrameError(f"blobs of {sum(lengths)} bytes exceed {MAX_FRAME}")
+        self.data: list[bytes] = []
+        self.views: list[memoryview] = []  # writable, one per blob, until finished()
+        for length in lengths:
+            if C is None:  # bytearrays, copied into bytes once filled
+                buffer = bytearray(length)
+                self.views.append(memoryview(buffer))
+            else:
+                data, view = C.unfilled_bytes(length)
+                self.data.append(data)
+                self.views.append(view)
+        self.claimed = 0
+
+    def finished(self) -> None:
+        """Every view is filled: the views go, the bytes may be read from here on."""
+        if C is None:
+            self.data = [bytes(view) for view in self.views]
+        for view in self.views:
+            view.release()
+        self.views = []
+
+    def claim(self, code: int, data: bytes) -> bytes:
+        """msgpack's ext_hook: the next blob, for a placeholder that names its length."""
+        if code != BLOB_EXT or len(data) != LENGTH.size or self.claimed == len(self.data):
+            raise FrameError(f"unexpected msgpack ext {code} of {len(data)} bytes")
+        blob = self.data[self.claimed]
+        if LENGTH.unpack(data)[0] != len(blob):
+            raise FrameError("a blob placeholder names another length than its blob")
+        self.claimed += 1
+        return blob
 
 
 def encode_message(msg: Message) -> list[Any]:
@@ -234,11 +263,20 @@ def decode_message(fields: Any) -> Message:
 
 
 def encode_raft(messages: list[Message], notices: list[list[Any]]) -> Frame:
-    body = [[encode_message(m) for m in messages], notices]
-    if not any(len(e.data) >= LARGE_BIN for m in messages for e in m.entries):
-        return encode_frame(FrameKind.RAFT, body)
-    parts, size = _encode_parts(body)
-    return _framed(FrameKind.RAFT, parts, size)
+    """A RAFT frame; where entries carry batches of LARGE_BIN bytes or more, preceded by a
+    BLOBS frame and those batches themselves (referenced, not copied)."""
+    encoded = [encode_message(m) for m in messages]
+    blobs: list[bytes] = []
+    for fields in encoded:
+        for entry in fields[12]:
+            data = entry[4]
+            if len(data) >= LARGE_BIN:
+                blobs.append(data)
+                entry[4] = msgpack.ExtType(BLOB_EXT, LENGTH.pack(len(data)))
+    raft = encode_frame(FrameKind.RAFT, [encoded, notices])
+    if not blobs:
+        return raft
+    return [encode_frame(FrameKind.BLOBS, [len(b) for b in blobs]), *blobs, raft]
 
 
 def decode_raft(body: Any) -> tuple[list[Message], list[list[Any]]]:

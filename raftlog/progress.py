@@ -1,6 +1,7 @@
 """A leader's view of one follower's replication: matched offset, next offset and flow control.
 
-Owns the probe / replicate / snapshot states and the in-flight window of pipelined APPENDs.
+Owns the probe / replicate / snapshot states and the in-flight window of pipelined APPENDs,
+bounded in messages and in bytes.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from enum import Enum
 
 class ProgressState(Enum):
     PROBE = "probe"  # next is a guess: one APPEND at a time until the follower answers
-    REPLICATE = "replicate"  # next is known: pipeline APPENDs up to max_inflight
+    REPLICATE = "replicate"  # next is known: pipeline APPENDs up to max_inflight(_bytes)
     SNAPSHOT = "snapshot"  # needed entries are trimmed: wait for the snapshot to land
 
 
@@ -20,8 +21,10 @@ class Progress:
 
     __slots__ = (
         "inflight",
+        "inflight_bytes",
         "match",
         "max_inflight",
+        "max_inflight_bytes",
         "next",
         "pending_snapshot",
         "probe_sent",
@@ -30,13 +33,16 @@ class Progress:
         "state",
     )
 
-    def __init__(self, next_index: int, max_inflight: int) -> None:
+    def __init__(self, next_index: int, max_inflight: int, max_inflight_bytes: int) -> None:
         self.match = -1  # highest offset known durable on the follower
         self.next = next_index  # first offset to send next
         self.state = ProgressState.PROBE
         self.probe_sent = False
-        self.inflight: deque[int] = deque()  # last offsets of unacknowledged APPENDs
+        # (last offset, entry bytes) of each unacknowledged APPEND
+        self.inflight: deque[tuple[int, int]] = deque()
+        self.inflight_bytes = 0
         self.max_inflight = max_inflight
+        self.max_inflight_bytes = max_inflight_bytes
         self.pending_snapshot = -1
         self.snapshot_ticks = 0
         self.recent_active = False
@@ -45,7 +51,10 @@ class Progress:
         if self.state is ProgressState.PROBE:
             return self.probe_sent
         if self.state is ProgressState.REPLICATE:
-            return len(self.inflight) >= self.max_inflight
+            return (
+                len(self.inflight) >= self.max_inflight
+                or self.inflight_bytes >= self.max_inflight_bytes
+            )
         return True
 
     def become_probe(self) -> None:
@@ -68,21 +77,29 @@ class Progress:
         self.state = state
         self.probe_sent = False
         self.inflight.clear()
+        self.inflight_bytes = 0
         self.pending_snapshot = -1
         self.snapshot_ticks = 0
 
-    def sent(self, last_index: int) -> None:
-        """An APPEND carrying entries through last_index left for this follower."""
+    def sent(self, last_index: int, size: int) -> None:
+        """An APPEND carrying entries (`size` bytes of them) through last_index left for this
+        follower."""
         if self.state is ProgressState.REPLICATE:
             self.next = last_index + 1
-            self.inflight.append(last_index)
+            self.inflight.append((last_index, size))
+            self.inflight_bytes += size
         else:
             self.probe_sent = True
 
+    def free_one(self) -> None:
+        """Count the oldest APPEND in flight as gone (it may have been lost)."""
+        _, size = self.inflight.popleft()
+        self.inflight_bytes -= size
+
     def acknowledged(self, index: int) -> bool:
         """The follower has durably everything through index. Returns whether match grew."""
-        while self.inflight and self.inflight[0] <= index:
-            self.inflight.popleft()
+        while self.inflight and self.inflight[0][0] <= index:
+            self.free_one()
         self.probe_sent = False
         if index <= self.match:
             return False

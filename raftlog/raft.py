@@ -57,6 +57,11 @@ class RaftConfig:
     heartbeat_ticks: int = 1
     max_append_bytes: int = 1 << 20  # flow control per APPEND message
     max_inflight: int = 64  # pipelined APPENDs per follower
+    # ... and their entry bytes: a lagging follower's backlog stays well below the transport's
+    # drop limit (node/transport.py MAX_WRITE_BUFFER), past which APPENDs are dropped, the
+    # follower rejects the next one and everything after its match is sent again. 64 APPENDs
+    # of 1 MB batches exceeded it.
+    max_inflight_bytes: int = 16 << 20
     pre_vote: bool = True
     check_quorum: bool = True
     max_committed_bytes: int = 16 << 20  # committed entry data per Ready (bounds restart replay)
@@ -64,8 +69,17 @@ class RaftConfig:
     def __post_init__(self) -> None:
         if self.heartbeat_ticks < 1 or self.election_ticks <= self.heartbeat_ticks:
             raise ValueError("need 1 <= heartbeat_ticks < election_ticks")
-        if self.max_inflight < 1 or self.max_append_bytes < 1 or self.max_committed_bytes < 1:
-            raise ValueError("max_inflight, max_append_bytes and max_committed_bytes must be >= 1")
+        limits = (
+            self.max_inflight,
+            self.max_inflight_bytes,
+            self.max_append_bytes,
+            self.max_committed_bytes,
+        )
+        if min(limits) < 1:
+            raise ValueError(
+                "max_inflight, max_inflight_bytes, max_append_bytes and max_committed_bytes "
+                "must be >= 1"
+            )
 
 
 class NotLeaderError(Exception):
@@ -492,7 +506,7 @@ class RaftNode:
         next_index = self._log.last_index() + 1
         members = self.voters | self.learners
         self._progress = {
-            peer: Progress(next_index, self.config.max_inflight)
+            peer: Progress(next_index, self.config.max_inflight, self.config.max_inflight_bytes)
             for peer in sorted(members)
             if peer != self.node_id
         }
@@ -595,7 +609,7 @@ class RaftNode:
             if not entries:
                 pr.probe_sent = pr.state is ProgressState.PROBE
                 return
-            pr.sent(entries[-1].last_index)
+            pr.sent(entries[-1].last_index, sum(len(e.data) for e in entries))
             if pr.state is not ProgressState.REPLICATE:
                 return
             allow_empty = False
@@ -668,7 +682,7 @@ class RaftNode:
         pr.recent_active = True
         pr.probe_sent = False
         if pr.state is ProgressState.REPLICATE and pr.paused():
-            pr.inflight.popleft()  # APPENDs may have been lost: let one more through
+            pr.free_one()  # APPENDs may have been lost: let one more through
         last = self._log.last_index()
         if pr.match < last:
             # Also recovers lost APPENDs in replicate state: the follower rejects, we probe.
@@ -824,7 +838,9 @@ class RaftNode:
         next_index = self._log.last_index() + 1
         for peer in sorted(members):
             if peer != self.node_id and peer not in self._progress:
-                self._progress[peer] = Progress(next_index, self.config.max_inflight)
+                self._progress[peer] = Progress(
+                    next_index, self.config.max_inflight, self.config.max_inflight_bytes
+                )
         if self._transferee is not None and self._transferee not in self.voters:
             self._transferee = None
         self._needs_flush = True

@@ -35,6 +35,7 @@ class Plan:
     max_inflight: int = 64
     async_storage: bool = False  # Readys written after a delay while the core goes on
     disk_delay_max: int = 2 * TICK
+    max_inflight_bytes: int = 16 << 20  # tiny values pause the pipeline after each APPEND
 
 
 def make_plan(seed: int, nodes: int | None = None, steps: int | None = None) -> Plan:
@@ -84,6 +85,7 @@ def make_plan(seed: int, nodes: int | None = None, steps: int | None = None) -> 
         # Drawn last, so that earlier draws keep the plans seeds had before these existed.
         async_storage=rng.random() < 0.5,
         disk_delay_max=rng.choice((TICK // 2, 2 * TICK, 4 * TICK)),
+        max_inflight_bytes=rng.choice((1, 200, 16 << 20)),
     )
 
 
@@ -262,6 +264,7 @@ def build(
         heartbeat_ticks=plan.heartbeat_ticks,
         max_append_bytes=plan.max_append_bytes,
         max_inflight=plan.max_inflight,
+        max_inflight_bytes=plan.max_inflight_bytes,
     )
     sim = Simulation(
         seed,

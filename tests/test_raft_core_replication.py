@@ -190,6 +190,20 @@ def test_pipeline_pauses_at_max_inflight() -> None:
     assert len([m for m in group.take(APPEND) if m.dst == 2]) == 2
 
 
+def test_pipeline_pauses_at_max_inflight_bytes_until_acknowledged() -> None:
+    group = Group(config=RaftConfig(max_append_bytes=1, max_inflight_bytes=25))
+    group.elect(1)
+    for _ in range(5):
+        group[1].propose(b"x" * 10)
+    group.process(1)
+    first = [m for m in group.take(APPEND) if m.dst == 2]
+    assert len(first) == 3  # 30 bytes in flight: the third passed the 25-byte window
+    group.take()  # node 3's, never answered
+    group.deliver(first)  # node 2 acknowledges: the window opens
+    group.deliver(group.take(MessageType.APPEND_RESP))
+    assert len([m for m in group.take(APPEND) if m.dst == 2]) == 2  # the rest
+
+
 def test_probing_follower_gets_one_append_at_a_time() -> None:
     group = Group()
     leader = group.elect(1)
