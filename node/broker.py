@@ -492,7 +492,11 @@ class Broker:
         started = time.monotonic()
         deadline = started + BARRIER_S
         while time.monotonic() < deadline:
-            leader = self._leader_or_none(META_GROUP, self.meta_voters(), started)
+            voters = self.meta_voters()
+            leader = self._leader_or_none(META_GROUP, voters, started)
+            if leader == self.node_id and not self.electable(voters):
+                # it would wait for its own step-down: no quorum answers its read
+                raise BrokerError("leader_unavailable", "metadata unreachable (no quorum)")
             if leader is not None:
                 read = self.runtime.read_barrier(META_GROUP, max(deadline - time.monotonic(), 0))
                 try:

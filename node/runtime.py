@@ -465,9 +465,12 @@ class Runtime:
         """A future that is done once `leader` no longer leads group `name` as seen here: a
         new leader announced itself or this node's replica saw one, or `leader`'s link went
         down. A node forwarding a request to `leader` races it against this, so a leader that
-        is gone never holds the request until its timeout. Cancel it when done with it."""
+        is gone never holds the request until its timeout. When `leader` is this node, it is
+        done once this node cannot reach a majority of the group's voters: a read barrier
+        (or anything else that needs a quorum's answer) would wait for a step-down otherwise.
+        Cancel it when done with it."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self.leader_of(name) != leader or not self.transport.alive(leader):
+        if self.leader_of(name) != leader or not self._leads_reachably(name, leader):
             fut.set_result(None)
             return fut
         watches = self._leader_watches.setdefault(name, {})
@@ -480,6 +483,17 @@ class Runtime:
 
         fut.add_done_callback(forget)
         return fut
+
+    def _leads_reachably(self, name: str, leader: int) -> bool:
+        """Whether `leader` can go on leading `name` as seen here: a peer whose link is up, or
+        this node while it reaches a majority of the group's voters."""
+        if leader != self.node_id:
+            return self.transport.alive(leader)
+        group = self.groups.get(name)
+        if group is None:
+            return False
+        voters = group.core.voters
+        return sum(1 for v in voters if self.transport.alive(v)) > len(voters) // 2
 
     def _leader_changed(self, name: str) -> None:
         for listener in self.leader_listeners:
@@ -564,9 +578,9 @@ class Runtime:
         since, and nothing else wakes. On a loaded machine peers fall silent now and then,
         and each time every group they led woke, elected or heartbeated, then went quiet."""
         if not up:
-            for watches in list(self._leader_watches.values()):
+            for name, watches in list(self._leader_watches.items()):
                 for fut, expected in list(watches.items()):
-                    if expected == peer and not fut.done():
+                    if not fut.done() and not self._leads_reachably(name, expected):
                         fut.set_result(None)
             return
         for group in self.groups.values():

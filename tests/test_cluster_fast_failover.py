@@ -91,3 +91,18 @@ def test_a_node_cut_off_from_the_majority_answers_every_request_with_a_503(
             )
             # It knows it cannot reach a majority: no waiting for an election at all.
             assert time.monotonic() - started < 0.5
+
+
+def test_a_metadata_leader_cut_off_from_the_majority_answers_a_topic_lookup_with_a_503(
+    tmp_path: Path,
+) -> None:
+    with running_cluster(tmp_path) as cluster:
+        cluster.create_topic("orders")
+        status, body = http_json(f"{cluster.nodes[0].url}/v1/cluster", timeout=CLIENT_TIMEOUT_S)
+        assert status == 200 and body["controller"] is not None, body
+        alone = cluster.node(body["controller"])
+        with paused(*followers(cluster, alone.node_id)):
+            # Its read barrier needs a quorum's answer: it must not wait for its own step-down.
+            assert_retryable_unavailable(
+                *http_json(f"{alone.url}/v1/topics/orders", timeout=CLIENT_TIMEOUT_S)
+            )
