@@ -492,11 +492,7 @@ class Broker:
         started = time.monotonic()
         deadline = started + BARRIER_S
         while time.monotonic() < deadline:
-            voters = self.meta_voters()
-            leader = self._leader_or_none(META_GROUP, voters, started)
-            if leader == self.node_id and not self.electable(voters):
-                # it would wait for its own step-down: no quorum answers its read
-                raise BrokerError("leader_unavailable", "metadata unreachable (no quorum)")
+            leader = self._leader_or_none(META_GROUP, self.meta_voters(), started)
             if leader is not None:
                 read = self.runtime.read_barrier(META_GROUP, max(deadline - time.monotonic(), 0))
                 try:
@@ -522,20 +518,24 @@ class Broker:
     def electable(self, voters: Collection[int]) -> bool:
         """Whether this node reaches a majority of `voters`: if not, no leader it could reach
         will be elected until the network heals, and requests are answered at once."""
-        alive = self.runtime.transport.alive
-        return sum(1 for v in voters if alive(v)) > len(voters) // 2
+        return self.runtime.reaches_majority(voters)
 
     def _leader_or_none(self, group: str, voters: Collection[int], since: float) -> int | None:
         """The live leader of `group`; None while an election may still produce one (call
         again shortly). Raises leader_unavailable when this node cannot reach a majority of
-        `voters`, or when no leader has shown up for an election timeout since `since`."""
+        `voters` and no other node is known to lead, also when this node leads the group
+        itself: perhaps deposed already, unaware, and nothing it does needing a quorum (a
+        read barrier, a commit) could finish before its own step-down. Also when no leader
+        has shown up for an election timeout since `since`."""
         leader = self._live_leader(group)
-        if leader is not None:
+        if leader is not None and leader != self.node_id:
             return leader
         if not self.electable(voters):
             raise BrokerError(
                 "leader_unavailable", f"node {self.node_id} cannot reach a majority of {group}"
             )
+        if leader is not None:
+            return leader
         if time.monotonic() - since >= self.election_timeout_s:
             raise BrokerError("leader_unavailable", f"{group} has no leader (election under way)")
         return None
@@ -1007,11 +1007,6 @@ class Broker:
             leader = self._leader_or_none(group, voters, started)
             try:
                 if leader == self.node_id:
-                    if not self.electable(voters):  # perhaps deposed already, unaware
-                        raise BrokerError(
-                            "leader_unavailable",
-                            f"node {self.node_id} leads {group} but cannot reach a majority",
-                        )
                     return await self._on_rpc(self.node_id, method, args)
                 if leader is not None:
                     call = self.runtime.transport.call(

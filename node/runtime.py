@@ -51,7 +51,7 @@ import logging
 import random
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -490,9 +490,10 @@ class Runtime:
         if leader != self.node_id:
             return self.transport.alive(leader)
         group = self.groups.get(name)
-        if group is None:
-            return False
-        voters = group.core.voters
+        return group is not None and self.reaches_majority(group.core.voters)
+
+    def reaches_majority(self, voters: Collection[int]) -> bool:
+        """Whether this node's links are up to a majority of `voters` (itself counts)."""
         return sum(1 for v in voters if self.transport.alive(v)) > len(voters) // 2
 
     def _leader_changed(self, name: str) -> None:

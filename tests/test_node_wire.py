@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import struct
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgpack
@@ -128,10 +130,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def test_a_garbage_frame_closes_only_its_connection() -> None:
+@contextlib.asynccontextmanager
+async def connected_pair(received: list[Message]) -> AsyncIterator[tuple[Transport, Transport]]:
+    """Nodes 1 and 2 on loopback, linked both ways; node 2 puts the Raft messages it gets in
+    `received`."""
     ports = free_port(), free_port()
     peers = {1: f"127.0.0.1:{ports[0]}", 2: f"127.0.0.1:{ports[1]}"}
-    received: list[Message] = []
 
     async def no_rpc(peer: int, method: str, args: Any) -> Any:
         return None
@@ -154,11 +158,22 @@ async def test_a_garbage_frame_closes_only_its_connection() -> None:
     await one.start()
     await two.start()
     try:
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 10
         while not (one.alive(2) and two.alive(1)):
             assert time.monotonic() < deadline
             await asyncio.sleep(0.01)
-        reader, writer = await asyncio.open_connection("127.0.0.1", ports[1])
+        yield one, two
+    finally:
+        await one.stop()
+        await two.stop()
+
+
+async def test_a_garbage_frame_closes_only_its_connection() -> None:
+    received: list[Message] = []
+    async with connected_pair(received) as (one, two):
+        deadline = time.monotonic() + 5
+        host, port = two.listen.rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
         writer.write(wire.encode_frame(FrameKind.HELLO, {"node": 3}))
         writer.write(struct.pack(">IBB", 5, wire.VERSION, FrameKind.RAFT) + b"\xc1\xc1\xc1")
         assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by node 2
@@ -170,9 +185,6 @@ async def test_a_garbage_frame_closes_only_its_connection() -> None:
             await asyncio.sleep(0.01)
         assert received == [heartbeat] and one.alive(2)
         writer.close()
-    finally:
-        await one.stop()
-        await two.stop()
 
 
 def receiving_connection(received: list[Message]) -> _PeerConnection:
@@ -374,35 +386,9 @@ async def test_blobs_before_hello_close_the_connection() -> None:
 
 
 async def test_a_peer_receives_exactly_the_batch_bytes_its_leader_sent() -> None:
-    ports = free_port(), free_port()
-    peers = {1: f"127.0.0.1:{ports[0]}", 2: f"127.0.0.1:{ports[1]}"}
     received: list[Message] = []
-
-    async def no_rpc(peer: int, method: str, args: Any) -> Any:
-        return None
-
-    def transport(node: int, on_raft: Any) -> Transport:
-        return Transport(
-            node,
-            peers[node],
-            peers,
-            on_raft,
-            no_rpc,
-            lambda p, up, revived: None,
-            lambda p: None,
-            5.0,
-            0.05,
-        )
-
-    one = transport(1, lambda peer, msgs, notices: None)
-    two = transport(2, lambda peer, msgs, notices: received.extend(msgs))
-    await one.start()
-    await two.start()
-    try:
+    async with connected_pair(received) as (one, two):
         deadline = time.monotonic() + 10
-        while not (one.alive(2) and two.alive(1)):
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.01)
         batches = [build_batch([Record(os.urandom(n))]) for n in (1_000_000, 100, 300_000)]
         sent = [
             append_message([Entry(5 + i, 7, EntryKind.DATA, b, 1) for i, b in enumerate(batches)])
@@ -416,6 +402,3 @@ async def test_a_peer_receives_exactly_the_batch_bytes_its_leader_sent() -> None
         assert received == sent
         assert [e.data for m in received for e in m.entries] == batches * 3
         assert two.bad_frames == 0
-    finally:
-        await one.stop()
-        await two.stop()
