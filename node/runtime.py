@@ -86,7 +86,6 @@ DISK_THREADS = 8  # writes that may be on disk at once
 WRITES_PER_GROUP = 2
 FSYNC_THREADS = 8  # fsyncs that may be in flight at once
 LOOP_READ_BYTES = 1 << 20  # fetch reads up to this size may run on the loop (see read_log)
-LOOP_WRITE_BYTES = 64 << 10  # appends up to this size are written on the loop (_writes_on_loop)
 ORPHAN_GROUPS = 1024
 # A round feeds at most this many groups; the others wait for the next round, after the loop has
 # read its sockets and run its timers. Feeding tens of thousands of just-created groups in one
@@ -109,8 +108,6 @@ class GroupStorage(LogView, Protocol):
     def install(self, meta: Any) -> Any: ...
     def trim(self, index: int, voters: tuple[int, ...], learners: tuple[int, ...]) -> Any: ...
     def retention_point(self) -> int: ...
-    @property
-    def syncs_every_round(self) -> bool: ...
     def fsync(self) -> None: ...
     def close(self) -> None: ...
 
@@ -771,82 +768,18 @@ class Runtime:
         return taken
 
     def _write(self, rounds: list[_Round]) -> None:
-        """Start the rounds' disk writes (small appends here, the rest on the pool; their
-        fsyncs on the pool); `_written` finishes them on the loop."""
+        """Start the rounds' disk writes on the pool; `_written` finishes them on the loop."""
         write = _Write(rounds)
         # Only leaders apply entries before their fsync: only they need the written signal.
         leads = any(r.ready is not None and r.ready.role == "leader" for r in rounds)
         loop = asyncio.get_running_loop()
         write.future = loop.create_future()
-        here = self._writes_on_loop(rounds)
-        if not here:
-            self._disk.submit(self._persist_and_return, rounds, loop, leads, write)
+        self._disk.submit(self._persist_and_return, rounds, loop, leads, write)
         for name in write.groups:
             self._writes.setdefault(name, []).append(write)
             self._queued.setdefault(name, [])
         self._in_flight += 1
         self._disk_idle.clear()
-        if here:
-            self._write_here(write, loop, leads)
-
-    def _writes_on_loop(self, rounds: list[_Round]) -> bool:
-        """Whether the rounds only append a few entries after their logs' ends (at most
-        LOOP_WRITE_BYTES, into the page cache) to logs fsynced every round, and change no
-        term or vote: such a write is done on the loop, as small fetch reads are read there.
-        On a disk thread each cost a thread wake-up, the interpreter lock passed there and
-        back, and for a leader one more hop back to the loop before it could apply: at one
-        message per request, a share of every node's CPU (bench/README.md, commit_tail)."""
-        size = 0
-        ends: dict[int, int] = {}  # id(storage) -> the offset its next entry must have
-        for item in rounds:
-            rd, storage = item.ready, item.group.storage
-            if item.trim is not None:
-                return False
-            if rd is None:
-                continue
-            if rd.snapshot is not None or not storage.syncs_every_round:
-                return False
-            if rd.hard_state is not None and _changes_vote(storage, [rd.hard_state]):
-                return False
-            if rd.entries:
-                end = ends.get(id(storage), storage.last_index() + 1)
-                if rd.entries[0].index != end:
-                    return False  # a follower's truncation: file work, left to the thread
-                ends[id(storage)] = rd.entries[-1].last_index + 1
-                size += sum(len(e.data) for e in rd.entries)
-                if size > LOOP_WRITE_BYTES:
-                    return False
-        return True
-
-    def _write_here(self, write: _Write, loop: asyncio.AbstractEventLoop, leads: bool) -> None:
-        """Loop: write the entries of `write` now, then hand only its fsyncs to the pool."""
-        try:
-            storages = self._write_rounds(write.rounds)
-        except Exception as error:  # a log that cannot be written: fatal, as on the thread
-            write.started_at = write.returned_at = time.monotonic()
-            loop.call_soon(self._written, write, error)
-            return
-        write.appended = True
-        if storages:
-            self._disk.submit(self._sync_and_return, storages, loop, write)
-        else:
-            write.started_at = write.returned_at = time.monotonic()
-            loop.call_soon(self._written, write, 0)
-        if leads:
-            self._entries_written(write)
-
-    def _sync_and_return(
-        self, storages: list[GroupStorage], loop: asyncio.AbstractEventLoop, write: _Write
-    ) -> None:
-        """Disk thread: the fsyncs of a write done on the loop, then its outcome to the loop."""
-        write.started_at = time.monotonic()  # disk_queue: the wait for this thread
-        outcome: int | BaseException
-        try:
-            outcome = self._sync(storages, write)
-        except BaseException as error:
-            outcome = error
-        with contextlib.suppress(RuntimeError):  # the loop is closed: the node is gone
-            loop.call_soon_threadsafe(self._written, write, outcome)
 
     def _persist_and_return(
         self, rounds: list[_Round], loop: asyncio.AbstractEventLoop, leads: bool, write: _Write
@@ -1012,15 +945,6 @@ class Runtime:
         Returns the number of logs synced."""
         if write is not None:
             write.started_at = time.monotonic()
-        storages = self._write_rounds(rounds)
-        if loop is not None and write is not None:
-            loop.call_soon_threadsafe(self._entries_written, write)
-        if write is not None:
-            write.appended = True
-        return self._sync(storages, write)
-
-    def _write_rounds(self, rounds: list[_Round]) -> list[GroupStorage]:
-        """Write every Ready and apply requested trims; returns the logs to fsync."""
         to_sync: dict[int, GroupStorage] = {}
         saves: dict[int, tuple[GroupStorage, list[HardState]]] = {}
         for item in rounds:
@@ -1050,15 +974,15 @@ class Runtime:
             else:
                 _save_all(storage, states)
         run_all(self._fsyncs, voted)
-        return list(to_sync.values())
-
-    def _sync(self, storages: list[GroupStorage], write: _Write | None) -> int:
-        """Fsync each written log once (each log's fsync policy decides whether that fsync
-        reaches the disk); returns the number of logs synced."""
-        fsync_all(self._fsyncs, storages, write.fsyncs if write is not None else None)
+        if loop is not None and write is not None:
+            loop.call_soon_threadsafe(self._entries_written, write)
+        if write is not None:
+            write.appended = True
+        timings = write.fsyncs if write is not None else None
+        fsync_all(self._fsyncs, list(to_sync.values()), timings)
         if write is not None:
             write.returned_at = time.monotonic()
-        return len(storages)
+        return len(to_sync)
 
     def _send_replication(self, rounds: list[_Round]) -> None:
         """Send leaders' APPENDs and HEARTBEATs before this round's disk writes: followers

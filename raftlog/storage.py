@@ -307,12 +307,6 @@ class RaftStorage:
         self._state.save(_encode_state(self._hard, self._snapshot))
         self._durable_hard = replace(self._hard)
 
-    @property
-    def syncs_every_round(self) -> bool:
-        """The fsync policy is "always": no unsynced bytes pile up between rounds, so an
-        append that rolls the segment (sealing the old one with an fsync) syncs little."""
-        return self.log.config.fsync == "always"
-
     def fsync(self) -> None:
         """Make appended entries durable as the log's fsync policy prescribes."""
         policy = self.log.config.fsync
