@@ -832,8 +832,8 @@ class Runtime:
             if name in self.groups:
                 idle.extend(queue)
         self._finish(finished)
-        # Rounds a leader was fed meanwhile: their writes (all of a group's at once) start now.
-        self._start(idle)
+        if idle:  # rounds a leader was fed meanwhile: their writes (a group's at once) start now
+            self._start(idle)
         self._start_queued(write.groups)
 
     def _observe_disk_hand_offs(self, write: _Write, now: float) -> None:
