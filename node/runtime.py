@@ -55,7 +55,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from typing import Any, Protocol
 
 from raftline.node import wire
@@ -214,8 +214,9 @@ class _Write:
     appended: bool = False
     done: bool = False
 
-    @property
+    @cached_property
     def groups(self) -> dict[str, None]:
+        # Read several times per write (start, entries written, returned): built once.
         return dict.fromkeys(r.group.name for r in self.rounds)
 
     def rounds_of(self, name: str) -> list[_Round]:
