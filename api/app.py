@@ -139,7 +139,7 @@ class ApiState:
         once: sent again to the new leader when `repeatable` (a read), else answered with a
         503 (a write's outcome is then unknown, so it is never sent twice from here)."""
         broker = self.broker
-        deadline = time.monotonic() + broker.election_timeout_s
+        deadline = time.monotonic() + broker.router.election_timeout_s
         delay = 0.02
         while True:
             target: NotLeader | None = None
@@ -163,12 +163,12 @@ class ApiState:
                     _forwarded_to.get().append(target.leader)
                 forward = remote(target.leader_http)
                 try:
-                    return await broker.while_leads(target.group, target.leader, forward)
+                    return await broker.router.while_leads(target.group, target.leader, forward)
                 except OutcomeUnknown:
                     if not repeatable:
                         raise
                     # A new leader is being elected: wait for it as for any election.
-                    deadline = time.monotonic() + broker.election_timeout_s
+                    deadline = time.monotonic() + broker.router.election_timeout_s
                 except (LeaderMoved, LeaderUnreachable):
                     pass  # look the leader up again: this node learns of moves as they happen
             if time.monotonic() >= deadline:
