@@ -1,6 +1,6 @@
 """The broker facade the HTTP layer talks to: topics, produce, fetch, cluster view, health, metrics.
 
-Owns the node's wiring: runtime, metadata replica, local partition replicas and controller calls.
+Owns the node's wiring: runtime, metadata replica, router, local replicas, controller commands.
 """
 
 from __future__ import annotations
