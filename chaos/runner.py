@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from raftline.chaos.nemesis import Schedule, make_faults
 from raftline.chaos.route_workload import RouteWorkload
 from raftline.chaos.share_workload import ShareWorkload
 from raftline.chaos.stream_workload import StreamConsumer
+from raftline.chaos.watchdog import Watchdog
 from raftline.chaos.workload import Workload, session
 
 # --tiered: small segments uploaded as they seal, local disk keeping almost nothing, so that reads
@@ -70,6 +72,18 @@ class RunConfig:
     streamers: int = 2  # push consumers following partitions over topic streams (workload "queue")
     destinations: int = 3  # topics bound to the exchange (workload "route")
 
+    @property
+    def bound_s(self) -> float:
+        """The whole run's time bound: the phases' own bounds (faults, recovery, two waits for
+        readiness, final reads) and 15 minutes for compose, the nemesis' last fault, checking."""
+        phases = self.time_limit_s + self.recovery_s + self.final_read_s
+        return phases + 2 * self.ready_timeout_s + 900
+
+
+def _say(text: str) -> None:
+    """A progress line on stderr, so a log shows which phase a run reached."""
+    print(f"chaos {time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
+
 
 def _heal(cluster: Cluster) -> None:
     """Lifts whatever a fault left behind and brings dead nodes back."""
@@ -86,6 +100,7 @@ async def _faults(cluster: Cluster, schedule: Schedule, until: float) -> None:
     schedule.stopping.set()
     await asyncio.to_thread(nemesis.join, 120)
     await asyncio.to_thread(_heal, cluster)
+    _say("faults over, cluster healed; clients go on through the recovery period")
 
 
 async def _drive(
@@ -101,8 +116,11 @@ async def _drive(
     the cluster was ready after the last heal."""
     until = faults_until + config.recovery_s
     helpers = [work.nodes.probe(http, until), work.watch_leaders(http, until)]
+    _say(f"workload and faults for {config.time_limit_s:.0f} s")
     await asyncio.gather(_faults(cluster, schedule, faults_until), *clients, *helpers)
-    return await asyncio.to_thread(cluster.wait_ready, config.ready_timeout_s)
+    ready = await asyncio.to_thread(cluster.wait_ready, config.ready_timeout_s)
+    _say(f"clients done; cluster ready: {ready}; final reads")
+    return ready
 
 
 async def _workload(
@@ -256,9 +274,19 @@ def run(config: RunConfig) -> dict[str, Any]:
         if config.urls
         else ComposeCluster(config.nodes, config.project, config.compose_file)
     )
+    watchdog = Watchdog(config.bound_s, lambda: _leave(cluster, config.tear_down))
+    watchdog.start()
+    try:
+        return _run(config, cluster, watchdog)
+    finally:
+        watchdog.stop()
+
+
+def _run(config: RunConfig, cluster: Cluster, watchdog: Watchdog) -> dict[str, Any]:
     recorder = Recorder(config.out_dir / "history.jsonl")
     try:
         if config.bring_up:
+            _say(f"starting {config.nodes} nodes")
             cluster.up()
         else:
             cluster.refresh()
@@ -266,14 +294,14 @@ def run(config: RunConfig) -> dict[str, Any]:
             raise ClusterError(f"cluster not ready within {config.ready_timeout_s:.0f} s")
         faults = make_faults(cluster, config.nemesis, config.topic)
         schedule = Schedule(faults, recorder, random.Random(config.seed + 1))
-        phases = asyncio.run(_workload(config, cluster, recorder, schedule))
+        with asyncio.Runner() as runner:
+            watchdog.watch_loop(runner.get_loop())
+            phases = runner.run(_workload(config, cluster, recorder, schedule))
     finally:
         recorder.close()
-        with contextlib.suppress(ClusterError):  # nodes already gone: nothing left to heal
-            cluster.heal_all()
-        if config.tear_down:
-            cluster.down()
+        _leave(cluster, config.tear_down)
     ops = recorder.ops
+    _say(f"checking {len(ops)} operations")
     result = report.analyse(ops)
     # Unfinished final reads make lost-write and unseen analysis meaningless: never a pass.
     finished = phases["ready_after_heal"] and all(phases["final_reads_complete"].values())
@@ -285,3 +313,11 @@ def run(config: RunConfig) -> dict[str, Any]:
     }
     result["files"] = report.write_outputs(config.out_dir, ops, result)
     return result
+
+
+def _leave(cluster: Cluster, tear_down: bool) -> None:
+    """Lifts the faults and, unless the cluster is to be kept, takes it down."""
+    with contextlib.suppress(ClusterError):  # nodes already gone: nothing left to heal
+        cluster.heal_all()
+    if tear_down:
+        cluster.down()
