@@ -6,7 +6,15 @@ leader on its own (no in-flight limit: a slow ack holds up no later send), acks=
 timed from the message's intended send time; each write-path stage's p50/p99 from the
 nodes' /metrics over the same window, the nodes' CPU time per message and run-queue wait.
 
+With `--one-at-a-time` the requests go one after another instead (each sent when the last
+was acknowledged): no two messages ever share a round, a write or a frame, so the nodes' CPU
+per message is what one request costs, whatever the machine's load does to the latency (at a
+fixed rate a loaded machine batches more and spends less per message). The nodes' CPU over an
+idle window of the same length (ticks, heartbeats) is measured first and taken off:
+`node_cpu_us_per_msg_net`.
+
 Run: .venv/bin/python -m bench.commit_tail [--rate 500] [--seconds 20] [--partitions 4]
+     .venv/bin/python -m bench.commit_tail --one-at-a-time --seconds 20
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ COUNTERS = {
     "follower_rounds_beside_writes": "raftline_raft_follower_rounds_beside_writes_total",
 }
 WARMUP_S = 3.0
+IDLE_MAX_S = 10.0  # the idle window: as long as the measured one, at most this
 
 
 def quantiles_ms(samples: list[float]) -> dict[str, float]:
@@ -79,10 +88,33 @@ async def _publish_at_rate(
     return latencies
 
 
+async def _publish_in_turn(
+    client: AsyncClient, leaders: list[str], seconds: float, size: int
+) -> list[float]:
+    """Send one message per request to the partitions in turn for `seconds`, each request once
+    the last was acknowledged; each ack's latency counted from its send."""
+    latencies: list[float] = []
+    payload = b"x" * size
+    end = time.monotonic() + seconds
+    i = 0
+    while (sent := time.monotonic()) < end:
+        partition = i % len(leaders)
+        await client.produce_batch(TOPIC, partition, [payload], "all", url=leaders[partition])
+        latencies.append(time.monotonic() - sent)
+        i += 1
+    return latencies
+
+
 def run(
-    rate: float, seconds: float, partitions: int, size: int, flags: dict[str, str], root: Path
+    rate: float,
+    seconds: float,
+    partitions: int,
+    size: int,
+    flags: dict[str, str],
+    root: Path,
+    one_at_a_time: bool = False,
 ) -> dict[str, Any]:
-    """One run on fresh nodes: warm-up, then the measured window."""
+    """One run on fresh nodes: warm-up, an idle window, then the measured window."""
     with running_nodes(root, NODES, PORT_BASE, "always", flags) as cluster:
         cluster.create_topic(TOPIC, partitions, NODES)
         leaders = [cluster.leader(TOPIC, p).url for p in range(partitions)]
@@ -92,20 +124,33 @@ def run(
         async def go() -> dict[str, Any]:
             try:
                 await _publish_at_rate(client, leaders, rate, WARMUP_S, size)
+                idle_s = min(seconds, IDLE_MAX_S)
+                idle0, _ = _cpu_and_rss(list(pids.values()))
+                await asyncio.sleep(idle_s)
+                idle1, _ = _cpu_and_rss(list(pids.values()))
+                idle_per_s = sum(idle1[p] - idle0[p] for p in pids.values()) / idle_s
                 stages0 = _stage_buckets(cluster)
                 counts0 = _counters(cluster, tuple(COUNTERS.values()))
                 cpu0, _ = _cpu_and_rss(list(pids.values()))
                 watch = CpuWatch({**pids, "probe (client)": os.getpid()}).start()
-                latencies = await _publish_at_rate(client, leaders, rate, seconds, size)
+                began = time.monotonic()
+                if one_at_a_time:
+                    latencies = await _publish_in_turn(client, leaders, seconds, size)
+                else:
+                    latencies = await _publish_at_rate(client, leaders, rate, seconds, size)
+                window = time.monotonic() - began
                 cpu_pct, waits = watch.stop()
                 cpu1, _ = _cpu_and_rss(list(pids.values()))
                 counts1 = _counters(cluster, tuple(COUNTERS.values()))
+                node_cpu = sum(cpu1[p] - cpu0[p] for p in pids.values())
                 return {
                     "ack_ms": quantiles_ms(latencies),
                     "messages": len(latencies),
-                    "node_cpu_us_per_msg": round(
-                        1e6 * sum(cpu1[p] - cpu0[p] for p in pids.values()) / len(latencies), 1
+                    "node_cpu_us_per_msg": round(1e6 * node_cpu / len(latencies), 1),
+                    "node_cpu_us_per_msg_net": round(
+                        1e6 * (node_cpu - idle_per_s * window) / len(latencies), 1
                     ),
+                    "idle_node_cpu_pct": round(100 * idle_per_s, 1),
                     "cpu_pct": cpu_pct,
                     "runq_wait_pct": waits,
                     **{
@@ -118,7 +163,12 @@ def run(
                 await client.close()
 
         result = asyncio.run(go())
-    return {"rate": rate, "flags": flags, "load_1m": round(os.getloadavg()[0], 2), **result}
+    return {
+        "rate": "one at a time" if one_at_a_time else rate,
+        "flags": flags,
+        "load_1m": round(os.getloadavg()[0], 2),
+        **result,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -128,12 +178,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--size", type=int, default=1024, help="bytes per message")
     parser.add_argument("--flag", action="append", default=[], help="serve flag NAME=VALUE")
+    parser.add_argument(
+        "--one-at-a-time",
+        action="store_true",
+        help="each request once the last was acknowledged (CPU per request; --rate: warm-up)",
+    )
     parser.add_argument("--out", help="append the result as one JSON line here")
     args = parser.parse_args(argv)
     flags = dict(flag.split("=", 1) for flag in args.flag)
     root = Path(tempfile.mkdtemp(prefix="commit-tail-", dir=os.environ.get("BENCH_DIR")))
     try:
-        result = run(args.rate, args.seconds, args.partitions, args.size, flags, root)
+        result = run(
+            args.rate, args.seconds, args.partitions, args.size, flags, root, args.one_at_a_time
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(result))

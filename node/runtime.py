@@ -55,7 +55,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from typing import Any, Protocol
 
 from raftline.node import wire
@@ -214,8 +214,9 @@ class _Write:
     appended: bool = False
     done: bool = False
 
-    @property
+    @cached_property
     def groups(self) -> dict[str, None]:
+        # Read several times per write (start, entries written, returned): built once.
         return dict.fromkeys(r.group.name for r in self.rounds)
 
     def rounds_of(self, name: str) -> list[_Round]:
@@ -838,8 +839,8 @@ class Runtime:
             if name in self.groups:
                 idle.extend(queue)
         self._finish(finished)
-        # Rounds a leader was fed meanwhile: their writes (all of a group's at once) start now.
-        self._start(idle)
+        if idle:  # rounds a leader was fed meanwhile: their writes (a group's at once) start now
+            self._start(idle)
         self._start_queued(write.groups)
 
     def _observe_disk_hand_offs(self, write: _Write, now: float) -> None:

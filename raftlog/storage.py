@@ -298,7 +298,9 @@ class RaftStorage:
         """Record the hard state. A term or vote change is written and fsynced at once; a
         commit-only change is written with the next one (losing it is safe: Raft recomputes
         commit), or on close."""
-        self._hard = replace(hard_state)
+        # A copy (the core may change its own); not dataclasses.replace, which looks the fields
+        # up on every call: this runs once per round that moves the commit index.
+        self._hard = HardState(hard_state.term, hard_state.vote, hard_state.commit)
         durable = self._durable_hard
         if (hard_state.term, hard_state.vote) != (durable.term, durable.vote):
             self._write_state()

@@ -26,3 +26,16 @@ def test_a_short_run_times_every_message_and_reads_the_stages_and_counters(
     assert result["stages_ms"]["produce"]["count"] == 50  # leaders timed each acks=all write
     assert set(COUNTERS) <= set(result)
     assert result["fsyncs"] > 0
+
+
+def test_one_at_a_time_gives_each_message_its_own_write_and_takes_off_the_idle_cpu(
+    tmp_path: Path,
+) -> None:
+    result = run(
+        rate=50, seconds=1, partitions=2, size=100, flags={}, root=tmp_path, one_at_a_time=True
+    )
+    assert result["rate"] == "one at a time"
+    assert result["messages"] > 0
+    assert result["fsyncs"] >= result["messages"]  # no message shared a write with another
+    assert result["idle_node_cpu_pct"] > 0
+    assert result["node_cpu_us_per_msg_net"] < result["node_cpu_us_per_msg"]

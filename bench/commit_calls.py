@@ -1,0 +1,156 @@
+"""What one RF 3 one-message produce costs the brokers, counted where the load cannot move it.
+
+Owns the in-process probe of the Raft write path's cost per message: three brokers on one
+event loop (their Raft traffic over loopback TCP, each with its own disk threads; no HTTP),
+a topic of one partition at RF 3, then acks=all produces of one message each, one after the
+other, on the leader. Nothing is ever batched, so each message takes the whole path once:
+`python_calls_per_msg` (the event loop's Python calls, under cProfile) is the same on any
+machine load; `cpu_us_per_msg` (the process's CPU, all threads, in a second pass without the
+profiler) moves with the load far less than a real-process run's. `bench.commit_tail
+--one-at-a-time` is the same measure through HTTP on real processes, and load-sensitive.
+
+Run: .venv/bin/python -m bench.commit_calls [--messages 2000] [--top 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import os
+import pstats
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from raftline.node.broker import Broker
+from raftline.node.config import NodeConfig
+from raftline.node.server import configure_process
+from raftline.raftlog.records import Record, build_batch
+
+TOPIC = "commit-calls"
+WARMUP_MESSAGES = 300
+READY_S = 30.0
+
+
+def _free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def _configs(root: Path) -> list[NodeConfig]:
+    ports = _free_ports(6)
+    peers = {i + 1: f"127.0.0.1:{ports[i]}" for i in range(3)}
+    return [
+        NodeConfig(
+            node_id=i + 1,
+            data_dir=root / f"node-{i + 1}",
+            raft=peers[i + 1],
+            http=f"127.0.0.1:{ports[3 + i]}",
+            peers=peers,
+        )
+        for i in range(3)
+    ]
+
+
+async def _until(predicate: Any, what: str) -> None:
+    deadline = time.monotonic() + READY_S
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} not reached in {READY_S} s")
+        await asyncio.sleep(0.05)
+
+
+async def _leader(brokers: list[Broker]) -> Broker:
+    """The partition's leader once it accepts a write."""
+    deadline = time.monotonic() + READY_S
+    while True:
+        for broker in brokers:
+            try:
+                await broker.produce(TOPIC, 0, build_batch([Record(b"warm")]), "all")
+                return broker
+            except Exception:  # not the leader (yet): try the next one
+                if time.monotonic() > deadline:
+                    raise
+        await asyncio.sleep(0.05)
+
+
+async def measure(root: Path, messages: int, size: int, top: int) -> dict[str, Any]:
+    brokers = [Broker(config) for config in _configs(root)]
+    try:
+        for broker in brokers:
+            await broker.start()
+        await _until(lambda: all(b.ready() for b in brokers), "three ready brokers")
+        await brokers[0].create_topic(TOPIC, 1, 3, {})
+        leader = await _leader(brokers)
+        batch = build_batch([Record(b"x" * size)])
+        for _ in range(WARMUP_MESSAGES):
+            await leader.produce(TOPIC, 0, batch, "all")
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        for _ in range(messages):
+            await leader.produce(TOPIC, 0, batch, "all")
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(messages):
+            await leader.produce(TOPIC, 0, batch, "all")
+        profile.disable()
+    finally:
+        for broker in brokers:
+            await broker.stop()
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    calls = sum(row[1] for row in stats.values())
+    by_self = sorted(stats.items(), key=lambda item: -item[1][2])[:top]
+    return {
+        "messages": messages,
+        "python_calls_per_msg": round(calls / messages, 1),
+        "cpu_us_per_msg": round(1e6 * cpu / messages),
+        "wall_us_per_msg": round(1e6 * wall / messages),
+        "load_1m": round(os.getloadavg()[0], 2),
+        "top_self_time": [
+            {
+                "function": f"{Path(file).name}:{line} {name}",
+                "calls_per_msg": round(row[1] / messages, 2),
+                "self_us_per_msg_profiled": round(1e6 * row[2] / messages, 1),
+            }
+            for (file, line, name), row in by_self
+        ],
+    }
+
+
+def _loop() -> asyncio.AbstractEventLoop:
+    """The nodes' own event loop (node/server.py): uvloop where it is installed."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="bench.commit_calls", description=__doc__)
+    parser.add_argument("--messages", type=int, default=2000, help="per pass (two passes)")
+    parser.add_argument("--size", type=int, default=1024, help="bytes per message")
+    parser.add_argument("--top", type=int, default=30, help="functions listed by self time")
+    args = parser.parse_args(argv)
+    root = Path(tempfile.mkdtemp(prefix="commit-calls-", dir=os.environ.get("BENCH_DIR")))
+    try:
+        configure_process(NodeConfig(node_id=1, data_dir=root))  # as `raftline serve` does
+        with asyncio.Runner(loop_factory=_loop) as runner:
+            result = runner.run(measure(root, args.messages, args.size, args.top))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
