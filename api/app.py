@@ -137,10 +137,14 @@ class ApiState:
         reach a majority of the replicas: then 503 leader_unavailable, so the client tries
         another node. A forwarded request whose leader moves or goes silent is given up at
         once: sent again to the new leader when `repeatable` (a read), else answered with a
-        503 (a write's outcome is then unknown, so it is never sent twice from here)."""
+        503 (a write's outcome is then unknown, so it is never sent twice from here). A
+        leader that answers it no longer leads is not asked again: the request goes to the
+        next leader known here, or is answered with a 503 at once (this node may have missed
+        the election, and an election timeout would pass before it learns more)."""
         broker = self.broker
         deadline = time.monotonic() + broker.router.election_timeout_s
         delay = 0.02
+        refused: int | None = None  # the leader this node knew, which said it does not lead
         while True:
             target: NotLeader | None = None
             try:
@@ -148,6 +152,11 @@ class ApiState:
             except NotLeader as exc:
                 if forwarded or not exc.electable:
                     raise from_broker_error(exc) from None
+                if refused is not None and exc.leader in (None, refused):
+                    raise ApiError(
+                        "leader_unavailable",
+                        f"node {refused} does not lead {exc.group} and no other leader is known",
+                    ) from None
                 target = exc
             except OutcomeUnknown:
                 raise
@@ -169,7 +178,9 @@ class ApiState:
                         raise
                     # A new leader is being elected: wait for it as for any election.
                     deadline = time.monotonic() + broker.router.election_timeout_s
-                except (LeaderMoved, LeaderUnreachable):
+                except LeaderMoved:
+                    refused = target.leader
+                except LeaderUnreachable:
                     pass  # look the leader up again: this node learns of moves as they happen
             if time.monotonic() >= deadline:
                 raise ApiError("leader_unavailable", "no reachable leader for the partition")

@@ -269,6 +269,8 @@ class Runtime:
         self._dirty = _DirtyGroups()
         self.first_groups: set[str] = set()  # fed first in every round (the metadata group)
         self._notices: dict[int, list[list[Any]]] = defaultdict(list)
+        # peer -> groups whose leadership here began while its link was down: told on revival
+        self._unannounced: dict[int, set[str]] = defaultdict(set)
         self._orphans: dict[str, list[Message]] = {}  # messages for groups not created yet
         self._wakeup = asyncio.Event()
         # group -> its disk writes not yet finished, oldest first, and the rounds queued
@@ -578,13 +580,16 @@ class Runtime:
         while (the same connection, so the peer did not restart and nothing sent to it
         meanwhile was lost): the followers its silence woke go quiet again if nothing changed
         since, and nothing else wakes. On a loaded machine peers fall silent now and then,
-        and each time every group they led woke, elected or heartbeated, then went quiet."""
+        and each time every group they led woke, elected or heartbeated, then went quiet.
+        Either way the peer learns of the leaderships won here while it was silent: else a
+        node forwards to a former leader (a network partition's heal) long after the move."""
         if not up:
             for name, watches in list(self._leader_watches.items()):
                 for fut, expected in list(watches.items()):
                     if not fut.done() and not self._leads_reachably(name, expected):
                         fut.set_result(None)
             return
+        missed = self._unannounced.pop(peer, set())
         for group in self.groups.values():
             if group.woken_by_link == peer:
                 group.woken_by_link = None
@@ -598,9 +603,10 @@ class Runtime:
                 # its leader may still be quiet: wake the leader, or a short link loss
                 # turns into an election of every group the peer leads.
                 self._notices[peer].append(["w", group.name])
-            elif not revived and group.role == "leader":
+            elif group.role == "leader" and (not revived or group.name in missed):
                 self._notices[peer].append(["l", group.name, self.node_id, group.term])
-                if group.quiet and (peer in group.core.voters or peer in group.core.learners):
+                replicates = peer in group.core.voters or peer in group.core.learners
+                if not revived and group.quiet and replicates:
                     self._touch(group, "link")
         self._flush_notices()
 
@@ -1194,15 +1200,15 @@ class Runtime:
             self._learn_leader(group.name, group.leader, group.term)
         self._leader_changed(group.name)
         if group.role == "leader":
-            for peer in self._all_peers():
-                self._notices[peer].append(["l", group.name, self.node_id, group.term])
+            for peer in self.transport.addresses:
+                if self.transport.alive(peer):
+                    self._notices[peer].append(["l", group.name, self.node_id, group.term])
+                else:
+                    self._unannounced[peer].add(group.name)
         try:
             group.replica.on_role(group.role, group.leader, group.term)
         except Exception:
             log.exception("role change handler of %s failed", group.name)
-
-    def _all_peers(self) -> list[int]:
-        return [p for p in self.transport.addresses if self.transport.alive(p)]
 
     # quiescence
 

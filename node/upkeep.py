@@ -7,6 +7,7 @@ ones; the broker tells it which replicas come and go.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, TypeVar
@@ -44,19 +45,34 @@ async def in_slices(items: list[T], size: int = PASS_SLICE) -> AsyncIterator[T]:
 
 
 class LogUpkeep:
-    """Every `retention_check_s`: producer clock entries, retention trims, then cleaning."""
+    """Every `retention_check_s`: producer clock entries, retention trims, then cleaning; and
+    a retention trim of a log as soon as it rolled a segment."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.cleaners: dict[str, Cleaner] = {}  # compacted partitions' log cleaners
+        self._rolled: set[str] = set()  # groups whose log rolled since their last trim
+        self._roll_seen = asyncio.Event()
 
     def attach(self, group: str, partition_log: PartitionLog, topic_config: dict[str, str]) -> None:
-        """A replica started here: clean it when its topic is compacted."""
+        """A replica started here: trim it when it rolls; clean it when its topic is compacted."""
+        loop = asyncio.get_running_loop()
+
+        def rolled() -> None:  # on the log's appending thread
+            with contextlib.suppress(RuntimeError):  # the loop closed: the node is stopping
+                loop.call_soon_threadsafe(self._note_roll, group)
+
+        partition_log.on_roll = rolled
         if "compact" in topic_config.get("cleanup.policy", "delete"):
             self.cleaners[group] = Cleaner(partition_log, cleaner_config(topic_config))
 
     def detach(self, group: str) -> None:
         self.cleaners.pop(group, None)
+        self._rolled.discard(group)
+
+    def _note_roll(self, group: str) -> None:
+        self._rolled.add(group)
+        self._roll_seen.set()
 
     def keep_producer_clocks(self) -> None:
         """Led partitions with producer state get a clock entry when one is due."""
@@ -65,18 +81,32 @@ class LogUpkeep:
             replica.keep_clock(now)
 
     async def run_retention(self) -> None:
+        """A pass over every log each `retention_check_s`, and between passes the logs that
+        rolled. Trimmed only by the pass, a log filling at ~800 MB/s piled up 20+ GB past its
+        retention and then unlinked it in one ~4 s burst (with discards: the disk is mounted
+        with `discard`), in which appends slowed; at each roll it goes a segment at a time."""
+        loop = asyncio.get_running_loop()
+        period = self.broker.config.retention_check_s
+        next_pass = loop.time() + period
         while True:
-            await asyncio.sleep(self.broker.config.retention_check_s)
-            self.keep_producer_clocks()
-            await self.trim_once()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._roll_seen.wait(), max(0.0, next_pass - loop.time()))
+            self._roll_seen.clear()
+            groups, self._rolled = self._rolled, set()
+            if loop.time() >= next_pass:
+                next_pass = loop.time() + period
+                self.keep_producer_clocks()
+                await self.trim_once()
+            else:
+                await self.trim_once(sorted(groups))
 
-    async def trim_once(self) -> None:
-        """Trim every local log to its retention point, keeping what the bucket lacks and
-        what a restart needs to rebuild producer state."""
+    async def trim_once(self, groups: list[str] | None = None) -> None:
+        """Trim the local logs of `groups` (None: every one) to their retention point,
+        keeping what the bucket lacks and what a restart needs to rebuild producer state."""
         broker = self.broker
         runtime = broker.runtime
         # The log is thread-safe: reading its retention point beside a round's write is fine.
-        async for group in in_slices(list(broker.partitions)):
+        async for group in in_slices(list(broker.partitions) if groups is None else groups):
             raft_group = runtime.groups.get(group)
             if raft_group is None:
                 continue

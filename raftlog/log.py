@@ -205,6 +205,9 @@ class PartitionLog:
         # Base offset of the first sealed segment found without its transaction index on open
         # (None: all there): producer state replays the log from its start to rebuild them.
         self.txn_index_gap: int | None = None
+        # Called after each roll (on the appending thread, lock held: cheap, and never back into
+        # this log): a sealed segment more is when retention may drop one.
+        self.on_roll: Callable[[], None] | None = None
         self.recovery = self._open()
         level = logging.DEBUG if self.recovery.clean else logging.WARNING
         logger.log(level, "opened %s: %s", self.directory, self.recovery)
@@ -382,6 +385,8 @@ class PartitionLog:
             self._segments.pop(0).delete()
             self._bases.pop(0)
         fsync_dir(self.directory)
+        if self.on_roll is not None:
+            self.on_roll()
         return segment
 
     def roll_if_older(self, now_ms: int | None = None) -> bool:
