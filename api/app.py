@@ -143,7 +143,7 @@ class ApiState:
         next leader known here, or is answered with a 503 at once (this node may have missed
         the election, and an election timeout would pass before it learns more)."""
         broker = self.broker
-        deadline = time.monotonic() + broker.election_timeout_s
+        deadline = time.monotonic() + broker.router.election_timeout_s
         delay = 0.02
         refused: int | None = None  # the leader this node knew, which said it does not lead
         while True:
@@ -173,12 +173,12 @@ class ApiState:
                     _forwarded_to.get().append(target.leader)
                 forward = remote(target.leader_http)
                 try:
-                    return await broker.while_leads(target.group, target.leader, forward)
+                    return await broker.router.while_leads(target.group, target.leader, forward)
                 except OutcomeUnknown:
                     if not repeatable:
                         raise
                     # A new leader is being elected: wait for it as for any election.
-                    deadline = time.monotonic() + broker.election_timeout_s
+                    deadline = time.monotonic() + broker.router.election_timeout_s
                 except LeaderMoved:
                     refused = target.leader
                 except LeaderUnreachable:

@@ -150,7 +150,7 @@ async def _serve(
     stats.open[kind] += 1
     stats.sockets.add(socket)
     reader = asyncio.ensure_future(_read_credit(socket, credit))
-    give_up_s = _state(request).broker.election_timeout_s * 2
+    give_up_s = _state(request).broker.router.election_timeout_s * 2
 
     async def round_then_send() -> None:
         """A round, and its frames sent from this task as soon as it has them (not by the

@@ -1,6 +1,6 @@
 """The broker facade the HTTP layer talks to: topics, produce, fetch, cluster view, health, metrics.
 
-Owns the node's wiring: runtime, metadata replica, local partition replicas and controller calls.
+Owns the node's wiring: runtime, metadata replica, router, local replicas, controller commands.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ import logging
 import shutil
 import time
 import uuid
-from collections.abc import Awaitable, Collection
-from typing import Any, TypeVar
+from typing import Any
 
 from raftline.node import restore
 from raftline.node.clock import WallClock
@@ -47,6 +46,7 @@ from raftline.node.queues.service import (
     QueueService,
 )
 from raftline.node.replies import expire_temporary_topics
+from raftline.node.routing import Router
 from raftline.node.runtime import Runtime
 from raftline.node.tiering import NodeTiering, s3_config_of
 from raftline.node.transactions.service import (
@@ -60,17 +60,15 @@ from raftline.node.transactions.service import (
 from raftline.node.transactions.service import (
     shard_of as txn_shard_of,
 )
-from raftline.node.transport import OUTCOME_UNKNOWN, RemoteError
+from raftline.node.transport import RemoteError
 from raftline.node.upkeep import LogUpkeep
 from raftline.raftlog.log import LogConfig
-from raftline.raftlog.raft import NotLeaderError
 from raftline.raftlog.records import decode_batch
 from raftline.raftlog.storage import RaftStorage
 from raftline.tiered import topic_config as tiered_config
 
 __all__ = ["Broker", "BrokerError", "NotLeader", "OutcomeUnknown"]
 
-T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +77,6 @@ MAINTAIN_S = 0.2  # period of registration, bootstrap and controller rounds
 STARTS_AT_ONCE = 32  # partition replicas a reconciliation opens side by side
 PRODUCER_COUNTS_EVERY_S = 10.0  # /metrics recounts producers over every replica this seldom
 BALANCE_S = 1.0  # the controller's leader balancing runs at most this often
-BARRIER_S = 3.0  # how long a metadata read waits for the read barrier
 CREATE_WAIT_S = 5.0  # create_topic waits this long for its partitions to elect leaders
 DEFAULT_REPLICATION_FACTOR = 3  # capped at the number of registered nodes
 PRODUCER_ID_BLOCK = 100  # producer ids a node asks the controller for at a time
@@ -117,6 +114,7 @@ class Broker:
         self.clock = WallClock()  # every wall-clock read of this node goes through it
         self.runtime = Runtime(config, on_rpc=self._on_rpc)
         self.meta = MetaReplica(on_change=self._metadata_changed)
+        self.router = Router(config, self.runtime, self.meta, self._on_rpc)  # who leads what
         self.partitions: dict[str, PartitionReplica] = {}
         self.coordinator = Coordinator(self)  # consumer groups: shards of the __groups topic
         self.transactions = TxnService(self)  # transaction coordinator: shards of __transactions
@@ -330,7 +328,7 @@ class Broker:
             partition,
             storage.log,
             commit,
-            self.not_leader,
+            self.router.not_leader,
             self.config.request_timeout_s,
             producers,
             self._verifier(topic.name, partition),
@@ -376,7 +374,7 @@ class Broker:
             self.config.http,
             self.config.rack,
         ):
-            await self._controller("register_node", wanted)
+            await self.router.on_controller("register_node", wanted)
         now = time.monotonic()
         settled = now - self.meta.leader_since > self.config.leader_settle_s
         if self.meta.role == "leader" and settled and now - self._balanced_at >= BALANCE_S:
@@ -391,7 +389,7 @@ class Broker:
     async def _balance_leaders(self, now: float) -> None:
         for group, current, preferred in self.leaders.moves(
             self.meta.state,
-            self._live_leader,
+            self.router.live_leader,
             self.runtime.transport.alive,
             now,
             self.config.leader_settle_s,
@@ -429,13 +427,6 @@ class Broker:
             topic, partition, timestamp = args
             return await self.local_offset_for_timestamp(str(topic), int(partition), int(timestamp))
         return await self._controller_local(method, args)
-
-    async def _controller(self, method: str, args: Any) -> dict[str, Any]:
-        """Run a controller operation on the metadata leader, wherever it is."""
-        result: dict[str, Any] = await self._on_leader_of(
-            META_GROUP, method, args, self.meta_voters()
-        )
-        return result
 
     async def _controller_local(self, method: str, args: Any) -> dict[str, Any]:
         if self.meta.role != "leader":
@@ -487,123 +478,12 @@ class Broker:
         except Exception as exc:  # NotLeaderError: leadership moved under us
             raise BrokerError("leader_unavailable", f"controller changed: {exc}") from None
 
-    async def _barrier(self) -> None:
-        """Make the local metadata at least as new as anything committed before this call."""
-        started = time.monotonic()
-        deadline = started + BARRIER_S
-        while time.monotonic() < deadline:
-            leader = self._leader_or_none(META_GROUP, self.meta_voters(), started)
-            if leader is not None:
-                read = self.runtime.read_barrier(META_GROUP, max(deadline - time.monotonic(), 0))
-                try:
-                    await self.while_leads(META_GROUP, leader, read)
-                    return
-                except (TimeoutError, NotLeaderError, OutcomeUnknown):
-                    pass  # the leader moved or went silent under the read: look again
-            await asyncio.sleep(0.05)
-        raise BrokerError("leader_unavailable", "metadata unreachable (no quorum)")
-
-    # leaders as this node sees them: forwarding that fails fast
-
-    @property
-    def election_timeout_s(self) -> float:
-        """The longest election timeout (the core randomizes in [n, 2n) ticks): a request waits
-        at most this long for a group to elect a leader before it is answered with a 503."""
-        return 2 * self.config.election_ticks * self.config.tick_ms / 1000
-
-    def meta_voters(self) -> Collection[int]:
-        group = self.runtime.groups.get(META_GROUP)
-        return group.core.voters if group is not None else self.config.members()
-
-    def electable(self, voters: Collection[int]) -> bool:
-        """Whether this node reaches a majority of `voters`: if not, no leader it could reach
-        will be elected until the network heals, and requests are answered at once."""
-        return self.runtime.reaches_majority(voters)
-
-    def _unreachable_leader(self, group: str) -> int | None:
-        """The leader of `group` known here when it is another node whose link is down. The
-        nodes that reach it still follow it, so no election is coming that this node could
-        wait for: in a ring partition, or while links come back one by one after a heal."""
-        leader = self.runtime.leader_of(group)
-        if leader is None or leader == self.node_id or self.runtime.transport.alive(leader):
-            return None
-        return leader
-
-    def _leader_or_none(self, group: str, voters: Collection[int], since: float) -> int | None:
-        """The live leader of `group`; None while an election may still produce one (call
-        again shortly). Raises leader_unavailable when this node cannot reach a majority of
-        `voters` and no other node is known to lead, also when this node leads the group
-        itself: perhaps deposed already, unaware, and nothing it does needing a quorum (a
-        read barrier, a commit) could finish before its own step-down. Also when the leader
-        known here is unreachable from here, and when no leader has shown up for an election
-        timeout since `since`."""
-        leader = self._live_leader(group)
-        if leader is not None and leader != self.node_id:
-            return leader
-        if not self.electable(voters):
-            raise BrokerError(
-                "leader_unavailable", f"node {self.node_id} cannot reach a majority of {group}"
-            )
-        cut_off = self._unreachable_leader(group)
-        if cut_off is not None:
-            raise BrokerError(
-                "leader_unavailable", f"node {cut_off} leads {group}, unreachable from here"
-            )
-        if leader is not None:
-            return leader
-        if time.monotonic() - since >= self.election_timeout_s:
-            raise BrokerError("leader_unavailable", f"{group} has no leader (election under way)")
-        return None
-
-    def not_leader(
-        self, group: str, message: str, voters: Collection[int] | None = None
-    ) -> NotLeader:
-        """The answer of a node that cannot serve a request of `group` itself: where the
-        leader is as this node sees it (a live node other than this one), and whether waiting
-        for an election here makes sense (not when this node cannot reach a majority of
-        `voters`, nor when the leader it knows is unreachable from here)."""
-        if voters is None:
-            voters = self.runtime.groups[group].core.voters if group in self.runtime.groups else ()
-        leader = self._live_leader(group)
-        if leader == self.node_id:  # a stale view of our own, just-ended leadership
-            leader = None
-        cut_off = self._unreachable_leader(group)
-        if cut_off is not None:
-            message = f"{message}; its leader, node {cut_off}, is unreachable from here"
-        return NotLeader(
-            message,
-            self._http_of(leader),
-            group=group,
-            leader=leader,
-            electable=(not voters or self.electable(voters)) and cut_off is None,
-        )
-
-    async def while_leads(self, group: str, leader: int, request: Awaitable[T]) -> T:
-        """Await `request`, which needs `leader` to lead `group` (a forwarded request, or a
-        read barrier); if the leader moves or its node goes silent first, cancel it and raise
-        OutcomeUnknown at once rather than hold the caller until a timeout."""
-        moved = self.runtime.leader_moved(group, leader)
-        task = asyncio.ensure_future(request)
-        try:
-            await asyncio.wait((task, moved), return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
-        finally:
-            moved.cancel()
-        if task.done():
-            return task.result()
-        task.cancel()
-        raise OutcomeUnknown(
-            f"node {leader} stopped leading {group} or went silent while it held the request"
-        )
-
     async def _topic(self, name: str, current: bool) -> TopicInfo:
         if current:
-            await self._barrier()
+            await self.router.barrier()
         topic = self.meta.state.topics.get(name)
         if topic is None and not current:
-            await self._barrier()
+            await self.router.barrier()
             topic = self.meta.state.topics.get(name)
         if topic is None:
             raise BrokerError("unknown_topic", f"unknown topic {name!r}")
@@ -638,11 +518,13 @@ class Broker:
             "config": config,
             "restore": restore,
         }
-        await self._controller("create_topic", args)
+        await self.router.on_controller("create_topic", args)
         topic = await self._topic(name, current=True)
         deadline = time.monotonic() + CREATE_WAIT_S
         groups = [topic.group(p) for p in range(len(topic.replicas))]
-        while time.monotonic() < deadline and any(self._live_leader(g) is None for g in groups):
+        while time.monotonic() < deadline and any(
+            self.router.live_leader(g) is None for g in groups
+        ):
             await asyncio.sleep(0.05)
         return await self.describe_topic(name)
 
@@ -651,7 +533,7 @@ class Broker:
         return await restore.restore_topics(self, names)
 
     async def list_topics(self) -> list[dict[str, Any]]:
-        await self._barrier()
+        await self.router.barrier()
         return [
             {
                 "name": t.name,
@@ -681,7 +563,7 @@ class Broker:
             "partitions": [
                 {
                     "partition": p,
-                    "leader": self._live_leader(group),
+                    "leader": self.router.live_leader(group),
                     "replicas": list(topic.replicas[p]),
                     "in_sync": in_sync(p, group),
                     "log_start_offset": offsets.get(group, (0, 0, None))[0],
@@ -690,10 +572,6 @@ class Broker:
                 for p, group in enumerate(groups)
             ],
         }
-
-    def _live_leader(self, group: str) -> int | None:
-        leader = self.runtime.leader_of(group)
-        return leader if leader is not None and self.runtime.transport.alive(leader) else None
 
     def _local_offsets(self, group: str) -> tuple[int, int, list[int] | None]:
         """(log start, high watermark, in-sync replicas) of a local replica; the in-sync set
@@ -719,7 +597,7 @@ class Broker:
         by_leader: dict[int, list[str]] = {}
         out: dict[str, tuple[int, int, list[int] | None]] = {}
         for group in groups:
-            leader = self._live_leader(group)
+            leader = self.router.live_leader(group)
             if leader == self.node_id or (leader is None and group in self.partitions):
                 out[group] = self._local_offsets(group)
             elif leader is not None:
@@ -733,7 +611,7 @@ class Broker:
         return out
 
     async def delete_topic(self, name: str) -> None:
-        await self._controller("delete_topic", {"name": self._user_topic(name)})
+        await self.router.on_controller("delete_topic", {"name": self._user_topic(name)})
 
     async def topic_partition_count(self, name: str) -> int:
         return len((await self._topic(self._user_topic(name), current=False)).replicas)
@@ -755,7 +633,7 @@ class Broker:
         group = topic.group(partition)
         replica = self.partitions.get(group)
         if replica is None or group not in self.runtime.groups:
-            raise self.not_leader(
+            raise self.router.not_leader(
                 group,
                 f"node {self.node_id} holds no replica of {topic_name}/{partition}",
                 topic.replicas[partition],
@@ -794,7 +672,7 @@ class Broker:
         restart is simply skipped)."""
         async with self._producer_ids_lock:
             if not self._producer_ids:
-                block = await self._controller(
+                block = await self.router.on_controller(
                     "allocate_producer_ids", {"count": PRODUCER_ID_BLOCK}
                 )
                 first, count = int(block["first"]), int(block["count"])
@@ -839,7 +717,7 @@ class Broker:
         """An internal topic whose partitions are state-machine shards, created on first use."""
         topic = self.meta.state.topics.get(name)
         if topic is None:
-            await self._barrier()
+            await self.router.barrier()
             topic = self.meta.state.topics.get(name)
         if topic is None:
             args = {
@@ -849,14 +727,16 @@ class Broker:
                 "config": dict(config),
             }
             try:
-                await self._controller("create_topic", args)
+                await self.router.on_controller("create_topic", args)
             except BrokerError as exc:
                 if exc.code != "topic_exists":
                     raise
             topic = await self._topic(name, current=True)
             deadline = time.monotonic() + CREATE_WAIT_S
             shards = [topic.group(p) for p in range(len(topic.replicas))]
-            while time.monotonic() < deadline and any(self._live_leader(g) is None for g in shards):
+            while time.monotonic() < deadline and any(
+                self.router.live_leader(g) is None for g in shards
+            ):
                 await asyncio.sleep(0.05)
         return topic
 
@@ -865,7 +745,7 @@ class Broker:
         topic = await self._groups_topic()
         shard = topic.group(shard_of(group, len(topic.replicas)))
         voters = topic.replicas[shard_of(group, len(topic.replicas))]
-        return await self._on_leader_of(
+        return await self.router.on_leader_of(
             shard, method, {**args, "group": group, "shard": shard}, voters
         )
 
@@ -877,10 +757,10 @@ class Broker:
         index = txn_shard_of(transactional_id)
         shard = topic.group(index)
         args = {**args, "transactional_id": transactional_id, "shard": shard}
-        return await self._on_leader_of(shard, method, args, topic.replicas[index])
+        return await self.router.on_leader_of(shard, method, args, topic.replicas[index])
 
     async def allocate_producer_ids(self, count: int) -> dict[str, int]:
-        block = await self._controller("allocate_producer_ids", {"count": count})
+        block = await self.router.on_controller("allocate_producer_ids", {"count": count})
         return {"first": int(block["first"]), "count": int(block["count"])}
 
     async def write_marker(
@@ -904,7 +784,9 @@ class Broker:
         if not 0 <= partition < len(info.replicas):
             return  # the topic shrank or was re-created: nothing of the transaction is there
         args = [topic, partition, producer_id, producer_epoch, commit, coordinator_epoch]
-        await self._on_leader_of(info.group(partition), "marker", args, info.replicas[partition])
+        await self.router.on_leader_of(
+            info.group(partition), "marker", args, info.replicas[partition]
+        )
 
     def _verifier(self, topic: str, partition: int) -> Any:
         """What a partition leader calls before a transaction's first write to it."""
@@ -931,7 +813,7 @@ class Broker:
         groups: list[dict[str, Any]] = []
         for index, voters in enumerate(topic.replicas):
             shard = topic.group(index)
-            answer = await self._on_leader_of(shard, "group_list", {"shard": shard}, voters)
+            answer = await self.router.on_leader_of(shard, "group_list", {"shard": shard}, voters)
             groups.extend(answer["groups"])
         return sorted(groups, key=lambda g: str(g["group"]))
 
@@ -958,7 +840,7 @@ class Broker:
         if not 0 <= partition < len(info.replicas):
             raise BrokerError("unknown_partition", f"topic {topic!r} has no partition {partition}")
         args = [topic, partition, timestamp]
-        result: int = await self._on_leader_of(
+        result: int = await self.router.on_leader_of(
             info.group(partition), "offset_for_timestamp", args, info.replicas[partition]
         )
         return result
@@ -970,7 +852,7 @@ class Broker:
         topic = await self._internal_topic(QUEUES_TOPIC, QUEUES_SHARDS, QUEUES_TOPIC_CONFIG)
         index = shard_of(queue, len(topic.replicas))
         shard = topic.group(index)
-        return await self._on_leader_of(
+        return await self.router.on_leader_of(
             shard, method, {**args, "queue": queue, "shard": shard}, topic.replicas[index]
         )
 
@@ -980,14 +862,16 @@ class Broker:
         topic = self.meta.state.topics.get(QUEUES_TOPIC)
         if topic is None:
             return None
-        return self._http_of(self._live_leader(topic.group(shard_of(queue, len(topic.replicas)))))
+        return self.router.http_of(
+            self.router.live_leader(topic.group(shard_of(queue, len(topic.replicas))))
+        )
 
     async def list_queues(self) -> list[dict[str, Any]]:
         topic = await self._internal_topic(QUEUES_TOPIC, QUEUES_SHARDS, QUEUES_TOPIC_CONFIG)
         queues: list[dict[str, Any]] = []
         for index, voters in enumerate(topic.replicas):
             shard = topic.group(index)
-            answer = await self._on_leader_of(shard, "queue_list", {"shard": shard}, voters)
+            answer = await self.router.on_leader_of(shard, "queue_list", {"shard": shard}, voters)
             queues.extend(answer["queues"])
         return sorted(queues, key=lambda q: str(q["name"]))
 
@@ -996,7 +880,7 @@ class Broker:
         info = await self._topic(self._user_topic(topic), current=False)
         if not 0 <= partition < len(info.replicas):
             raise BrokerError("unknown_partition", f"topic {topic!r} has no partition {partition}")
-        return await self._on_leader_of(
+        return await self.router.on_leader_of(
             info.group(partition), method, args, info.replicas[partition]
         )
 
@@ -1007,52 +891,11 @@ class Broker:
             raise BrokerError("unknown_topic", f"{name!r} is an internal topic")
         return name
 
-    async def _on_leader_of(
-        self, group: str, method: str, args: Any, voters: Collection[int] | None = None
-    ) -> Any:
-        """Run the node RPC `method` on the leader of Raft group `group` (of `voters`): here
-        when this node leads it, else over the node-to-node RPC. While no live leader is known,
-        or the one asked answers `not_leader` (nothing was done), look again for at most one
-        election timeout, then answer leader_unavailable (503, retryable); at once when this
-        node cannot reach a majority of the voters or the leader it knows, also when it leads
-        the group itself (calls
-        that answer from the leader's memory would not notice it was replaced). A call whose
-        leader moves or goes silent while it runs fails at once with OutcomeUnknown (503,
-        retryable: it may have applied)."""
-        if voters is None:
-            hosted = self.runtime.groups.get(group)
-            voters = hosted.core.voters if hosted is not None else self.config.members()
-        started = time.monotonic()
-        while True:
-            leader = self._leader_or_none(group, voters, started)
-            try:
-                if leader == self.node_id:
-                    return await self._on_rpc(self.node_id, method, args)
-                if leader is not None:
-                    call = self.runtime.transport.call(
-                        leader, method, args, self.config.request_timeout_s + 1
-                    )
-                    return await self.while_leads(group, leader, call)
-            except OutcomeUnknown:
-                raise
-            except BrokerError as exc:
-                if exc.code != "not_leader":
-                    raise
-            except RemoteError as exc:
-                if exc.code == OUTCOME_UNKNOWN:
-                    raise OutcomeUnknown(exc.message) from None
-                if exc.code not in ("not_leader", "leader_unavailable"):  # those did nothing
-                    raise BrokerError(exc.code, exc.message) from None
-            if time.monotonic() - started >= self.election_timeout_s:
-                # e.g. a leader elected a moment ago whose first entry has not committed
-                raise BrokerError("leader_unavailable", f"{group} has no leader that serves yet")
-            await asyncio.sleep(0.02)
-
     async def cluster(self) -> dict[str, Any]:
         state = self.meta.state
         return {
             "cluster_id": state.cluster_id,
-            "controller": self._live_leader(META_GROUP),
+            "controller": self.router.live_leader(META_GROUP),
             "nodes": [
                 {
                     "id": node.id,
@@ -1065,14 +908,10 @@ class Broker:
             ],
         }
 
-    def _http_of(self, node: int | None) -> str | None:
-        info = self.meta.state.nodes.get(node) if node is not None else None
-        return info.http if info is not None else None
-
     def ready(self) -> bool:
         """Joined: a metadata leader is known and this node's registration has been applied."""
         return (
-            self._live_leader(META_GROUP) is not None
+            self.router.live_leader(META_GROUP) is not None
             and self.meta.state.cluster_id is not None
             and self.node_id in self.meta.state.nodes
         )

@@ -41,7 +41,7 @@ async def ensure_reply_topic(broker: Broker, topic: str, needed_ms: int) -> None
     now = broker.clock.now_ms()
     state = broker.meta.state
     if topic in state.topics and topic not in state.expiring:
-        await broker._barrier()
+        await broker.router.barrier()
         if topic in state.topics and topic not in state.expiring:
             raise _not_temporary(topic)
     expires = state.expiring.get(topic)
@@ -54,11 +54,11 @@ async def ensure_reply_topic(broker: Broker, topic: str, needed_ms: int) -> None
             "expires_ms": now + REPLY_TTL_MS,
         }
         try:
-            await broker._controller("create_topic", args)
+            await broker.router.on_controller("create_topic", args)
         except BrokerError as exc:
             if exc.code != "topic_exists":
                 raise
-            await broker._barrier()  # another request created it a moment ago
+            await broker.router.barrier()  # another request created it a moment ago
             if topic not in broker.meta.state.expiring:
                 raise _not_temporary(topic) from None
         else:
@@ -66,7 +66,7 @@ async def ensure_reply_topic(broker: Broker, topic: str, needed_ms: int) -> None
     elif expires - now < REPLY_TTL_MS // 2:
         command = {"op": "touch_topic", "name": topic, "expires_ms": now + REPLY_TTL_MS}
         try:
-            await broker._controller("metadata_command", command)
+            await broker.router.on_controller("metadata_command", command)
         except BrokerError as exc:
             if not exc.retryable or expires - now <= needed_ms:
                 raise
@@ -79,13 +79,13 @@ def _not_temporary(topic: str) -> BrokerError:
 async def _leader_elected(broker: Broker, topic: str) -> None:
     info = await broker._topic(topic, current=True)
     deadline = time.monotonic() + LEADER_WAIT_S
-    while time.monotonic() < deadline and broker._live_leader(info.group(0)) is None:
+    while time.monotonic() < deadline and broker.router.live_leader(info.group(0)) is None:
         await asyncio.sleep(0.02)
 
 
 async def delete_reply_topic(broker: Broker, topic: str) -> None:
     if topic in broker.meta.state.expiring:
-        await broker._controller("delete_topic", {"name": topic})
+        await broker.router.on_controller("delete_topic", {"name": topic})
 
 
 async def expire_temporary_topics(broker: Broker) -> None:

@@ -33,7 +33,7 @@ CHECKPOINT_EVERY = 1_000  # commands between checkpoints (the log then holds abo
 
 
 def not_leader(shard: str) -> BrokerError:
-    """Nothing was done: the caller may try the shard's leader (see Broker._on_leader_of)."""
+    """Nothing was done: the caller may try the shard's leader (see Router.on_leader_of)."""
     return BrokerError("not_leader", f"this node does not lead {shard}")
 
 

@@ -37,8 +37,8 @@ def broker_whose_controller_is_node_2(tmp_path: Path, answers: list[Any]) -> tup
         return await request  # node 2 stays the controller throughout
 
     broker.runtime.transport.call = call  # type: ignore[method-assign]
-    broker._leader_or_none = controller  # type: ignore[method-assign]
-    broker.while_leads = while_leads  # type: ignore[method-assign]
+    broker.router.leader_or_none = controller  # type: ignore[method-assign]
+    broker.router.while_leads = while_leads  # type: ignore[method-assign]
     return broker, sent
 
 
@@ -48,7 +48,7 @@ async def test_a_controller_call_whose_link_failed_in_flight_is_not_sent_again(
     answers: list[Any] = [RemoteError(OUTCOME_UNKNOWN, "link failed"), {"deleted": True}]
     broker, sent = broker_whose_controller_is_node_2(tmp_path, answers)
     with pytest.raises(OutcomeUnknown):
-        await broker._controller("delete_topic", {"name": "orders"})
+        await broker.router.on_controller("delete_topic", {"name": "orders"})
     assert sent == ["delete_topic"]
 
 
@@ -56,7 +56,7 @@ async def test_a_controller_call_that_timed_out_is_not_sent_again(tmp_path: Path
     answers: list[Any] = [RemoteError("timeout", "no answer"), {"deleted": True}]
     broker, sent = broker_whose_controller_is_node_2(tmp_path, answers)
     with pytest.raises(Exception, match="no answer") as raised:
-        await broker._controller("delete_topic", {"name": "orders"})
+        await broker.router.on_controller("delete_topic", {"name": "orders"})
     assert getattr(raised.value, "code", None) == "timeout"
     assert sent == ["delete_topic"]
 
@@ -64,5 +64,5 @@ async def test_a_controller_call_that_timed_out_is_not_sent_again(tmp_path: Path
 async def test_a_controller_call_that_had_no_effect_is_sent_again(tmp_path: Path) -> None:
     answers: list[Any] = [RemoteError("leader_unavailable", "not the controller"), {"ok": 1}]
     broker, sent = broker_whose_controller_is_node_2(tmp_path, answers)
-    assert await broker._controller("delete_topic", {"name": "orders"}) == {"ok": 1}
+    assert await broker.router.on_controller("delete_topic", {"name": "orders"}) == {"ok": 1}
     assert sent == ["delete_topic", "delete_topic"]

@@ -107,7 +107,7 @@ class Coordinator:
     def _lead(self, shard: str) -> tuple[CoordinatorReplica, _Leading]:
         return self.shards.lead(shard)
 
-    # the calls, run on the shard's leader (Broker._on_leader_of brings them here)
+    # the calls, run on the shard's leader (Router.on_leader_of brings them here)
 
     async def handle(self, method: str, args: dict[str, Any]) -> Any:
         handler = getattr(self, f"_call_{method.removeprefix('group_')}", None)

@@ -33,7 +33,7 @@ class ExchangeService:
         self._tables: dict[tuple[str, int], RoutingTable[str]] = {}
 
     async def _propose(self, command: dict[str, Any]) -> dict[str, Any]:
-        return await self.broker._controller("metadata_command", command)
+        return await self.broker.router.on_controller("metadata_command", command)
 
     async def destination(self, spec: dict[str, str]) -> dict[str, str]:
         """`{"topic": t}` as is; `{"queue": q}` completed with the queue's topic."""
@@ -88,7 +88,9 @@ class ExchangeService:
         """The exchange as new as the metadata leader has it, or this node's view when that
         leader does not answer within an election timeout."""
         with contextlib.suppress(BrokerError, TimeoutError):
-            await asyncio.wait_for(self.broker._barrier(), self.broker.election_timeout_s)
+            await asyncio.wait_for(
+                self.broker.router.barrier(), self.broker.router.election_timeout_s
+            )
         return await self.exchange(name)
 
     async def exchange(self, name: str, current: bool = False) -> Exchange:
@@ -96,7 +98,7 @@ class ExchangeService:
         it is not known here, after a read barrier (as new as anything committed before)."""
         exchanges = self.broker.meta.state.exchanges.by_name
         if current or name not in exchanges:
-            await self.broker._barrier()
+            await self.broker.router.barrier()
             exchanges = self.broker.meta.state.exchanges.by_name
         found = exchanges.get(name)
         if found is None:
@@ -107,7 +109,7 @@ class ExchangeService:
         return (await self.exchange(name, current=True)).describe()
 
     async def list(self) -> list[dict[str, Any]]:
-        await self.broker._barrier()
+        await self.broker.router.barrier()
         return [
             {"name": x.name, "kind": x.kind, "bindings": len(x.bindings)}
             for x in sorted(self.broker.meta.state.exchanges.by_name.values(), key=_name)

@@ -37,7 +37,7 @@ async def read(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
         batches, log_start, high = await replica.fetch(
             offset, max_bytes, int(args.get("wait_ms", 0))
         )
-    except NotLeader as exc:  # nothing done: Broker._on_leader_of looks for the leader again
+    except NotLeader as exc:  # nothing done: Router.on_leader_of looks for the leader again
         raise BrokerError("not_leader", exc.message) from None
     except BrokerError as exc:
         if exc.code != "offset_out_of_range":

@@ -178,7 +178,7 @@ class QueueService:
         replica, _ = self._lead(shard)
         return await replica.propose(command, self._timeout)
 
-    # the calls (Broker._on_leader_of brings shard calls to the shard's leader)
+    # the calls (Router.on_leader_of brings shard calls to the shard's leader)
 
     async def handle(self, method: str, args: Any) -> Any:
         handler = getattr(self, f"_call_{method.removeprefix('queue_')}", None)
@@ -199,7 +199,7 @@ class QueueService:
 
     async def _call_create(self, shard: str, args: dict[str, Any]) -> dict[str, Any]:
         replica, _ = self._lead(shard)
-        await replica.read_barrier(self.broker.election_timeout_s)
+        await replica.read_barrier(self.broker.router.election_timeout_s)
         topic = str(args.get("topic"))
         await self.broker.topic_partition_count(topic)  # unknown_topic when it does not exist
         dead = args.get("dead_letter_topic")
@@ -237,7 +237,7 @@ class QueueService:
 
     async def _call_delete(self, shard: str, args: dict[str, Any]) -> dict[str, Any]:
         replica, leading = self._lead(shard)
-        await replica.read_barrier(self.broker.election_timeout_s)
+        await replica.read_barrier(self.broker.router.election_timeout_s)
         queue = self._queue(replica, args.get("queue"))
         await self._propose(shard, {"op": "delete", "queue": queue.name})
         _, leading = self._lead(shard)
@@ -248,7 +248,7 @@ class QueueService:
 
     async def _call_describe(self, shard: str, args: dict[str, Any]) -> dict[str, Any]:
         replica, _ = self._lead(shard)
-        await replica.read_barrier(self.broker.election_timeout_s)
+        await replica.read_barrier(self.broker.router.election_timeout_s)
         queue = self._queue(replica, args.get("queue"))
         _, leading = self._lead(shard)
         count = await self.broker.topic_partition_count(queue.topic)
@@ -291,7 +291,7 @@ class QueueService:
 
     async def _call_list(self, shard: str, args: dict[str, Any]) -> dict[str, Any]:
         replica, _ = self._lead(shard)
-        await replica.read_barrier(self.broker.election_timeout_s)
+        await replica.read_barrier(self.broker.router.election_timeout_s)
         return {"queues": [q.config() for q in replica.state.queues.values()]}
 
     # receive
@@ -431,7 +431,7 @@ class QueueService:
         off and replaced: it must not hand records out then, or its receivers would hold
         locks that the new leader hands out again."""
         group = self.broker.runtime.groups.get(shard)
-        return group is not None and self.broker.electable(group.core.voters)
+        return group is not None and self.broker.router.electable(group.core.voters)
 
     async def _count_deliveries(
         self, shard: str, leading: Leading, queue: Queue, partition: int, offsets: list[int]

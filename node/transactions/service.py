@@ -177,7 +177,7 @@ class TxnService:
         }
         await self._propose(shard, command)
 
-    # calls, run on the shard's leader (Broker._on_leader_of brings them here)
+    # calls, run on the shard's leader (Router.on_leader_of brings them here)
 
     async def handle(self, method: str, args: Any) -> Any:
         if not isinstance(args, dict):
