@@ -63,34 +63,19 @@ class Router:
         info = self.meta.state.nodes.get(node) if node is not None else None
         return info.http if info is not None else None
 
-    def _unreachable_leader(self, group: str) -> int | None:
-        """The leader of `group` known here when it is another node whose link is down. The
-        nodes that reach it still follow it, so no election is coming that this node could
-        wait for: in a ring partition, or while links come back one by one after a heal."""
-        leader = self.runtime.leader_of(group)
-        if leader is None or leader == self.node_id or self.runtime.transport.alive(leader):
-            return None
-        return leader
-
     def leader_or_none(self, group: str, voters: Collection[int], since: float) -> int | None:
         """The live leader of `group`; None while an election may still produce one (call
         again shortly). Raises leader_unavailable when this node cannot reach a majority of
         `voters` and no other node is known to lead, also when this node leads the group
         itself: perhaps deposed already, unaware, and nothing it does needing a quorum (a
-        read barrier, a commit) could finish before its own step-down. Also when the leader
-        known here is unreachable from here, and when no leader has shown up for an election
-        timeout since `since`."""
+        read barrier, a commit) could finish before its own step-down. Also when no leader
+        has shown up for an election timeout since `since`."""
         leader = self.live_leader(group)
         if leader is not None and leader != self.node_id:
             return leader
         if not self.electable(voters):
             raise BrokerError(
                 "leader_unavailable", f"node {self.node_id} cannot reach a majority of {group}"
-            )
-        cut_off = self._unreachable_leader(group)
-        if cut_off is not None:
-            raise BrokerError(
-                "leader_unavailable", f"node {cut_off} leads {group}, unreachable from here"
             )
         if leader is not None:
             return leader
@@ -103,22 +88,18 @@ class Router:
     ) -> NotLeader:
         """The answer of a node that cannot serve a request of `group` itself: where the
         leader is as this node sees it (a live node other than this one), and whether waiting
-        for an election here makes sense (not when this node cannot reach a majority of
-        `voters`, nor when the leader it knows is unreachable from here)."""
+        for an election here makes sense."""
         if voters is None:
             voters = self.runtime.groups[group].core.voters if group in self.runtime.groups else ()
         leader = self.live_leader(group)
         if leader == self.node_id:  # a stale view of our own, just-ended leadership
             leader = None
-        cut_off = self._unreachable_leader(group)
-        if cut_off is not None:
-            message = f"{message}; its leader, node {cut_off}, is unreachable from here"
         return NotLeader(
             message,
             self.http_of(leader),
             group=group,
             leader=leader,
-            electable=(not voters or self.electable(voters)) and cut_off is None,
+            electable=not voters or self.electable(voters),
         )
 
     async def while_leads(self, group: str, leader: int, request: Awaitable[T]) -> T:
@@ -148,9 +129,8 @@ class Router:
         when this node leads it, else over the node-to-node RPC. While no live leader is known,
         or the one asked answers `not_leader` (nothing was done), look again for at most one
         election timeout, then answer leader_unavailable (503, retryable); at once when this
-        node cannot reach a majority of the voters or the leader it knows, also when it leads
-        the group itself (calls that answer from the leader's memory would not notice it was
-        replaced). A call whose
+        node cannot reach a majority of the voters, also when it leads the group itself (calls
+        that answer from the leader's memory would not notice it was replaced). A call whose
         leader moves or goes silent while it runs fails at once with OutcomeUnknown (503,
         retryable: it may have applied)."""
         if voters is None:
