@@ -231,7 +231,10 @@ def test_tiered_run_against_broker_losing_old_records_on_rereads_is_invalid(
         config.tiered, config.time_limit_s = True, 3.0
         result = run(config)
     assert not result["valid"]
-    assert {"int-poll-skip", "vanished-read"} <= set(result["queue"]["anomaly_types"])
+    found = set(result["queue"]["anomaly_types"])
+    # The reread skips offset 1; the record itself is then either a vanished read (a poll saw
+    # it before the log passed 50 records) or a lost write (none did): which, timing decides.
+    assert "int-poll-skip" in found and found & {"vanished-read", "lost-write"}
 
 
 @pytest.mark.parametrize(
