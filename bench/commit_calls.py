@@ -21,12 +21,12 @@ import json
 import os
 import pstats
 import shutil
-import socket
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from bench.inproc import configs, free_port_base, start_all
 from raftline.node.broker import Broker
 from raftline.node.config import NodeConfig
 from raftline.node.server import configure_process
@@ -35,39 +35,6 @@ from raftline.raftlog.records import Record, build_batch
 TOPIC = "commit-calls"
 WARMUP_MESSAGES = 300
 READY_S = 30.0
-
-
-def _free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
-def _configs(root: Path) -> list[NodeConfig]:
-    ports = _free_ports(6)
-    peers = {i + 1: f"127.0.0.1:{ports[i]}" for i in range(3)}
-    return [
-        NodeConfig(
-            node_id=i + 1,
-            data_dir=root / f"node-{i + 1}",
-            raft=peers[i + 1],
-            http=f"127.0.0.1:{ports[3 + i]}",
-            peers=peers,
-        )
-        for i in range(3)
-    ]
-
-
-async def _until(predicate: Any, what: str) -> None:
-    deadline = time.monotonic() + READY_S
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} not reached in {READY_S} s")
-        await asyncio.sleep(0.05)
 
 
 async def _leader(brokers: list[Broker]) -> Broker:
@@ -85,11 +52,8 @@ async def _leader(brokers: list[Broker]) -> Broker:
 
 
 async def measure(root: Path, messages: int, size: int, top: int) -> dict[str, Any]:
-    brokers = [Broker(config) for config in _configs(root)]
+    brokers = await start_all(configs(root, 3, free_port_base()))
     try:
-        for broker in brokers:
-            await broker.start()
-        await _until(lambda: all(b.ready() for b in brokers), "three ready brokers")
         await brokers[0].create_topic(TOPIC, 1, 3, {})
         leader = await _leader(brokers)
         batch = build_batch([Record(b"x" * size)])

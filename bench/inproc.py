@@ -1,11 +1,14 @@
 """In-process brokers for benchmarks: N Broker objects on one event loop, loopback ports.
 
-Owns their configs (ports from a given base), start and readiness wait, and the leader lookup.
+Owns their configs (ports from a given base, or a free base), start and readiness wait, and
+the leader lookup.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
+import socket
 import time
 from pathlib import Path
 
@@ -28,6 +31,20 @@ def configs(root: Path, size: int, port_base: int) -> list[NodeConfig]:
         )
         for i in peers
     ]
+
+
+def free_port_base() -> int:
+    """A base whose HTTP (base+1..3) and Raft (base+51..53) ports are all free now: other
+    benchmarks on this machine use fixed ranges."""
+    while True:
+        base = random.randrange(30_000, 60_000, 100)
+        try:
+            for port in [base + i for i in (1, 2, 3, 51, 52, 53)]:
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
 
 
 async def start_all(cfgs: list[NodeConfig]) -> list[Broker]:

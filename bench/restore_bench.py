@@ -14,9 +14,7 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -25,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.inproc import free_port_base
 from bench.node_procs import NodeCluster, http_json, running_nodes
 from raftline.clients.client import Client
 from raftline.tiered import layout
@@ -126,20 +125,6 @@ def write(client: Client, acks: Acks, total_bytes: int, pause_s: float = 0.0) ->
         acks.add(p, acked.base_offset + acked.count - 1, time.monotonic())
     producer.close()
     return written
-
-
-def free_port_base() -> int:
-    """A base whose HTTP (base+1..3) and Raft (base+51..53) ports are all free now: other
-    benchmarks on this machine use fixed ranges."""
-    while True:
-        base = random.randrange(30_000, 60_000, 100)
-        try:
-            for port in [base + i for i in (1, 2, 3, 51, 52, 53)]:
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
 
 
 @contextmanager

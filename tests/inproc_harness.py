@@ -20,6 +20,7 @@ from raftline.api.app import create_app
 from raftline.api.body_intake import IntakeAppRunner
 from raftline.node.broker import Broker
 from raftline.node.config import NodeConfig
+from raftline.raftlog.records import Record, build_batch
 
 
 def free_ports(n: int) -> list[int]:
@@ -113,6 +114,17 @@ async def start_all(cfgs: list[NodeConfig]) -> list[Broker]:
         await broker.start()
     await wait_for(lambda: all(b.ready() for b in brokers))
     return brokers
+
+
+async def short_retention_log(broker: Broker, name: str = "short") -> Any:
+    """The replica of a one-partition topic with 2 KB segments and 4 KB retention, written
+    past that retention (60 records of ~200 bytes, one per produce)."""
+    settings = {"segment.bytes": "2048", "retention.bytes": "4096"}
+    await broker.create_topic(name, 1, 1, settings)
+    for i in range(60):
+        batch = build_batch([Record(f"{i:04d}".encode() + b"v" * 200)])
+        await broker.produce(name, 0, batch, "all")
+    return next(r for r in broker.partitions.values() if r.topic == name)
 
 
 class HttpCluster:
