@@ -50,16 +50,17 @@ import itertools
 import logging
 import random
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from typing import Any, Protocol
+from typing import Any
 
 from raftline.node import wire
 from raftline.node.config import NodeConfig
+from raftline.node.group import Accepted, Group, GroupStorage, Proposal, Replica
 from raftline.node.role_log import RoleLog
 from raftline.node.stages import StageTimes
 from raftline.node.transport import RpcHandler, Transport
@@ -68,7 +69,6 @@ from raftline.raftlog.types import (
     Entry,
     EntryKind,
     HardState,
-    LogView,
     Message,
     MessageType,
     Ready,
@@ -96,20 +96,6 @@ TICKS_PER_FEED = 1  # see _feed
 
 class GroupStopped(Exception):
     """The group was removed or the node is stopping before the request completed."""
-
-
-class GroupStorage(LogView, Protocol):
-    """What the driver needs from a group's durable log (raftlog.storage.RaftStorage)."""
-
-    @property
-    def hard_state(self) -> HardState: ...
-    def append(self, entries: list[Entry]) -> Any: ...
-    def save(self, hard_state: HardState) -> None: ...
-    def install(self, meta: Any) -> Any: ...
-    def trim(self, index: int, voters: tuple[int, ...], learners: tuple[int, ...]) -> Any: ...
-    def retention_point(self) -> int: ...
-    def fsync(self) -> None: ...
-    def close(self) -> None: ...
 
 
 class _DirtyGroups:
@@ -141,60 +127,6 @@ class _DirtyGroups:
 
     def __len__(self) -> int:
         return len(self._names)
-
-
-class Replica(Protocol):
-    """The state machine a group drives (a partition or the metadata)."""
-
-    def on_commit(self, entries: list[Entry]) -> None: ...
-    def on_role(self, role: str, leader: int | None, term: int) -> None: ...
-
-
-Accepted = Callable[[int, int], None]
-
-
-@dataclass(slots=True)
-class _Proposal:
-    data: bytes
-    count: int
-    kind: EntryKind
-    future: asyncio.Future[tuple[int, int]]
-    on_accept: Accepted | None
-    queued_at: float
-
-
-@dataclass(eq=False)
-class Group:
-    name: str
-    core: RaftNode
-    storage: GroupStorage
-    replica: Replica
-    applied: int
-    inbox: list[Message] = field(default_factory=list)
-    notices: list[tuple[int, list[Any]]] = field(default_factory=list)
-    proposals: list[_Proposal] = field(default_factory=list)
-    reads: list[tuple[bytes, asyncio.Future[None]]] = field(default_factory=list)
-    pending_reads: dict[bytes, asyncio.Future[None]] = field(default_factory=dict)
-    waiting_reads: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
-    ticks: int = 0
-    campaign: bool = False
-    campaign_pre_vote: bool = True
-    transfer_to: int | None = None
-    trim_to: int | None = None
-    snapshot_state: tuple[int, bytes] | None = None  # (index, state) of a received snapshot
-    quiet: bool = False
-    waits_for: int | None = None  # a fresh follower's expected first leader (see add_group)
-    woken_by_link: int | None = None  # the node whose link loss woke this quiet group
-    idle_ticks: int = 0
-    inbox_since: float | None = None  # when the oldest APPEND in the inbox arrived
-    # a leader's rounds with entries not yet applied: (last index, fed at), oldest first
-    uncommitted: deque[tuple[int, float]] = field(default_factory=deque)
-    role: str = "follower"
-    leader: int | None = None
-    term: int = 0
-
-    def peers(self, me: int) -> set[int]:
-        return set(self.core.voters | self.core.learners) - {me}
 
 
 @dataclass(eq=False)
@@ -421,7 +353,7 @@ class Runtime:
         `on_accept(offset, term)` runs as soon as the core accepts it, before anything commits."""
         group = self.groups[name]
         fut: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
-        group.proposals.append(_Proposal(data, count, kind, fut, on_accept, time.monotonic()))
+        group.proposals.append(Proposal(data, count, kind, fut, on_accept, time.monotonic()))
         self._touch(group)
         return fut
 
