@@ -52,27 +52,23 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator
-from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from functools import cached_property, partial
+from functools import partial
 from typing import Any
 
 from raftline.node import wire
 from raftline.node.config import NodeConfig
 from raftline.node.group import Accepted, Group, GroupStorage, Proposal, Replica
 from raftline.node.role_log import RoleLog
+from raftline.node.rounds import Round, Write, appends_after, observe_disk_hand_offs, persist
 from raftline.node.stages import StageTimes
 from raftline.node.transport import RpcHandler, Transport
 from raftline.raftlog.raft import RaftConfig, RaftNode
 from raftline.raftlog.types import (
     Entry,
     EntryKind,
-    HardState,
     Message,
     MessageType,
-    Ready,
-    SnapshotMeta,
 )
 
 log = logging.getLogger(__name__)
@@ -129,59 +125,6 @@ class _DirtyGroups:
         return len(self._names)
 
 
-@dataclass(eq=False)
-class _Write:
-    """One disk write of rounds (of one or more groups) on the disk pool."""
-
-    rounds: list[_Round]
-    future: asyncio.Future[None] | None = None  # done once the loop took up its outcome
-    submitted_at: float = field(default_factory=time.monotonic)
-    started_at: float = 0.0  # when a disk thread took it
-    returned_at: float = 0.0  # when its disk thread was done with it
-    # per log fsync: (handed to the thread that ran it, started, returned), time.monotonic()
-    fsyncs: list[tuple[float, float, float]] = field(default_factory=list)
-    written: bool = False  # its entries are in the log files; its fsyncs may still run
-    # Set by its disk thread once its entries are in the log files, without waking the loop
-    # (which reads it when input arrives): a follower's next write may then start.
-    appended: bool = False
-    done: bool = False
-
-    @cached_property
-    def groups(self) -> dict[str, None]:
-        # Read several times per write (start, entries written, returned): built once.
-        return dict.fromkeys(r.group.name for r in self.rounds)
-
-    def rounds_of(self, name: str) -> list[_Round]:
-        return [r for r in self.rounds if r.group.name == name]
-
-
-@dataclass
-class _Round:
-    group: Group
-    ready: Ready | None
-    accepted: list[tuple[asyncio.Future[tuple[int, int]], int, int]]
-    trim: SnapshotMeta | None = None
-    fed_at: float = 0.0  # time.monotonic() when the Ready was taken
-    applied_early: bool = False  # committed entries went to the replica before its write ended
-    written: bool = False  # its entries are in the log file (maybe not yet fsynced)
-    # a follower's round whose write only appends after its log's last entry (no truncation,
-    # no snapshot) in `term`: more rounds of the group may be fed beside it (see _takeable)
-    extends_in: int | None = None
-
-    @property
-    def writes(self) -> bool:
-        return self.ready is not None or self.trim is not None
-
-    @property
-    def touches_disk(self) -> bool:
-        """False when the Ready holds only a commit-index change (kept in memory by the
-        storage until the next term/vote write): such rounds skip the disk thread."""
-        rd = self.ready
-        return self.trim is not None or (
-            rd is not None and (bool(rd.entries) or rd.snapshot is not None or rd.must_sync)
-        )
-
-
 class Runtime:
     def __init__(
         self, config: NodeConfig, on_rpc: RpcHandler, rng: random.Random | None = None
@@ -209,8 +152,8 @@ class Runtime:
         self._wakeup = asyncio.Event()
         # group -> its disk writes not yet finished, oldest first, and the rounds queued
         # behind them (a leader's, fed meanwhile); a group is in both or in neither.
-        self._writes: dict[str, list[_Write]] = {}
-        self._queued: dict[str, list[_Round]] = {}
+        self._writes: dict[str, list[Write]] = {}
+        self._queued: dict[str, list[Round]] = {}
         self._in_flight = 0  # disk writes not yet returned
         self._disk_idle = asyncio.Event()  # set while no round is on disk
         self._disk_idle.set()
@@ -612,21 +555,21 @@ class Runtime:
                 self._wakeup.set()  # more may wait: read the sockets first, then go on
                 await asyncio.sleep(0)
 
-    def _start(self, rounds: list[_Round]) -> None:
+    def _start(self, rounds: list[Round]) -> None:
         """Write the rounds of groups that touch the disk; finish the others at once. A
         group's rounds stay together, so that they are advanced in order."""
-        by_group: dict[str, list[_Round]] = defaultdict(list)
+        by_group: dict[str, list[Round]] = defaultdict(list)
         for item in rounds:
             by_group[item.group.name].append(item)
-        on_disk: list[_Round] = []
-        at_once: list[_Round] = []
+        on_disk: list[Round] = []
+        at_once: list[Round] = []
         for group_rounds in by_group.values():
             touches = any(r.touches_disk for r in group_rounds)
             (on_disk if touches else at_once).extend(group_rounds)
         if on_disk:
             self._write(on_disk)
         if writes := [r for r in at_once if r.writes]:
-            self._persist(writes)  # commit-index changes only: kept in memory, no I/O
+            persist(writes, self._fsyncs)  # commit-index changes only: kept in memory, no I/O
         self._finish(at_once)
 
     def _start_queued(self, names: Iterable[str]) -> None:
@@ -715,9 +658,9 @@ class Runtime:
         self._dirty.difference_update(taken)
         return taken
 
-    def _write(self, rounds: list[_Round]) -> None:
+    def _write(self, rounds: list[Round]) -> None:
         """Start the rounds' disk writes on the pool; `_written` finishes them on the loop."""
-        write = _Write(rounds)
+        write = Write(rounds)
         # Only leaders apply entries before their fsync: only they need the written signal.
         leads = any(r.ready is not None and r.ready.role == "leader" for r in rounds)
         loop = asyncio.get_running_loop()
@@ -730,20 +673,23 @@ class Runtime:
         self._disk_idle.clear()
 
     def _persist_and_return(
-        self, rounds: list[_Round], loop: asyncio.AbstractEventLoop, leads: bool, write: _Write
+        self, rounds: list[Round], loop: asyncio.AbstractEventLoop, leads: bool, write: Write
     ) -> None:
         """Disk thread: persist, then hand the outcome to the loop in one hop (through
         run_in_executor's two futures, `_written` ran a loop iteration later: on a busy loop,
         milliseconds on every follower's acknowledgement and leader's fsync)."""
+        entries_written = (
+            partial(loop.call_soon_threadsafe, self._entries_written, write) if leads else None
+        )
         outcome: int | BaseException
         try:
-            outcome = self._persist(rounds, loop if leads else None, write)
+            outcome = persist(rounds, self._fsyncs, write, entries_written)
         except BaseException as error:
             outcome = error
         with contextlib.suppress(RuntimeError):  # the loop is closed: the node is gone
             loop.call_soon_threadsafe(self._written, write, outcome)
 
-    def _written(self, write: _Write, outcome: int | BaseException) -> None:
+    def _written(self, write: Write, outcome: int | BaseException) -> None:
         """A write returned (`outcome`: logs synced, or its error): finish, per group and in
         order, every write that returned and has no earlier one still running; then start
         what was queued behind them."""
@@ -762,13 +708,13 @@ class Runtime:
             return
         self.stats["fsyncs"] += outcome
         now = time.monotonic()
-        self._observe_disk_hand_offs(write, now)
+        observe_disk_hand_offs(self.stage_times, write, now)
         for item in write.rounds:
             if item.ready is not None and item.ready.entries:
                 stage = "leader_fsync" if item.ready.role == "leader" else "follower_persist"
                 self.stage_times.observe(stage, now - item.fed_at)
-        finished: list[_Round] = []
-        idle: list[_Round] = []
+        finished: list[Round] = []
+        idle: list[Round] = []
         for name in write.groups:
             writes = self._writes.get(name)
             while writes and writes[0].done:
@@ -784,21 +730,7 @@ class Runtime:
             self._start(idle)
         self._start_queued(write.groups)
 
-    def _observe_disk_hand_offs(self, write: _Write, now: float) -> None:
-        """What a write spent between threads, apart from the fsync calls themselves."""
-        observe = self.stage_times.observe
-        observe("disk_queue", write.started_at - write.submitted_at)
-        observe("disk_return", now - write.returned_at)
-        if not write.fsyncs:
-            return
-        for handed, started, returned in write.fsyncs:
-            observe("fsync_call", returned - started)
-            if started > handed:  # run on a pool thread, not on the disk thread itself
-                observe("fsync_start", started - handed)
-        if len(write.fsyncs) > 1:
-            observe("fsync_join", write.returned_at - max(t[2] for t in write.fsyncs))
-
-    def _feed(self, group: Group) -> _Round:
+    def _feed(self, group: Group) -> Round:
         core = group.core
         # At most one tick per feed, after the messages: a node too busy to feed a group every
         # tick stretches its timeouts instead of firing them in a burst, and a heartbeat that
@@ -868,8 +800,8 @@ class Runtime:
         ready = core.ready() if core.has_ready() else None
         if ready is not None and ready.entries and ready.role == "leader":
             group.uncommitted.append((ready.entries[-1].last_index, now))
-        item = _Round(group, ready, accepted, trim, fed_at=now)
-        if trim is None and core.role == "follower" and _appends_after(ready, last_before):
+        item = Round(group, ready, accepted, trim, fed_at=now)
+        if trim is None and core.role == "follower" and appends_after(ready, last_before):
             item.extends_in = core.term
         return item
 
@@ -881,58 +813,7 @@ class Runtime:
         except Exception as exc:
             log.warning("Raft group %s rejected an input: %r", group.name, exc)
 
-    def _persist(
-        self,
-        rounds: list[_Round],
-        loop: asyncio.AbstractEventLoop | None = None,
-        write: _Write | None = None,
-    ) -> int:
-        """Disk thread: write every Ready, then fsync each touched log once (each log's fsync
-        policy decides whether that fsync reaches the disk); apply requested trims. Tells
-        `loop` (if given) when the entries of `write` are written, before the fsyncs.
-        Returns the number of logs synced."""
-        if write is not None:
-            write.started_at = time.monotonic()
-        to_sync: dict[int, GroupStorage] = {}
-        saves: dict[int, tuple[GroupStorage, list[HardState]]] = {}
-        for item in rounds:
-            rd, storage = item.ready, item.group.storage
-            if item.trim is not None:
-                storage.trim(item.trim.index, item.trim.voters, item.trim.learners)
-            if rd is None:
-                continue
-            if rd.snapshot is not None:
-                storage.install(rd.snapshot)
-            if rd.entries:
-                storage.append(rd.entries)
-            if rd.hard_state is not None:
-                saves.setdefault(id(storage), (storage, []))[1].append(rd.hard_state)
-            if rd.must_sync or rd.entries:
-                to_sync[id(storage)] = storage
-        # A term or vote change is a state file written and fsynced (three syncs): saved one
-        # after the other, a round of a thousand new groups' votes took seconds, longer than
-        # an election timeout. Each group's saves keep their order; groups go side by side.
-        # A commit-index change is kept in memory: saved right here. Handed to the fsync pool
-        # it waited for a free thread behind other logs' fsyncs, holding up this write and,
-        # in a round of commit changes only (run on the loop), the event loop itself.
-        voted = []
-        for storage, states in saves.values():
-            if _changes_vote(storage, states):
-                voted.append(partial(_save_all, storage, states))
-            else:
-                _save_all(storage, states)
-        run_all(self._fsyncs, voted)
-        if loop is not None and write is not None:
-            loop.call_soon_threadsafe(self._entries_written, write)
-        if write is not None:
-            write.appended = True
-        timings = write.fsyncs if write is not None else None
-        fsync_all(self._fsyncs, list(to_sync.values()), timings)
-        if write is not None:
-            write.returned_at = time.monotonic()
-        return len(to_sync)
-
-    def _send_replication(self, rounds: list[_Round]) -> None:
+    def _send_replication(self, rounds: list[Round]) -> None:
         """Send leaders' APPENDs and HEARTBEATs before this round's disk writes: followers
         then write and fsync in parallel with the leader. Safe because the core counts the
         leader's own entries toward commit only once they are durable (advance), and these
@@ -960,17 +841,17 @@ class Runtime:
             self.transport.send(peer, wire.encode_raft(messages, []))
             self.stats["messages_sent"] += len(messages)
 
-    def _apply_early(self, rounds: list[_Round]) -> None:
+    def _apply_early(self, rounds: list[Round]) -> None:
         """Apply what fresh rounds committed, if it is written (see _apply_written)."""
         for item in rounds:
             self._apply_written(item.group, [*self._pending(item.group.name), item])
 
-    def _pending(self, name: str) -> list[_Round]:
+    def _pending(self, name: str) -> list[Round]:
         """The group's rounds not finished yet, in order: in writes, then queued."""
         rounds = [r for w in self._writes.get(name, ()) for r in w.rounds_of(name)]
         return rounds + self._queued.get(name, [])
 
-    def _entries_written(self, write: _Write) -> None:
+    def _entries_written(self, write: Write) -> None:
         """Loop: the disk thread wrote these entries and is about to fsync them. Apply what
         they let through, and let the groups' waiting proposals form the next write."""
         write.written = True
@@ -989,7 +870,7 @@ class Runtime:
                 self._wakeup.set()
         self._start_queued(write.groups)
 
-    def _apply_written(self, group: Group, rounds: list[_Round]) -> None:
+    def _apply_written(self, group: Group, rounds: list[Round]) -> None:
         """Apply a leader's committed entries before the fsync of the rounds (of this group, in
         order) that carry them, so that acks and long-polls do not wait for it. Safe: an entry
         commits only once a quorum holds it durably, and it is applied here only once the
@@ -1028,7 +909,7 @@ class Runtime:
             while uncommitted and uncommitted[0][0] <= group.applied:
                 self.stage_times.observe("commit", now - uncommitted.popleft()[1])
 
-    def _finish(self, rounds: list[_Round]) -> None:
+    def _finish(self, rounds: list[Round]) -> None:
         outbox: dict[int, list[Message]] = defaultdict(list)
         for item in rounds:
             if item.ready is not None:
@@ -1052,7 +933,7 @@ class Runtime:
         if self._dirty and (not self._writes or any(map(self._takeable, self._dirty))):
             self._wakeup.set()
 
-    def _settle(self, item: _Round) -> None:
+    def _settle(self, item: Round) -> None:
         group, rd = item.group, item.ready
         core = group.core
         if item.trim is not None:
@@ -1212,65 +1093,6 @@ class Runtime:
         for _, fut in group.waiting_reads:
             if not fut.done():
                 fut.cancel()
-
-
-def _appends_after(ready: Ready | None, last_index: int) -> bool:
-    """The Ready writes no snapshot and no entry at or below `last_index` (which would
-    truncate the log there): at most entries right after it, and hard state."""
-    if ready is None:
-        return True
-    return ready.snapshot is None and (
-        not ready.entries or ready.entries[0].index == last_index + 1
-    )
-
-
-def fsync_all(
-    pool: ThreadPoolExecutor,
-    storages: list[GroupStorage],
-    timings: list[tuple[float, float, float]] | None = None,
-) -> None:
-    """Fsync every log of a round, in parallel on `pool` when there are several; raises the
-    first failure once all have finished (a log that failed to sync fails the node). Each
-    fsync's (handed over, started, returned) times go to `timings` if given."""
-    if timings is None:
-        run_all(pool, [storage.fsync for storage in storages])
-        return
-    handed = time.monotonic()
-    run_all(pool, [partial(_timed, storage.fsync, handed, timings) for storage in storages])
-
-
-def _timed(
-    call: Callable[[], None], handed: float, timings: list[tuple[float, float, float]]
-) -> None:
-    started = time.monotonic()
-    call()
-    timings.append((handed, started, time.monotonic()))  # list.append: thread-safe
-
-
-def run_all(pool: ThreadPoolExecutor, calls: list[Callable[[], None]]) -> None:
-    """Run the calls in parallel: the first on the calling thread, the others on `pool`;
-    raises the first failure once all have finished. (The caller runs one itself rather than
-    idle: one thread fewer to wake, which on a busy machine is time on the ack path.)"""
-    if not calls:
-        return
-    done = [pool.submit(call) for call in calls[1:]]
-    try:
-        calls[0]()
-    finally:
-        futures.wait(done)
-    for call in done:
-        call.result()
-
-
-def _save_all(storage: GroupStorage, states: list[HardState]) -> None:
-    for state in states:
-        storage.save(state)
-
-
-def _changes_vote(storage: GroupStorage, states: list[HardState]) -> bool:
-    """Whether saving `states` writes the state file: only a new term or vote does."""
-    saved = storage.hard_state
-    return any((s.term, s.vote) != (saved.term, saved.vote) for s in states)
 
 
 def _close_all(groups: list[Group]) -> None:
