@@ -1,7 +1,7 @@
 """The multi-Raft driver: all Raft groups of a node on one asyncio loop, one timer, a disk pool.
 
-Owns group lifecycle, driver rounds with group commit, proposals, read barriers, leader views and
-quiescence of idle groups.
+Owns group lifecycle, driver rounds with group commit, proposals, read barriers and quiescence of
+idle groups; node/rounds.py writes a round to disk, node/leaders.py keeps who leads what.
 
 A driver round takes the touched groups: (1) on the loop, feed each its ticks, messages,
 proposals and read requests and collect the Readys; send leaders' APPENDs and HEARTBEATs at once
@@ -51,7 +51,7 @@ import logging
 import random
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -59,6 +59,7 @@ from typing import Any
 from raftline.node import wire
 from raftline.node.config import NodeConfig
 from raftline.node.group import Accepted, Group, GroupStorage, Proposal, Replica
+from raftline.node.leaders import LeaderView
 from raftline.node.role_log import RoleLog
 from raftline.node.rounds import Round, Write, appends_after, observe_disk_hand_offs, persist
 from raftline.node.stages import StageTimes
@@ -132,22 +133,12 @@ class Runtime:
         self.config = config
         self.node_id = config.node_id
         self.groups: dict[str, Group] = {}
-        # group -> (leader node, term) as last announced; covers groups this node does not host.
-        self.leader_view: dict[str, tuple[int, int]] = {}
-        # group -> futures of forwarders waiting on a leader (the node each expects to lead)
-        self._leader_watches: dict[str, dict[asyncio.Future[None], int]] = {}
         self._rng = rng or random.Random()
-        # called with a group's name whenever its leader as seen here may have changed
-        self.leader_listeners: list[Callable[[str], None]] = []
         self._active: set[str] = set()  # groups that receive ticks (not quiet)
         self._leading: set[str] = set()  # groups led here
         self._dirty = _DirtyGroups()
         self.first_groups: set[str] = set()  # fed first in every round (the metadata group)
         self._notices: dict[int, list[list[Any]]] = defaultdict(list)
-        # peer -> groups whose leadership here began while its link was down: told on revival
-        self._unannounced: dict[int, set[str]] = defaultdict(set)
-        # peer -> when its link went down (silent or closed), while it stays down
-        self._link_down_at: dict[int, float] = {}
         self._orphans: dict[str, list[Message]] = {}  # messages for groups not created yet
         self._wakeup = asyncio.Event()
         # group -> its disk writes not yet finished, oldest first, and the rounds queued
@@ -183,6 +174,7 @@ class Runtime:
             dead_after_s=2 * config.election_ticks * config.tick_ms / 1000,
             tick_s=config.tick_ms / 1000,
         )
+        self.leader_view = LeaderView(self.node_id, self.transport, self.groups)
         self.stats: dict[str, int] = defaultdict(int)
         self._role_log = RoleLog(log)
         self.stage_times = StageTimes()
@@ -332,65 +324,6 @@ class Runtime:
         self._dirty.add(name)
         self._wakeup.set()
 
-    def link_down_for(self, peer: int) -> float:
-        """Seconds since the link to `peer` went down; 0 while it is up (or never came up)."""
-        down_at = self._link_down_at.get(peer)
-        return 0.0 if down_at is None else time.monotonic() - down_at
-
-    def leader_of(self, name: str) -> int | None:
-        """The group's leader as known here: the local replica's view, else the last announced."""
-        group = self.groups.get(name)
-        if group is not None and group.leader is not None:
-            return group.leader
-        seen = self.leader_view.get(name)
-        # Naming this node there is stale: while it leads, its replica above says so.
-        return seen[0] if seen and seen[0] != self.node_id else None
-
-    def leader_moved(self, name: str, leader: int) -> asyncio.Future[None]:
-        """A future that is done once `leader` no longer leads group `name` as seen here: a
-        new leader announced itself or this node's replica saw one, or `leader`'s link went
-        down. A node forwarding a request to `leader` races it against this, so a leader that
-        is gone never holds the request until its timeout. When `leader` is this node, it is
-        done once this node cannot reach a majority of the group's voters: a read barrier
-        (or anything else that needs a quorum's answer) would wait for a step-down otherwise.
-        Cancel it when done with it."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self.leader_of(name) != leader or not self._leads_reachably(name, leader):
-            fut.set_result(None)
-            return fut
-        watches = self._leader_watches.setdefault(name, {})
-        watches[fut] = leader
-
-        def forget(_: asyncio.Future[None]) -> None:
-            watches.pop(fut, None)
-            if not watches and self._leader_watches.get(name) is watches:
-                del self._leader_watches[name]
-
-        fut.add_done_callback(forget)
-        return fut
-
-    def _leads_reachably(self, name: str, leader: int) -> bool:
-        """Whether `leader` can go on leading `name` as seen here: a peer whose link is up, or
-        this node while it reaches a majority of the group's voters."""
-        if leader != self.node_id:
-            return self.transport.alive(leader)
-        group = self.groups.get(name)
-        return group is not None and self.reaches_majority(group.core.voters)
-
-    def reaches_majority(self, voters: Collection[int]) -> bool:
-        """Whether this node's links are up to a majority of `voters` (itself counts)."""
-        return sum(1 for v in voters if self.transport.alive(v)) > len(voters) // 2
-
-    def _leader_changed(self, name: str) -> None:
-        for listener in self.leader_listeners:
-            listener(name)
-        watches = self._leader_watches.get(name)
-        if watches:
-            leader = self.leader_of(name)
-            for fut, expected in list(watches.items()):
-                if expected != leader and not fut.done():
-                    fut.set_result(None)
-
     def _touch(self, group: Group, cause: str = "request") -> None:
         if group.quiet:
             self._wake(group, cause)
@@ -424,7 +357,7 @@ class Runtime:
                 self._touch(group, "message")
         for notice in notices:
             if notice and notice[0] == "l" and len(notice) == 4:
-                self._learn_leader(str(notice[1]), notice[2], notice[3])
+                self.leader_view.learn(str(notice[1]), notice[2], notice[3])
             elif len(notice) >= 2 and (group := self.groups.get(str(notice[1]))) is not None:
                 group.notices.append((peer, notice))
                 self._dirty.add(group.name)
@@ -466,14 +399,9 @@ class Runtime:
         Either way the peer learns of the leaderships won here while it was silent: else a
         node forwards to a former leader (a network partition's heal) long after the move."""
         if not up:
-            self._link_down_at.setdefault(peer, time.monotonic())  # silent, then closed: first
-            for name, watches in list(self._leader_watches.items()):
-                for fut, expected in list(watches.items()):
-                    if not fut.done() and not self._leads_reachably(name, expected):
-                        fut.set_result(None)
+            self.leader_view.link_down(peer)
             return
-        self._link_down_at.pop(peer, None)
-        missed = self._unannounced.pop(peer, set())
+        missed = self.leader_view.link_up(peer)
         for group in self.groups.values():
             if group.woken_by_link == peer:
                 group.woken_by_link = None
@@ -504,14 +432,6 @@ class Runtime:
             and core.term == group.term
             and not (group.inbox or group.proposals or group.reads or group.notices)
         )
-
-    def _learn_leader(self, name: str, node: Any, term: Any) -> None:
-        if type(node) is not int or type(term) is not int:
-            return
-        seen = self.leader_view.get(name)
-        if seen is None or term >= seen[1]:
-            self.leader_view[name] = (node, term)
-            self._leader_changed(name)
 
     # timer
 
@@ -1019,14 +939,11 @@ class Runtime:
             group.name, group.role, group.term, group.leader, core.commit_index, core.last_index
         )
         if group.leader is not None:
-            self._learn_leader(group.name, group.leader, group.term)
-        self._leader_changed(group.name)
+            self.leader_view.learn(group.name, group.leader, group.term)
+        self.leader_view.changed(group.name)
         if group.role == "leader":
-            for peer in self.transport.addresses:
-                if self.transport.alive(peer):
-                    self._notices[peer].append(["l", group.name, self.node_id, group.term])
-                else:
-                    self._unannounced[peer].add(group.name)
+            for peer in self.leader_view.won(group.name):
+                self._notices[peer].append(["l", group.name, self.node_id, group.term])
         try:
             group.replica.on_role(group.role, group.leader, group.term)
         except Exception:
