@@ -1,12 +1,13 @@
 """The disk side of a driver round: the records of rounds and writes, and writing them.
 
-Owns what a disk thread does with a write (every Ready appended and saved, each touched log
-fsynced once, logs side by side) and the timings it leaves; node/runtime.py schedules writes.
+Owns the disk and fsync pools, each group's writes in flight (in order) with the rounds queued
+behind them, and a write's work on its thread: Readys appended and saved, each log fsynced once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from concurrent import futures
@@ -17,6 +18,12 @@ from functools import cached_property, partial
 from raftline.node.group import Group, GroupStorage
 from raftline.node.stages import StageTimes
 from raftline.raftlog.types import HardState, Ready, SnapshotMeta
+
+DISK_THREADS = 8  # writes that may be on disk at once
+# A leader's next write may start while its last one fsyncs; a write whose fsync waits for an
+# earlier one holds a disk thread, so a group with a stalled fsync holds at most this many.
+WRITES_PER_GROUP = 2
+FSYNC_THREADS = 8  # fsyncs that may be in flight at once
 
 
 @dataclass(eq=False)
@@ -197,3 +204,108 @@ def observe_disk_hand_offs(stage_times: StageTimes, write: Write, now: float) ->
             observe("fsync_start", started - handed)
     if len(write.fsyncs) > 1:
         observe("fsync_join", write.returned_at - max(t[2] for t in write.fsyncs))
+
+
+class DiskWrites:
+    """The writes on the disk pool, in order per group. `start` hands rounds to a disk thread;
+    on the loop, `entries_written(write)` runs once a leader's write has written its entries
+    (its fsyncs may still run) and `returned(write, outcome)` once the write returned, with
+    the number of logs synced or its error."""
+
+    def __init__(
+        self,
+        entries_written: Callable[[Write], None],
+        returned: Callable[[Write, int | BaseException], None],
+    ) -> None:
+        # group -> its disk writes not yet finished, oldest first, and the rounds queued
+        # behind them (a leader's, fed meanwhile); a group is in both or in neither.
+        self.writes: dict[str, list[Write]] = {}
+        self.queued: dict[str, list[Round]] = {}
+        self._in_flight = 0  # disk writes not yet returned
+        self.idle = asyncio.Event()  # set while no round is on disk
+        self.idle.set()
+        self._entries_written = entries_written
+        self._returned = returned
+        self.pool = ThreadPoolExecutor(max_workers=DISK_THREADS, thread_name_prefix="raftline-disk")
+        # Fsyncs of different partition logs run side by side: the filesystem folds concurrent
+        # fsyncs into one journal commit (16 logs: ~1.7 ms against ~5.5 ms serial).
+        self.fsyncs = ThreadPoolExecutor(
+            max_workers=FSYNC_THREADS, thread_name_prefix="raftline-fsync"
+        )
+
+    def start(self, rounds: list[Round]) -> None:
+        """Start the rounds' disk write on the pool."""
+        write = Write(rounds)
+        # Only leaders apply entries before their fsync: only they need the written signal.
+        leads = any(r.ready is not None and r.ready.role == "leader" for r in rounds)
+        loop = asyncio.get_running_loop()
+        write.future = loop.create_future()
+        self.pool.submit(self._persist_and_return, rounds, loop, leads, write)
+        for name in write.groups:
+            self.writes.setdefault(name, []).append(write)
+            self.queued.setdefault(name, [])
+        self._in_flight += 1
+        self.idle.clear()
+
+    def _persist_and_return(
+        self, rounds: list[Round], loop: asyncio.AbstractEventLoop, leads: bool, write: Write
+    ) -> None:
+        """Disk thread: persist, then hand the outcome to the loop in one hop (through
+        run_in_executor's two futures, `returned` ran a loop iteration later: on a busy loop,
+        milliseconds on every follower's acknowledgement and leader's fsync)."""
+        entries_written = (
+            partial(loop.call_soon_threadsafe, self._entries_written, write) if leads else None
+        )
+        outcome: int | BaseException
+        try:
+            outcome = persist(rounds, self.fsyncs, write, entries_written)
+        except BaseException as error:
+            outcome = error
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the node is gone
+            loop.call_soon_threadsafe(self._return, write, outcome)
+
+    def _return(self, write: Write, outcome: int | BaseException) -> None:
+        write.done = True
+        self._in_flight -= 1
+        if not self._in_flight:
+            self.idle.set()
+        if write.future is not None and not write.future.done():
+            write.future.set_result(None)
+        self._returned(write, outcome)
+
+    def finish(self, write: Write) -> tuple[list[Round], dict[str, list[Round]]]:
+        """`write` returned: per group of it, the rounds of every write that returned and has
+        no earlier one still running, in order; and the queued rounds of the groups left with
+        no write, which are no longer tracked here."""
+        finished: list[Round] = []
+        freed: dict[str, list[Round]] = {}
+        for name in write.groups:
+            writes = self.writes.get(name)
+            while writes and writes[0].done:
+                finished.extend(writes.pop(0).rounds_of(name))
+            if writes:
+                continue
+            self.writes.pop(name, None)
+            freed[name] = self.queued.pop(name, [])
+        return finished, freed
+
+    def pending(self, name: str) -> list[Round]:
+        """The group's rounds not finished yet, in order: in writes, then queued."""
+        rounds = [r for w in self.writes.get(name, ()) for r in w.rounds_of(name)]
+        return rounds + self.queued.get(name, [])
+
+    def unwritten(self, name: str) -> bool:
+        """The group has a write whose entries are not yet in its log file (as the loop was
+        told, or as the disk thread marked: read just before it marks, the group waits for
+        that write to end instead)."""
+        return any(not (w.written or w.appended) for w in self.writes.get(name, ()))
+
+    def may_start(self, name: str) -> bool:
+        """The group's next write may start now: fewer than WRITES_PER_GROUP of its writes are
+        in flight and all have written their entries (their fsyncs may still run; the log
+        orders the fsyncs). Its proposals and queued rounds wait until then."""
+        return len(self.writes.get(name, ())) < WRITES_PER_GROUP and not self.unwritten(name)
+
+    def shutdown(self) -> None:
+        self.pool.shutdown(wait=True)
+        self.fsyncs.shutdown(wait=True)

@@ -53,7 +53,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import Any
 
 from raftline.node import wire
@@ -61,7 +60,14 @@ from raftline.node.config import NodeConfig
 from raftline.node.group import Accepted, Group, GroupStorage, Proposal, Replica
 from raftline.node.leaders import LeaderView
 from raftline.node.role_log import RoleLog
-from raftline.node.rounds import Round, Write, appends_after, observe_disk_hand_offs, persist
+from raftline.node.rounds import (
+    DiskWrites,
+    Round,
+    Write,
+    appends_after,
+    observe_disk_hand_offs,
+    persist,
+)
 from raftline.node.stages import StageTimes
 from raftline.node.transport import RpcHandler, Transport
 from raftline.raftlog.raft import RaftConfig, RaftNode
@@ -77,11 +83,6 @@ log = logging.getLogger(__name__)
 _HEARTBEATS = (MessageType.HEARTBEAT, MessageType.HEARTBEAT_RESP)
 _REPLICATION = (MessageType.APPEND, MessageType.HEARTBEAT)  # a leader's, sent before its fsync
 ORPHANS_PER_GROUP = 16
-DISK_THREADS = 8  # writes that may be on disk at once
-# A leader's next write may start while its last one fsyncs; a write whose fsync waits for an
-# earlier one holds a disk thread, so a group with a stalled fsync holds at most this many.
-WRITES_PER_GROUP = 2
-FSYNC_THREADS = 8  # fsyncs that may be in flight at once
 LOOP_READ_BYTES = 1 << 20  # fetch reads up to this size may run on the loop (see read_log)
 ORPHAN_GROUPS = 1024
 # A round feeds at most this many groups; the others wait for the next round, after the loop has
@@ -141,23 +142,9 @@ class Runtime:
         self._notices: dict[int, list[list[Any]]] = defaultdict(list)
         self._orphans: dict[str, list[Message]] = {}  # messages for groups not created yet
         self._wakeup = asyncio.Event()
-        # group -> its disk writes not yet finished, oldest first, and the rounds queued
-        # behind them (a leader's, fed meanwhile); a group is in both or in neither.
-        self._writes: dict[str, list[Write]] = {}
-        self._queued: dict[str, list[Round]] = {}
-        self._in_flight = 0  # disk writes not yet returned
-        self._disk_idle = asyncio.Event()  # set while no round is on disk
-        self._disk_idle.set()
+        self._disk = DiskWrites(self._entries_written, self._written)
         self._stopping = False
         self._failure: BaseException | None = None  # a write that failed: fatal to the driver
-        self._disk = ThreadPoolExecutor(
-            max_workers=DISK_THREADS, thread_name_prefix="raftline-disk"
-        )
-        # Fsyncs of different partition logs run side by side: the filesystem folds concurrent
-        # fsyncs into one journal commit (16 logs: ~1.7 ms against ~5.5 ms serial).
-        self._fsyncs = ThreadPoolExecutor(
-            max_workers=FSYNC_THREADS, thread_name_prefix="raftline-fsync"
-        )
         # Fetch reads: the log is thread-safe, and a read must not queue behind a round's fsync.
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftline-read")
         self._read_ids = itertools.count(1)
@@ -192,15 +179,14 @@ class Runtime:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.transport.stop()
-        await self._disk_idle.wait()
+        await self._disk.idle.wait()
         groups = list(self.groups.values())
         self.groups.clear()
         for group in groups:
             self._fail_waiters(group, "node stopping")
         self._reader.shutdown(wait=True)
-        await asyncio.get_running_loop().run_in_executor(self._disk, _close_all, groups)
-        self._disk.shutdown(wait=True)
-        self._fsyncs.shutdown(wait=True)
+        await asyncio.get_running_loop().run_in_executor(self._disk.pool, _close_all, groups)
+        self._disk.shutdown()
 
     def add_group(
         self,
@@ -251,14 +237,14 @@ class Runtime:
         self._leading.discard(name)
         self._dirty.discard(name)
         self._fail_waiters(group, f"group {name} removed")
-        if writes := self._writes.get(name):
+        if writes := self._disk.writes.get(name):
             await asyncio.wait([w.future for w in writes])
-        await asyncio.get_running_loop().run_in_executor(self._disk, group.storage.close)
+        await asyncio.get_running_loop().run_in_executor(self._disk.pool, group.storage.close)
         return group.storage
 
     async def run_on_disk(self, fn: Any, *args: Any) -> Any:
         """Run blocking storage work (opening or closing a log no round uses) on the disk pool."""
-        return await asyncio.get_running_loop().run_in_executor(self._disk, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._disk.pool, fn, *args)
 
     async def read_log(self, name: str, log: Any, offset: int, max_bytes: int, upto: int) -> bytes:
         """`log.read(offset, max_bytes, upto)` of group `name`'s thread-safe PartitionLog. A
@@ -267,7 +253,7 @@ class Runtime:
         less than a thread hop, and a consumer's fetch usually comes while the leader's fsync of
         the batch it waited for still runs. Others run on the reader thread, beside (not after)
         the disk pool's writes and fsyncs."""
-        if max_bytes <= LOOP_READ_BYTES and not self._unwritten(name):
+        if max_bytes <= LOOP_READ_BYTES and not self._disk.unwritten(name):
             data: bytes = log.read(offset, max_bytes, upto)
             return data
         loop = asyncio.get_running_loop()
@@ -465,12 +451,12 @@ class Runtime:
             self._send_replication(rounds)
             self._apply_early(rounds)
             for item in rounds:
-                if (queue := self._queued.get(item.group.name)) is not None:
+                if (queue := self._disk.queued.get(item.group.name)) is not None:
                     queue.append(item)  # behind its group's writes in flight
                     if item.extends_in is not None:
                         self.stats["follower_rounds_beside_writes"] += 1
-            self._start([r for r in rounds if r.group.name not in self._queued])
-            self._start_queued({r.group.name for r in rounds if r.group.name in self._queued})
+            self._start([r for r in rounds if r.group.name not in self._disk.queued])
+            self._start_queued({r.group.name for r in rounds if r.group.name in self._disk.queued})
             if len(taken) >= GROUPS_PER_ROUND:
                 self._wakeup.set()  # more may wait: read the sockets first, then go on
                 await asyncio.sleep(0)
@@ -487,9 +473,9 @@ class Runtime:
             touches = any(r.touches_disk for r in group_rounds)
             (on_disk if touches else at_once).extend(group_rounds)
         if on_disk:
-            self._write(on_disk)
+            self._disk.start(on_disk)
         if writes := [r for r in at_once if r.writes]:
-            persist(writes, self._fsyncs)  # commit-index changes only: kept in memory, no I/O
+            persist(writes, self._disk.fsyncs)  # commit-index changes only: kept in memory, no I/O
         self._finish(at_once)
 
     def _start_queued(self, names: Iterable[str]) -> None:
@@ -498,35 +484,23 @@ class Runtime:
         if the queue has something to write; else they wait for the earlier writes to end."""
         start = []
         for name in names:
-            queue = self._queued.get(name)
+            queue = self._disk.queued.get(name)
             if (
                 queue
                 and name in self.groups
                 and any(r.touches_disk for r in queue)
-                and len(self._writes[name]) < WRITES_PER_GROUP
-                and not self._unwritten(name)
+                and self._disk.may_start(name)
             ):
                 start.extend(queue)
                 queue.clear()
         if start:
-            self._write(start)
-
-    def _holds_proposals(self, name: str) -> bool:
-        """Proposals wait until the group's next write can start (see _start_queued)."""
-        writes = self._writes.get(name, ())
-        return len(writes) >= WRITES_PER_GROUP or self._unwritten(name)
-
-    def _unwritten(self, name: str) -> bool:
-        """The group has a write whose entries are not yet in its log file (as the loop was
-        told, or as the disk thread marked: read just before it marks, the group waits for
-        that write to end instead)."""
-        return any(not (w.written or w.appended) for w in self._writes.get(name, ()))
+            self._disk.start(start)
 
     def _takeable(self, name: str) -> bool:
         """A group may be fed unless it has writes in flight and is neither a leader whose
         writes only append (a trim or snapshot changes what the core may read from storage)
         nor a follower whose pending rounds and inputs can only extend its log."""
-        writes = self._writes.get(name)
+        writes = self._disk.writes.get(name)
         if not writes:
             return True
         group = self.groups.get(name)
@@ -557,14 +531,14 @@ class Runtime:
             and all(
                 m.type in _REPLICATION and m.src == leader and m.term == term for m in group.inbox
             )
-            and all(r.extends_in == term for r in self._pending(group.name))
+            and all(r.extends_in == term for r in self._disk.pending(group.name))
         )
 
     def _take_dirty(self) -> list[str]:
         """Up to GROUPS_PER_ROUND touched groups that may be fed, first_groups first, then
         the longest touched; the others stay touched (those with writes in flight until their
         writes end)."""
-        takeable = self._takeable if self._writes else None
+        takeable = self._takeable if self._disk.writes else None
         taken = [
             name
             for name in self.first_groups
@@ -578,47 +552,10 @@ class Runtime:
         self._dirty.difference_update(taken)
         return taken
 
-    def _write(self, rounds: list[Round]) -> None:
-        """Start the rounds' disk writes on the pool; `_written` finishes them on the loop."""
-        write = Write(rounds)
-        # Only leaders apply entries before their fsync: only they need the written signal.
-        leads = any(r.ready is not None and r.ready.role == "leader" for r in rounds)
-        loop = asyncio.get_running_loop()
-        write.future = loop.create_future()
-        self._disk.submit(self._persist_and_return, rounds, loop, leads, write)
-        for name in write.groups:
-            self._writes.setdefault(name, []).append(write)
-            self._queued.setdefault(name, [])
-        self._in_flight += 1
-        self._disk_idle.clear()
-
-    def _persist_and_return(
-        self, rounds: list[Round], loop: asyncio.AbstractEventLoop, leads: bool, write: Write
-    ) -> None:
-        """Disk thread: persist, then hand the outcome to the loop in one hop (through
-        run_in_executor's two futures, `_written` ran a loop iteration later: on a busy loop,
-        milliseconds on every follower's acknowledgement and leader's fsync)."""
-        entries_written = (
-            partial(loop.call_soon_threadsafe, self._entries_written, write) if leads else None
-        )
-        outcome: int | BaseException
-        try:
-            outcome = persist(rounds, self._fsyncs, write, entries_written)
-        except BaseException as error:
-            outcome = error
-        with contextlib.suppress(RuntimeError):  # the loop is closed: the node is gone
-            loop.call_soon_threadsafe(self._written, write, outcome)
-
     def _written(self, write: Write, outcome: int | BaseException) -> None:
         """A write returned (`outcome`: logs synced, or its error): finish, per group and in
         order, every write that returned and has no earlier one still running; then start
         what was queued behind them."""
-        write.done = True
-        self._in_flight -= 1
-        if not self._in_flight:
-            self._disk_idle.set()
-        if write.future is not None and not write.future.done():
-            write.future.set_result(None)
         if self._stopping:
             return
         if isinstance(outcome, BaseException):
@@ -633,18 +570,8 @@ class Runtime:
             if item.ready is not None and item.ready.entries:
                 stage = "leader_fsync" if item.ready.role == "leader" else "follower_persist"
                 self.stage_times.observe(stage, now - item.fed_at)
-        finished: list[Round] = []
-        idle: list[Round] = []
-        for name in write.groups:
-            writes = self._writes.get(name)
-            while writes and writes[0].done:
-                finished.extend(writes.pop(0).rounds_of(name))
-            if writes:
-                continue
-            self._writes.pop(name, None)
-            queue = self._queued.pop(name, [])
-            if name in self.groups:
-                idle.extend(queue)
+        finished, freed = self._disk.finish(write)
+        idle = [r for name, queue in freed.items() if name in self.groups for r in queue]
         self._finish(finished)
         if idle:  # rounds a leader was fed meanwhile: their writes (a group's at once) start now
             self._start(idle)
@@ -687,7 +614,7 @@ class Runtime:
         # Proposals wait while a write of the group is writing its entries (not while it
         # fsyncs): they then go to disk and to the followers as one batch (sending each as it
         # came cost a third of the max rate with fsync).
-        proposals = [] if self._holds_proposals(group.name) else group.proposals
+        proposals = group.proposals if self._disk.may_start(group.name) else []
         for proposal in proposals:
             try:
                 index = core.propose(proposal.data, proposal.count, proposal.kind)
@@ -713,7 +640,7 @@ class Runtime:
         group.reads.clear()
         group.idle_ticks = 0 if busy else group.idle_ticks + ticks
         trim = None
-        if group.trim_to is not None and group.name not in self._writes:
+        if group.trim_to is not None and group.name not in self._disk.writes:
             index, group.trim_to = group.trim_to, None
             if group.storage.first_index() <= index <= core.applied:
                 trim = core.snapshot_meta_at(index)
@@ -764,12 +691,7 @@ class Runtime:
     def _apply_early(self, rounds: list[Round]) -> None:
         """Apply what fresh rounds committed, if it is written (see _apply_written)."""
         for item in rounds:
-            self._apply_written(item.group, [*self._pending(item.group.name), item])
-
-    def _pending(self, name: str) -> list[Round]:
-        """The group's rounds not finished yet, in order: in writes, then queued."""
-        rounds = [r for w in self._writes.get(name, ()) for r in w.rounds_of(name)]
-        return rounds + self._queued.get(name, [])
+            self._apply_written(item.group, [*self._disk.pending(item.group.name), item])
 
     def _entries_written(self, write: Write) -> None:
         """Loop: the disk thread wrote these entries and is about to fsync them. Apply what
@@ -782,10 +704,10 @@ class Runtime:
                 self.stage_times.observe("leader_write", now - item.fed_at)
         for name in write.groups:
             group = self.groups.get(name)
-            if group is None or name not in self._writes:
+            if group is None or name not in self._disk.writes:
                 continue  # removed, or every write of the group already ended
-            self._apply_written(group, self._pending(name))
-            if group.proposals and not self._holds_proposals(name):
+            self._apply_written(group, self._disk.pending(name))
+            if group.proposals and self._disk.may_start(name):
                 self._dirty.add(name)
                 self._wakeup.set()
         self._start_queued(write.groups)
@@ -850,7 +772,7 @@ class Runtime:
         for item in rounds:
             self._settle(item)
         self._flush_notices()
-        if self._dirty and (not self._writes or any(map(self._takeable, self._dirty))):
+        if self._dirty and (not self._disk.writes or any(map(self._takeable, self._dirty))):
             self._wakeup.set()
 
     def _settle(self, item: Round) -> None:
