@@ -70,7 +70,7 @@ class Group:
     trim_to: int | None = None
     snapshot_state: tuple[int, bytes] | None = None  # (index, state) of a received snapshot
     quiet: bool = False
-    waits_for: int | None = None  # a fresh follower's expected first leader (see add_group)
+    waits_for: int | None = None  # a fresh follower's expected first leader (see Runtime.add_group)
     woken_by_link: int | None = None  # the node whose link loss woke this quiet group
     idle_ticks: int = 0
     inbox_since: float | None = None  # when the oldest APPEND in the inbox arrived
