@@ -242,9 +242,11 @@ class Transport:
             silent = silence > self.dead_after.base_s
             if link.alive and silent:
                 link.alive = False
+                log.info("link to node %s down: silent for %.2f s", peer, silence)
                 self._link_down(peer)
             elif not link.alive and not silent:
                 link.alive, link.gone = True, False
+                log.info("link to node %s alive again on the same connection", peer)
                 self._on_link(peer, True, True)  # heard again on the same connection
             if not link.gone and silence > dead_after:
                 link.gone = True
@@ -306,12 +308,14 @@ class Transport:
         if old is not None:
             old.transport.close()
         self._links[peer] = _Link(transport)
+        log.info("link to node %s up on a new connection", peer)
         self._on_link(peer, True, False)
 
     def _detach(self, peer: int, transport: asyncio.Transport) -> None:
         link = self._links.get(peer)
         if link is not None and link.transport is transport:
             del self._links[peer]
+            log.info("link to node %s down: connection closed", peer)
             self._link_down(peer)
             if not link.gone:
                 self.peers_gone += 1
