@@ -59,6 +59,8 @@ PEER_RTO_MIN_US = 10_000
 # next retransmitted up to 20 s after the heal, and the groups whose traffic it carries waited
 # that long. At 1 s (the least Linux allows) each side retransmits every second while cut, so a
 # healed link carries frames again within a second; a fresh dial retries its SYN as often.
+# Linux gives a connection up after tcp_retries2 (15) unanswered retransmissions, so now after
+# about 15 s of a cut, not 15 min: a longer cut heals on a new connection, as after a restart.
 TCP_RTO_MAX_MS = 44
 PEER_RTO_MAX_MS = 1_000
 
