@@ -314,22 +314,27 @@ class Transport:
             await asyncio.sleep(backoff)  # a peer that accepts and drops at once is not spun on
 
     async def _dial_socket(self, peer: int) -> socket.socket:
-        """A socket connected to `peer`, tuned before its SYN: a dial into a partition then
-        retries its SYN every second, not 1, 2, 4 ... s apart."""
+        """A socket connected to `peer` (its addresses tried in turn), tuned before its SYN: a
+        dial into a partition then retries its SYN every second, not 1, 2, 4 ... s apart."""
         loop = asyncio.get_running_loop()
         host, port = parse_address(self.addresses[peer])
-        family, kind, proto, _, address = (
-            await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        )[0]
-        sock = socket.socket(family, kind, proto)
-        try:
-            sock.setblocking(False)
-            tune_peer_socket(sock)
-            await loop.sock_connect(sock, address)
-        except BaseException:
-            sock.close()
-            raise
-        return sock
+        failure = OSError(f"no address for node {peer}")
+        for family, kind, proto, _, address in await loop.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM
+        ):
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                tune_peer_socket(sock)
+                await loop.sock_connect(sock, address)
+                return sock
+            except OSError as exc:
+                sock.close()
+                failure = exc
+            except BaseException:
+                sock.close()
+                raise
+        raise failure
 
     def _attach(self, peer: int, transport: asyncio.Transport) -> None:
         """A connection to `peer` is up (dialed, or accepted and named by its HELLO)."""
