@@ -21,12 +21,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import struct
 from typing import Any
 
 import orjson
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from raftline.api import codec
 from raftline.api.app import MAX_BODY_BYTES, ApiState, _state, _topic, append_here, checked_batch
 from raftline.api.errors import ApiError, from_broker_error, invalid
 from raftline.api.streams import PING_S, STATS_KEY, StreamStats, required_upgrade
@@ -34,7 +34,7 @@ from raftline.node.errors import BrokerError
 
 log = logging.getLogger(__name__)
 
-HEADER = struct.Struct(">QI")  # request id, partition
+HEADER = codec.PRODUCE_FRAME_HEADER
 STREAM_ACKS = ("all", "leader")  # acks=none has no answer to send: the POST serves it
 # Batches read from the socket and not yet answered; at this many the stream stops reading, so
 # a producer that outruns the log is held back by TCP, not by the node's memory.

@@ -62,12 +62,14 @@ NO_RETRY = RetryPolicy(retries=0)
 class Call:
     """One request for the shell to make, with the client's retries (unless the request says
     `retry=False`): to `url` first, or to a bootstrap node when it is None. The shell sends the
-    Op the Answer or throws it the error."""
+    Op the Answer or throws it the error. `stream`: a batch POST that may go as a frame on
+    this produce stream path of the node instead (clients/produce_streams.py)."""
 
     method: str
     path: str
     request: Request
     url: str | None = None
+    stream: str | None = None
 
 
 @dataclass(slots=True)

@@ -359,6 +359,11 @@ def messages_path(topic: str, partition: int | None = None) -> str:
     return topic_path(topic, "partitions", str(partition), "messages")
 
 
+def produce_stream_path(topic: str) -> str:
+    """The topic's produce stream: batches as frames instead of POSTs (clients/produce_streams)."""
+    return topic_path(topic, "produce-stream")
+
+
 def group_path(group: str, *rest: str) -> str:
     return "/".join(["/v1/groups", urllib.parse.quote(group, safe=""), *rest])
 
