@@ -38,6 +38,8 @@ from raftline.clients.wire import (
     json_request,
     member_path,
     messages_path,
+    produce_stream_path,
+    streams_batches,
     topic_body,
     topic_path,
     values_request,
@@ -146,8 +148,10 @@ def _then(op: Op[_S], then: Callable[[_S], _T]) -> Op[_T]:
     return then((yield from op))
 
 
-def _exchange(method: str, path: str, request: Request, url: str | None) -> Op[Answer]:
-    return (yield Call(method, path, request, url))
+def _exchange(
+    method: str, path: str, request: Request, url: str | None, stream: str | None = None
+) -> Op[Answer]:
+    return (yield Call(method, path, request, url, stream))
 
 
 def _nothing(_: Any) -> None:
@@ -371,11 +375,14 @@ class ClientApi(ClientCore):
         *,
         key: bytes | str | None = None,
         url: str | None = None,
+        transport: str = "http",
     ) -> Returns[BatchAcked]:
         """Send values (all with `key`) to one partition as one record batch (whatever the
-        wire); one answer for all."""
+        wire); one answer for all. `transport="stream"`: as a frame on the node's produce
+        stream (by POST if that fails), as a producer with that option sends."""
         request = values_request(partition, values, key, acks)
-        op = _exchange("POST", messages_path(topic), request, url)
+        stream = produce_stream_path(topic) if streams_batches(transport, "batch", acks) else None
+        op = _exchange("POST", messages_path(topic), request, url, stream)
         return self._run(_then(op, lambda a: batch_acked(a.json(), partition, len(values))))
 
     def fetch(

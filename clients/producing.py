@@ -42,6 +42,7 @@ from raftline.clients.wire import (
     json_acks,
     messages_path,
     produce_stream_path,
+    streams_batches,
     transactional_fields,
     values_request,
 )
@@ -508,25 +509,6 @@ class ProducerCore:
     def idle(self) -> bool:
         """Nothing open, waiting or in flight."""
         return not (len(self._accumulator) or self._waiting or self._in_flight)
-
-
-TRANSPORTS = ("http", "stream")
-
-
-def streams_batches(transport: str, wire: str, acks: str, transactional_id: str | None) -> bool:
-    """Whether a producer sends its batches on produce streams (`transport="stream"`): record
-    batches only, with an answer to wait for, outside transactions (the stream takes none)."""
-    if transport not in TRANSPORTS:
-        raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
-    if transport == "http":
-        return False
-    if wire != "batch":
-        raise ValueError("transport='stream' sends record batches: it needs wire='batch'")
-    if acks not in ("all", "leader"):
-        raise ValueError(f'transport="stream" needs acks "all" or "leader", got {acks!r}')
-    if transactional_id is not None:
-        raise ValueError('a transactional producer sends by POST: drop transport="stream"')
-    return True
 
 
 def idempotence(asked: bool | None, acks: str, transactional_id: str | None) -> bool:
