@@ -68,7 +68,8 @@ class ProduceStream:
                 if future is None or future.done():
                     continue  # a batch whose sender gave up (cancelled)
                 try:
-                    future.set_result(answer(frame.get("status", 200), {}, message.data, self.node))
+                    raw = message.data.encode()
+                    future.set_result(answer(frame.get("status", 200), {}, raw, self.node))
                 except RaftlineError as error:
                     future.set_exception(error)
         except (aiohttp.ClientError, OSError, ValueError) as exc:
