@@ -111,7 +111,7 @@ async def _answered(
         except BrokerError as exc:
             raise from_broker_error(exc) from None
         except TimeoutError:
-            raise ApiError("timeout", "the batch was not acknowledged in time") from None
+            raise ApiError("timeout", "the request timed out") from None  # as the POST says
         answer["base_offset"] = base
         answer["count"] = count
         if duplicate:
