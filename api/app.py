@@ -134,7 +134,8 @@ class ApiState:
     ) -> Any:
         """Run `local`; when this node does not lead, run `remote` on the leader. An election
         is waited out for at most an election timeout, and not at all where this node cannot
-        reach a majority of the replicas: then 503 leader_unavailable, so the client tries
+        reach a majority of the replicas or the leader it knows has been unreachable for an
+        election timeout already: then 503 leader_unavailable, so the client tries
         another node. A forwarded request whose leader moves or goes silent is given up at
         once: sent again to the new leader when `repeatable` (a read), else answered with a
         503 (a write's outcome is then unknown, so it is never sent twice from here). A
