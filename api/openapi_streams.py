@@ -96,8 +96,9 @@ _PRODUCE_STREAM = (
     "application/vnd.raftline.batch (the same checks; transactional batches go by POST). "
     'Each batch is answered by one JSON text frame, {"id", "partition", "base_offset", '
     '"count"} (and "duplicate": true for an idempotent retry), or {"id", "partition", '
-    '"status", "error": {...}} with the error body the POST would answer; not_leader (503, '
-    "retryable, with leader_http) for a partition this node does not lead. Answers come in "
+    '"status", "error": {...}} with the error body the POST would answer; leader_unavailable '
+    "(503, retryable, with leader_http when the leader is known) for a partition this node "
+    "does not lead. Answers come in "
     "the order batches complete; many may be in flight (the node reads no more frames while "
     "1,024 are unanswered). An acks=all answer means the batch is committed. A frame shorter "
     'than its header is answered {"id": null, "error": ...} and the stream closes with 1002; '

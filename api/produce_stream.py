@@ -5,7 +5,7 @@ Owns the endpoint, its frame format and the answers. A batch costs one frame eac
 an HTTP request and response, on both ends. Each batch is checked and appended exactly as the
 POST of an `application/vnd.raftline.batch` body (app.checked_batch, app.append_here); unlike
 the POST, a batch for a partition this node does not lead is not forwarded: it is answered with
-not_leader naming the leader, and the client sends it there (or by POST).
+leader_unavailable naming the leader (`leader_http`), and the client sends it there (or by POST).
 
 Client frames are binary: a 12-byte header, the request id (8 bytes) and the partition (4
 bytes), both big-endian unsigned, then one Kafka RecordBatch v2. Answers are JSON text frames,
@@ -118,7 +118,7 @@ async def _answered(
             answer["duplicate"] = True
         stats.messages["produce"] += count
     except ApiError as exc:
-        _add_error(answer, _named_leader(exc, topic, partition))
+        _add_error(answer, exc)
     except Exception:
         log.exception("produce stream batch for %s/%d failed", topic, partition)
         _add_error(answer, ApiError("internal_error", "internal error; see the node's log"))
@@ -126,19 +126,6 @@ async def _answered(
         slots.release()
     with contextlib.suppress(ConnectionError, RuntimeError):  # the client left: nobody to tell
         await socket.send_str(orjson.dumps(answer).decode())
-
-
-def _named_leader(error: ApiError, topic: str, partition: int) -> ApiError:
-    """This node does not lead the partition: not_leader when it knows who does (the client
-    sends the batch there), else leader_unavailable as it was."""
-    leader_http = error.extra.get("leader_http")
-    if error.code != "leader_unavailable" or not leader_http:
-        return error
-    return ApiError(
-        "not_leader",
-        f"this node does not lead {topic}/{partition}; its leader serves at {leader_http}",
-        extra=error.extra,
-    )
 
 
 def _add_error(answer: dict[str, Any], error: ApiError) -> None:

@@ -101,7 +101,9 @@ class ProduceStreams:
 
     async def answered(self, node: str, path: str, request: Request) -> Answer | None:
         """The answer to `request` (a batch POST's) sent over the stream at `path` on `node`;
-        None when the stream could not take it or answered an error: the caller POSTs it."""
+        None when the stream could not take it or answered a retryable error: the caller POSTs
+        it. An error the node answered for good (a bad batch, an unknown partition) is raised:
+        a POST would be refused alike."""
         if node in self._unsupported:
             return None
         assert request.params is not None and request.payload is not None
@@ -112,6 +114,8 @@ class ProduceStreams:
         except RaftlineError as error:
             if error.code == STREAM_UNSUPPORTED:
                 self._unsupported.add(node)
+            elif error.status is not None and not error.retryable:
+                raise
             return None
 
     async def _stream(self, node: str, path: str, acks: str) -> ProduceStream:

@@ -1,7 +1,7 @@
 """The produce stream (api/produce_stream.py) on in-process nodes: an acks=all answer frame means
 the batch is committed; batches sent without waiting are each answered with their own offsets;
-a partition the node does not lead is answered not_leader naming the leader; a bad batch is an
-error frame for its request id, a frame without a header ends the stream with 1002."""
+a partition the node does not lead is answered leader_unavailable naming the leader; a bad batch
+is an error frame for its request id, a frame without a header ends the stream with 1002."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ async def test_a_partition_this_node_does_not_lead_is_answered_not_leader(tmp_pa
             await socket.send_bytes(frame(3, 0, b"x"))
             refused = await answer(socket)
         assert refused["id"] == 3 and refused["partition"] == 0
-        assert refused["error"]["code"] == "not_leader"
+        assert refused["error"]["code"] == "leader_unavailable"
         assert refused["error"]["retryable"] is True
         assert refused["leader_http"] == leader.config.http
         assert leader.counters["forwarded_requests"] == 0

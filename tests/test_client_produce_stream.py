@@ -1,6 +1,6 @@
 """A producer with transport="stream" (clients/produce_streams.py) writes what the same producer
 writes by POST, in both shells, and sends its batches as frames; a batch its stream answers
-with an error goes by POST instead."""
+with a retryable error goes by POST instead, one refused for good is not sent again."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from test_node_cluster import leader_of, led_topic
 
 from raftline.clients.aio import AsyncClient
 from raftline.clients.blocking import Client
-from raftline.clients.wire import Message
+from raftline.clients.wire import Message, RaftlineError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -86,3 +86,21 @@ async def test_a_batch_the_stream_refuses_goes_by_post(tmp_path: Path) -> None:
         assert acked.partition == 0
         assert follower.counters["forwarded_requests"] == 1  # the POST, after not_leader
         assert client.metadata.leaders[("refused", 0)] == leader.node_id
+
+
+async def test_a_batch_the_node_refuses_for_good_is_not_sent_again_by_post(
+    tmp_path: Path,
+) -> None:
+    async with http_cluster(tmp_path, 3) as cluster:
+        leader = await led_topic(cluster.brokers, "one-partition")
+        base = cluster.urls[cluster.brokers.index(leader)]
+        async with AsyncClient(base) as client:
+            with pytest.raises(RaftlineError) as refused:
+                await client.produce_batch("one-partition", 7, [b"x"], transport="stream")
+        assert refused.value.code == "unknown_partition"
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(base + "/metrics") as answer,
+        ):
+            metrics = await answer.text()
+        assert 'method="POST",route="/v1/topics/{topic}/messages"' not in metrics
