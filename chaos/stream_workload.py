@@ -52,7 +52,7 @@ class StreamConsumer:
             async with session.ws_connect(path, heartbeat=HEARTBEAT_S) as socket:
                 while time.monotonic() < until:
                     invoke = self._invoke(offset, endpoint)
-                    frame = await self._next_frame(socket, endpoint)
+                    frame = await self._next_frame(socket, endpoint, until)
                     if isinstance(frame, Outcome):
                         self._complete(invoke, "fail", offset, error=frame.error)
                         return offset, frame
@@ -68,23 +68,28 @@ class StreamConsumer:
         return offset, Outcome("ok", None, None, None)
 
     async def _next_frame(
-        self, socket: aiohttp.ClientWebSocketResponse, endpoint: Endpoint
+        self, socket: aiohttp.ClientWebSocketResponse, endpoint: Endpoint, until: float
     ) -> dict[str, Any] | Outcome:
         """The next text frame as JSON; an Outcome when the stream ended, failed, went quiet
-        or its node stopped answering health checks."""
-        receive = asyncio.ensure_future(socket.receive(timeout=FRAME_WAIT_S))
+        (for FRAME_WAIT_S, or past `until`: the producers stop then, so the frame waited for
+        may never come) or its node stopped answering health checks."""
+        # aiohttp's own receive timeout starts again at every heartbeat pong: it never fires
+        # on a stream whose node answers pings but sends no frame.
+        wait_s = max(0.0, min(FRAME_WAIT_S, until - time.monotonic()))
+        receive = asyncio.ensure_future(socket.receive())
         down = asyncio.ensure_future(endpoint.down.wait())
+        done: set[asyncio.Future[Any]] = set()
         try:
-            await asyncio.wait((receive, down), return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                (receive, down), timeout=wait_s, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             down.cancel()
-        if not receive.done():
-            receive.cancel()
-            return Outcome("fail", None, None, "node_down")
-        try:
-            message = receive.result()
-        except TimeoutError:
-            return Outcome("fail", None, None, "no_frame")
+            if receive not in done:
+                receive.cancel()
+        if receive not in done:
+            return Outcome("fail", None, None, "node_down" if down in done else "no_frame")
+        message = receive.result()
         if message.type != aiohttp.WSMsgType.TEXT:
             return Outcome("fail", None, None, f"stream_{message.type.name.lower()}")
         frame = orjson.loads(message.data)

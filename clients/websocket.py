@@ -61,7 +61,10 @@ async def receive_frame(call: Receive) -> dict[str, Any] | bytes | None:
     try:
         if call.credit or call.seen is not None:
             await socket.send_str(json.dumps(grant))
-        message = await socket.receive(timeout=max(wait_s, 0.001))
+        # Not receive(timeout=...): aiohttp starts that timeout again at every ping or pong,
+        # so on a quiet stream a wait longer than the heartbeat would never end.
+        async with asyncio.timeout(max(wait_s, 0.001)):
+            message = await socket.receive()
     except TimeoutError:
         return None
     except (aiohttp.ClientError, OSError, RuntimeError) as exc:

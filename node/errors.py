@@ -66,8 +66,10 @@ class BrokerError(Exception):
 class NotLeader(BrokerError):
     """This node does not lead the group; `leader` (node id) and `leader_http` (where it serves)
     name the leader as this node sees it, if it knows one that is reachable. `electable` is
-    False when this node cannot reach a majority of the group's replicas: waiting here for a
-    new leader is pointless, so callers answer at once."""
+    False when this node cannot reach a majority of the group's replicas, or the leader it
+    knows has been unreachable for an election timeout with no new one heard of (the others
+    still follow that one): waiting here for a new leader is pointless, so callers answer at
+    once."""
 
     def __init__(
         self,

@@ -63,19 +63,40 @@ class Router:
         info = self.meta.state.nodes.get(node) if node is not None else None
         return info.http if info is not None else None
 
+    def given_up_leader(self, group: str) -> int | None:
+        """The leader of `group` known here when it is another node whose link has been down
+        for an election timeout with no new leader heard of. Had it died, its group would have
+        elected within that time; so the replicas that reach it still follow it (a ring
+        partition, links that come back one by one after a heal) and no election is coming
+        that a request here could wait for. Before that time, it may have died: wait."""
+        leader = self.runtime.leader_of(group)
+        if leader is None or leader == self.node_id:
+            return None
+        if self.runtime.link_down_for(leader) < self.election_timeout_s:
+            return None
+        return leader
+
     def leader_or_none(self, group: str, voters: Collection[int], since: float) -> int | None:
         """The live leader of `group`; None while an election may still produce one (call
         again shortly). Raises leader_unavailable when this node cannot reach a majority of
         `voters` and no other node is known to lead, also when this node leads the group
         itself: perhaps deposed already, unaware, and nothing it does needing a quorum (a
-        read barrier, a commit) could finish before its own step-down. Also when no leader
-        has shown up for an election timeout since `since`."""
+        read barrier, a commit) could finish before its own step-down. Also when the leader
+        known here has been unreachable for an election timeout (`given_up_leader`), and when
+        no leader has shown up for an election timeout since `since`."""
         leader = self.live_leader(group)
         if leader is not None and leader != self.node_id:
             return leader
         if not self.electable(voters):
             raise BrokerError(
                 "leader_unavailable", f"node {self.node_id} cannot reach a majority of {group}"
+            )
+        given_up = self.given_up_leader(group)
+        if given_up is not None:
+            raise BrokerError(
+                "leader_unavailable",
+                f"node {given_up} leads {group} as last heard, unreachable from here for an "
+                "election timeout",
             )
         if leader is not None:
             return leader
@@ -88,18 +109,22 @@ class Router:
     ) -> NotLeader:
         """The answer of a node that cannot serve a request of `group` itself: where the
         leader is as this node sees it (a live node other than this one), and whether waiting
-        for an election here makes sense."""
+        for an election here makes sense (not when this node cannot reach a majority of
+        `voters`, nor once the leader it knows has been unreachable for an election timeout)."""
         if voters is None:
             voters = self.runtime.groups[group].core.voters if group in self.runtime.groups else ()
         leader = self.live_leader(group)
         if leader == self.node_id:  # a stale view of our own, just-ended leadership
             leader = None
+        given_up = self.given_up_leader(group)
+        if given_up is not None:
+            message = f"{message}; its leader, node {given_up}, is unreachable from here"
         return NotLeader(
             message,
             self.http_of(leader),
             group=group,
             leader=leader,
-            electable=not voters or self.electable(voters),
+            electable=(not voters or self.electable(voters)) and given_up is None,
         )
 
     async def while_leads(self, group: str, leader: int, request: Awaitable[T]) -> T:
@@ -129,7 +154,8 @@ class Router:
         when this node leads it, else over the node-to-node RPC. While no live leader is known,
         or the one asked answers `not_leader` (nothing was done), look again for at most one
         election timeout, then answer leader_unavailable (503, retryable); at once when this
-        node cannot reach a majority of the voters, also when it leads the group itself (calls
+        node cannot reach a majority of the voters or has given up on the leader it knows
+        (`given_up_leader`), also when it leads the group itself (calls
         that answer from the leader's memory would not notice it was replaced). A call whose
         leader moves or goes silent while it runs fails at once with OutcomeUnknown (503,
         retryable: it may have applied)."""

@@ -271,6 +271,8 @@ class Runtime:
         self._notices: dict[int, list[list[Any]]] = defaultdict(list)
         # peer -> groups whose leadership here began while its link was down: told on revival
         self._unannounced: dict[int, set[str]] = defaultdict(set)
+        # peer -> when its link went down (silent or closed), while it stays down
+        self._link_down_at: dict[int, float] = {}
         self._orphans: dict[str, list[Message]] = {}  # messages for groups not created yet
         self._wakeup = asyncio.Event()
         # group -> its disk writes not yet finished, oldest first, and the rounds queued
@@ -455,6 +457,11 @@ class Runtime:
         self._dirty.add(name)
         self._wakeup.set()
 
+    def link_down_for(self, peer: int) -> float:
+        """Seconds since the link to `peer` went down; 0 while it is up (or never came up)."""
+        down_at = self._link_down_at.get(peer)
+        return 0.0 if down_at is None else time.monotonic() - down_at
+
     def leader_of(self, name: str) -> int | None:
         """The group's leader as known here: the local replica's view, else the last announced."""
         group = self.groups.get(name)
@@ -584,11 +591,13 @@ class Runtime:
         Either way the peer learns of the leaderships won here while it was silent: else a
         node forwards to a former leader (a network partition's heal) long after the move."""
         if not up:
+            self._link_down_at.setdefault(peer, time.monotonic())  # silent, then closed: first
             for name, watches in list(self._leader_watches.items()):
                 for fut, expected in list(watches.items()):
                     if not fut.done() and not self._leads_reachably(name, expected):
                         fut.set_result(None)
             return
+        self._link_down_at.pop(peer, None)
         missed = self._unannounced.pop(peer, set())
         for group in self.groups.values():
             if group.woken_by_link == peer:

@@ -94,3 +94,20 @@ async def test_a_stream_leaving_out_what_it_moved_past_is_caught(
     result = await run_streamed(tmp_path)
     assert not result["check"]["valid"]
     assert {"int-poll-skip", "poll-skip"} & set(result["check"]["anomaly_types"])
+
+
+async def test_a_stream_that_gets_no_frame_ends_at_until_though_its_node_answers_heartbeats(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pongs every 0.1 s: aiohttp's own receive timeout would start again at each of them.
+    monkeypatch.setattr("raftline.chaos.stream_workload.HEARTBEAT_S", 0.1)
+    recorder = Recorder(tmp_path / "history.jsonl")
+    async with serving(tmp_path / "node") as (api, _):
+        url = str(api.server.make_url("")).rstrip("/")
+        work = Workload(recorder, [url], "idle", 1, random.Random(5), replication_factor=1)
+        async with session() as http:
+            assert await work.create_topic(http, time.monotonic() + 10)
+            until = time.monotonic() + 1.0
+            await asyncio.wait_for(StreamConsumer(work, 9, 0).follow(http, until), timeout=5)
+            assert time.monotonic() - until < 1.0
+    recorder.close()

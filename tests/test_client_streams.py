@@ -49,6 +49,20 @@ def test_a_streamed_consumer_receives_records_produced_after_it_connected(
     consumer.close()
 
 
+def test_a_streamed_poll_on_a_quiet_topic_ends_at_its_wait_though_pings_keep_coming(
+    client: Client, new_topic: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A pong every 0.05 s: aiohttp's own receive timeout would start again at each of them.
+    monkeypatch.setattr("raftline.clients.websocket.PING_S", 0.05)
+    consumer = client.consumer(new_topic(1), offset="latest", stream=True, wait_ms=800)
+    polled: list[Any] = []
+    poll = threading.Thread(target=lambda: polled.append(consumer.poll()), daemon=True)
+    poll.start()
+    poll.join(timeout=10)
+    assert polled == [[]], "the poll went on past its wait"
+    consumer.close()
+
+
 def test_a_streamed_consumer_gets_its_window_back_as_it_polls(
     client: Client, new_topic: Callable[..., str]
 ) -> None:
@@ -235,8 +249,8 @@ class RecordingSocket:
     async def send_str(self, text: str) -> None:
         self.sent.append(text)
 
-    async def receive(self, timeout: float) -> Any:
-        raise TimeoutError
+    async def receive(self) -> Any:
+        await asyncio.sleep(3600)  # no frame comes: the receive's wait ends it
 
 
 def test_a_receive_sends_a_credit_frame_only_when_it_grants_credit_or_names_a_frame_seen() -> None:

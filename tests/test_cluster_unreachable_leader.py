@@ -1,0 +1,48 @@
+"""In-process 4-node cluster: a node whose link to a partition's leader has been down for an
+election timeout, while the other replicas still follow that leader, answers at once rather
+than wait for an election that is not coming.
+
+The topic has 3 replicas, so the fourth node holds none: it reaches a majority of the replicas
+(the two followers), and an election looks possible to it, yet none is coming.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+from inproc_harness import http_cluster, wait_for
+from test_cluster_stale_leader import TOPIC, cut, produce_via
+from test_node_cluster import batch_of, produce_anywhere
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def test_a_node_whose_link_to_the_known_leader_stayed_down_answers_503_at_once(
+    tmp_path: Path,
+) -> None:
+    async with http_cluster(tmp_path, 4) as cluster:
+        brokers = cluster.brokers
+        await brokers[0].create_topic(TOPIC, 1, 3, {})
+        await produce_anywhere(brokers, TOPIC, batch_of(b"warm"))
+        topic = brokers[0].meta.state.topics[TOPIC]
+        group, replicas = topic.group(0), topic.replicas[0]
+        leader = next(b for b in brokers if b.runtime.leader_of(group) == b.node_id)
+        outsider = next(b for b in brokers if b.node_id not in replicas)
+        await wait_for(lambda: outsider.runtime.leader_of(group) == leader.node_id)
+        assert (await produce_via(cluster, outsider))[0] == 200  # its topic cache is warm
+        cut(outsider, leader)
+        await wait_for(lambda: not outsider.runtime.transport.alive(leader.node_id))
+        # Long enough for a dead leader's group to have elected another one.
+        await asyncio.sleep(outsider.router.election_timeout_s)
+        assert outsider.runtime.reaches_majority(replicas)
+        assert outsider.runtime.leader_of(group) == leader.node_id  # the others follow it
+        started = time.monotonic()
+        status, body = await produce_via(cluster, outsider)
+        took = time.monotonic() - started
+        assert status == 503 and body["error"]["code"] == "leader_unavailable", body
+        assert body["error"]["retryable"] is True, body
+        # Not held for another election timeout, waiting for an election that is not coming.
+        assert took < outsider.router.election_timeout_s / 2, took
