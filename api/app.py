@@ -490,15 +490,7 @@ async def _produce_batch(request: web.Request) -> web.Response:
     if tid is not None:
         tid = validation.transactional_id(tid)
     body = await read_raw_body(request)
-    meta = await state.topic_meta(topic)
-    if partition >= meta.partitions:
-        raise ApiError(
-            "unknown_partition",
-            f"topic {topic!r} has no partition {partition} ({meta.partitions} partitions)",
-        )
-    batch, count = codec.produced_batch(
-        body, meta.max_message_bytes, meta.compression, transactional=tid is not None
-    )
+    batch, count = await checked_batch(state, topic, partition, body, tid)
     work = _produce_partition(state, topic, partition, batch, acks, tid)
     if acks == "none":
         task = asyncio.ensure_future(_fire_and_forget([work]))
@@ -510,6 +502,43 @@ async def _produce_batch(request: web.Request) -> web.Response:
     if duplicate:
         answer["duplicate"] = True
     return reply(request, answer)
+
+
+async def checked_batch(
+    state: ApiState, topic: str, partition: int, body: bytes, tid: str | None
+) -> tuple[bytes, int]:
+    """A producer-built batch for `partition`, checked against the topic (codec.produced_batch):
+    the batch to store and its record count. Shared by the POST and the produce stream."""
+    meta = await state.topic_meta(topic)
+    if partition >= meta.partitions:
+        raise ApiError(
+            "unknown_partition",
+            f"topic {topic!r} has no partition {partition} ({meta.partitions} partitions)",
+        )
+    return codec.produced_batch(
+        body, meta.max_message_bytes, meta.compression, transactional=tid is not None
+    )
+
+
+async def append_here(
+    state: ApiState,
+    topic: str,
+    partition: int,
+    batch: bytes,
+    acks: str,
+    tid: str | None = None,
+) -> tuple[int, bool]:
+    """Append a checked batch on this node, which must lead the partition (no forwarding):
+    (base offset, duplicate). Not leading is an error naming the leader, when one is known."""
+    try:
+        async with asyncio.timeout(PRODUCE_TIMEOUT_S):
+            return await state.broker.append(
+                topic, partition, batch, acks, crc_checked=True, transactional_id=tid
+            )
+    except NotLeader as exc:
+        error = from_broker_error(exc)
+        error.extra["leader_http"] = exc.leader_http
+        raise error from None
 
 
 async def _fire_and_forget(work: list[Awaitable[int]]) -> None:
@@ -536,15 +565,7 @@ async def internal_batch(request: web.Request) -> web.Response:
         check_crc(batch, header)
     except CorruptBatchError as exc:
         raise invalid(f"body is not one record batch: {exc}") from None
-    try:
-        async with asyncio.timeout(PRODUCE_TIMEOUT_S):
-            base, duplicate = await state.broker.append(
-                topic, partition, batch, acks, crc_checked=True, transactional_id=tid
-            )
-    except NotLeader as exc:
-        error = from_broker_error(exc)
-        error.extra["leader_http"] = exc.leader_http
-        raise error from None
+    base, duplicate = await append_here(state, topic, partition, batch, acks, tid)
     return reply(request, {"base_offset": base, "duplicate": duplicate})
 
 
@@ -767,9 +788,10 @@ def create_app(broker: Broker, *, self_http: str | None = None) -> web.Applicati
     restore.add_routes(app)
 
     queues.add_routes(app)
-    from raftline.api import exchanges, requests, streams
+    from raftline.api import exchanges, produce_stream, requests, streams
 
     streams.add_routes(app)
+    produce_stream.add_routes(app)
     exchanges.add_routes(app)
     requests.add_routes(app)
     if broker.config.test_hooks:

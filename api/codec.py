@@ -8,6 +8,7 @@ reading a whole HTTP body (a batch, mostly) with one copy, for the node and the 
 from __future__ import annotations
 
 import base64
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,8 @@ from raftline.raftlog.records import Codec, Record, build_batch, check_batch, de
 # Body type of a produce request holding one Kafka v2 record batch that the client built, and of
 # a fetch answer holding whole stored batches: the broker neither decodes nor re-encodes them.
 BATCH_CONTENT_TYPE = "application/vnd.raftline.batch"
+# A produce stream frame's header (api/produce_stream.py): request id, partition; a batch follows.
+PRODUCE_FRAME_HEADER = struct.Struct(">QI")
 
 Buffer = bytes | memoryview  # a stored batch: fetches hand out slices of one read
 

@@ -1,7 +1,7 @@
 """The OpenAPI description of server-side filters and streams (merged into api/openapi.py's).
 
 Owns the filter parameters and body field added to partition fetch, group fetch and queue
-receive, the `Filter` schema, and the three stream paths with their frames.
+receive, the `Filter` schema, the three stream paths with their frames, and the produce stream.
 """
 
 from __future__ import annotations
@@ -86,6 +86,24 @@ _STREAM_INTRO = (
     'credit granted (credit= at connect, then {"credit": n} frames from the client). An error '
     'ends the stream with a frame {"error": {...}}. '
 )
+_PRODUCE_STREAM = (
+    "A WebSocket (send Upgrade: websocket; a plain GET answers 426) on which a producer sends "
+    "record batches and gets their answers as frames: a batch costs a frame each way, not an "
+    "HTTP request and response. Open it at the partitions' leader: this endpoint does not "
+    "forward. Client frames are binary: a 12-byte header, a request id chosen by the client "
+    "(8 bytes) and the partition (4 bytes), both big-endian unsigned, then one Kafka "
+    "RecordBatch v2 as POST /v1/topics/{topic}/messages takes it with Content-Type "
+    "application/vnd.raftline.batch (the same checks; transactional batches go by POST). "
+    'Each batch is answered by one JSON text frame, {"id", "partition", "base_offset", '
+    '"count"} (and "duplicate": true for an idempotent retry), or {"id", "partition", '
+    '"status", "error": {...}} with the error body the POST would answer; leader_unavailable '
+    "(503, retryable, with leader_http when the leader is known) for a partition this node "
+    "does not lead. Answers come in "
+    "the order batches complete; many may be in flight (the node reads no more frames while "
+    "1,024 are unanswered). An acks=all answer means the batch is committed. A frame shorter "
+    'than its header is answered {"id": null, "error": ...} and the stream closes with 1002; '
+    "a text frame closes it with 1003, a frame over the body limit with 1009."
+)
 _UPGRADE = {
     "101": {"description": "switching to WebSocket: frames as described"},
     "400": _error("invalid_request"),
@@ -106,12 +124,30 @@ def _stream(summary: str, operation: str, description: str, params: list[Any]) -
     }
 
 
+def _produce_stream_path(topic: dict[str, Any]) -> dict[str, Any]:
+    acks = _query(
+        "acks",
+        {"type": "string", "enum": ["all", "leader"], "default": "all"},
+        "as for produce; acks=none is for POST only (no answer to send)",
+    )
+    return {
+        "get": {
+            "summary": "Produce record batches over a WebSocket",
+            "operationId": "produceStream",
+            "description": _PRODUCE_STREAM,
+            "parameters": [topic, acks],
+            "responses": _UPGRADE,
+        }
+    }
+
+
 def stream_paths(fetch_params: list[dict[str, Any]]) -> dict[str, Any]:
     """The stream paths; `fetch_params` are the partition fetch's (some are reused)."""
     shared = [p for p in fetch_params if p.get("name") in ("max_bytes", "isolation")]
     offset = next(p for p in fetch_params if p.get("name") == "offset")
     topic = next(p for p in fetch_params if p.get("name") == "topic")
     return {
+        "/v1/topics/{topic}/produce-stream": _produce_stream_path(topic),
         "/v1/topics/{topic}/stream": _stream(
             "Stream messages of a topic's partitions",
             "streamTopic",

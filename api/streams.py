@@ -73,7 +73,8 @@ class StreamStats:
             "# HELP raftline_streams_open WebSocket streams open on this node, by kind.",
             "# TYPE raftline_streams_open gauge",
             *(f'raftline_streams_open{{kind="{k}"}} {n}' for k, n in self.open.items()),
-            "# HELP raftline_stream_messages_total Messages pushed on streams, by kind.",
+            "# HELP raftline_stream_messages_total Messages pushed on streams (appended, on "
+            "produce streams), by kind.",
             "# TYPE raftline_stream_messages_total counter",
             *(
                 f'raftline_stream_messages_total{{kind="{k}"}} {n}'
@@ -83,7 +84,7 @@ class StreamStats:
         return out
 
 
-KINDS = ("topic", "group", "queue")
+KINDS = ("topic", "group", "queue", "produce")  # produce: api/produce_stream.py
 STATS_KEY = web.AppKey("stream_stats", StreamStats)
 
 
@@ -128,6 +129,17 @@ def _credit(query: Any) -> int:
     return value
 
 
+def required_upgrade(request: web.Request) -> None:
+    """A 426 for a request that does not ask for a WebSocket."""
+    if request.headers.get("Upgrade", "").lower() != "websocket":
+        raise ApiError(
+            "invalid_request",
+            "this endpoint streams over WebSocket (send Upgrade: websocket); "
+            "without it, use its request-per-call form",
+            status=426,
+        )
+
+
 Frame = tuple[str | bytes, int]  # a text (JSON) or binary frame, and the messages it holds
 Round = Callable[[int], Awaitable[list[Frame]]]  # credit left -> the frames to send
 
@@ -137,13 +149,7 @@ async def _serve(
 ) -> web.StreamResponse:
     """Upgrade, then run rounds while the client is there: each sends its frame (if any) and
     spends the credit of the messages in it. An error ends the stream with an error frame."""
-    if request.headers.get("Upgrade", "").lower() != "websocket":
-        raise ApiError(
-            "invalid_request",
-            "this endpoint streams over WebSocket (send Upgrade: websocket); "
-            "without it, use the long-poll endpoint",
-            status=426,
-        )
+    required_upgrade(request)
     socket = web.WebSocketResponse(heartbeat=PING_S, max_msg_size=1 << 16)
     await socket.prepare(request)
     stats = request.app[STATS_KEY]

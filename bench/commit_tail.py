@@ -33,6 +33,7 @@ from bench.fsync_tail import FORWARDED, CpuWatch, _counters, _stage_buckets, sta
 from bench.host_samples import _cpu_and_rss
 from bench.node_procs import running_nodes
 from raftline.clients.aio import AsyncClient
+from raftline.clients.wire import TRANSPORTS
 
 NODES = 3
 PORT_BASE = 19700
@@ -65,7 +66,12 @@ _QUANTILES = (("p50", 0.5), ("p99", 0.99), ("p999", 0.999))
 
 
 async def _publish_at_rate(
-    client: AsyncClient, leaders: list[str], rate: float, seconds: float, size: int
+    client: AsyncClient,
+    leaders: list[str],
+    rate: float,
+    seconds: float,
+    size: int,
+    transport: str = "http",
 ) -> list[float]:
     """Send one message per request at `rate` msg/s to the partitions in turn, each to its
     leader's URL; each ack's latency counted from when its message was due."""
@@ -74,7 +80,8 @@ async def _publish_at_rate(
     tasks: set[asyncio.Task[None]] = set()
 
     async def send(partition: int, due: float) -> None:
-        await client.produce_batch(TOPIC, partition, [payload], "all", url=leaders[partition])
+        url = leaders[partition]
+        await client.produce_batch(TOPIC, partition, [payload], "all", url=url, transport=transport)
         latencies.append(time.monotonic() - due)
 
     start = time.monotonic()
@@ -89,7 +96,7 @@ async def _publish_at_rate(
 
 
 async def _publish_in_turn(
-    client: AsyncClient, leaders: list[str], seconds: float, size: int
+    client: AsyncClient, leaders: list[str], seconds: float, size: int, transport: str = "http"
 ) -> list[float]:
     """Send one message per request to the partitions in turn for `seconds`, each request once
     the last was acknowledged; each ack's latency counted from its send."""
@@ -99,7 +106,8 @@ async def _publish_in_turn(
     i = 0
     while (sent := time.monotonic()) < end:
         partition = i % len(leaders)
-        await client.produce_batch(TOPIC, partition, [payload], "all", url=leaders[partition])
+        url = leaders[partition]
+        await client.produce_batch(TOPIC, partition, [payload], "all", url=url, transport=transport)
         latencies.append(time.monotonic() - sent)
         i += 1
     return latencies
@@ -113,6 +121,7 @@ def run(
     flags: dict[str, str],
     root: Path,
     one_at_a_time: bool = False,
+    transport: str = "http",
 ) -> dict[str, Any]:
     """One run on fresh nodes: warm-up, an idle window, then the measured window."""
     with running_nodes(root, NODES, PORT_BASE, "always", flags) as cluster:
@@ -123,7 +132,7 @@ def run(
 
         async def go() -> dict[str, Any]:
             try:
-                await _publish_at_rate(client, leaders, rate, WARMUP_S, size)
+                await _publish_at_rate(client, leaders, rate, WARMUP_S, size, transport)
                 idle_s = min(seconds, IDLE_MAX_S)
                 idle0, _ = _cpu_and_rss(list(pids.values()))
                 await asyncio.sleep(idle_s)
@@ -135,9 +144,11 @@ def run(
                 watch = CpuWatch({**pids, "probe (client)": os.getpid()}).start()
                 began = time.monotonic()
                 if one_at_a_time:
-                    latencies = await _publish_in_turn(client, leaders, seconds, size)
+                    latencies = await _publish_in_turn(client, leaders, seconds, size, transport)
                 else:
-                    latencies = await _publish_at_rate(client, leaders, rate, seconds, size)
+                    latencies = await _publish_at_rate(
+                        client, leaders, rate, seconds, size, transport
+                    )
                 window = time.monotonic() - began
                 cpu_pct, waits = watch.stop()
                 cpu1, _ = _cpu_and_rss(list(pids.values()))
@@ -165,6 +176,7 @@ def run(
         result = asyncio.run(go())
     return {
         "rate": "one at a time" if one_at_a_time else rate,
+        "transport": transport,
         "flags": flags,
         "load_1m": round(os.getloadavg()[0], 2),
         **result,
@@ -183,13 +195,26 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="each request once the last was acknowledged (CPU per request; --rate: warm-up)",
     )
+    parser.add_argument(
+        "--transport",
+        choices=TRANSPORTS,
+        default="http",
+        help="each request a POST, or a frame on a produce stream per leader",
+    )
     parser.add_argument("--out", help="append the result as one JSON line here")
     args = parser.parse_args(argv)
     flags = dict(flag.split("=", 1) for flag in args.flag)
     root = Path(tempfile.mkdtemp(prefix="commit-tail-", dir=os.environ.get("BENCH_DIR")))
     try:
         result = run(
-            args.rate, args.seconds, args.partitions, args.size, flags, root, args.one_at_a_time
+            args.rate,
+            args.seconds,
+            args.partitions,
+            args.size,
+            flags,
+            root,
+            args.one_at_a_time,
+            args.transport,
         )
     finally:
         shutil.rmtree(root, ignore_errors=True)

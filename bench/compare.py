@@ -28,6 +28,7 @@ SYSTEMS = PEER_ORDER  # every system a comparison knows, in the order reports li
 PEER_OF = {
     "raftline": "raftline",
     "raftline-idempotent": "raftline",
+    "raftline-post": "raftline",
     "raftline-nofsync": "raftline-nofsync",
     "nats": "nats",
     "rabbitmq-quorum": "rabbitmq",

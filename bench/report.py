@@ -16,6 +16,7 @@ PERCENTILES = ("p50", "p99", "p99.9", "max")
 PEER_ORDER = (
     "raftline",
     "raftline-idempotent",
+    "raftline-post",
     "raftline-nofsync",
     "nats",
     "rabbitmq-quorum",
@@ -30,6 +31,7 @@ PAGE_CACHE = "no fsync before ack"
 DURABILITY_CLASS = {
     "raftline": FSYNCED,  # --fsync always
     "raftline-idempotent": FSYNCED,  # the same nodes, the client's idempotent producer
+    "raftline-post": FSYNCED,  # the same nodes, the queue workloads' producer by POST
     "raftline-nofsync": PAGE_CACHE,  # --fsync never
     "nats": PAGE_CACHE,  # nats-server 2.9: fsync on a 2-minute timer
     "rabbitmq-quorum": FSYNCED,  # Ra WAL fsync before the confirm

@@ -17,9 +17,10 @@ from typing import Any, TypeVar
 
 from raftline.clients import websocket, wire
 from raftline.clients.consuming import ConsumerApi
-from raftline.clients.core import Hook, Op, Pause, Step
+from raftline.clients.core import Call, Hook, Op, Pause, Step
 from raftline.clients.exchanging import RoutingClientApi
 from raftline.clients.grouping import GroupConsumerApi
+from raftline.clients.produce_streams import ProduceStreams
 from raftline.clients.producing import Batch, ProducerApi
 from raftline.clients.queueing import QueueApi, QueueMessage
 from raftline.clients.streaming import Grant, Open, Receive, Shut
@@ -93,9 +94,12 @@ class Client(RoutingClientApi):
         super().__init__(*args, **options)  # url, timeout, retry, wire: see ClientCore
         self._pool = _ConnectionPool(self.timeout)
         self._loop_thread: websocket.LoopThread | None = None  # streams' I/O, made when needed
+        self._produce_streams: ProduceStreams | None = None  # on the loop thread
 
     def close(self) -> None:
         self._pool.close()
+        if self._produce_streams is not None and self._loop_thread is not None:
+            self._loop_thread.run(self._produce_streams.close())
         if self._loop_thread is not None:
             self._loop_thread.close()
 
@@ -138,6 +142,8 @@ class Client(RoutingClientApi):
                     result = self._streams().run(websocket.send_credit(call))
                 elif isinstance(call, Shut):
                     result = self._streams().run(websocket.close_stream(call.stream))
+                elif call.stream is not None:  # a batch that may go on a produce stream
+                    result = self._streamed(call)
                 else:
                     result = self.exchange(call.method, call.path, call.request, call.url)
             except Exception as error:  # the Op decides: a producer fails its batch's futures
@@ -150,6 +156,19 @@ class Client(RoutingClientApi):
         if self._loop_thread is None:
             self._loop_thread = websocket.LoopThread(self.timeout)
         return self._loop_thread
+
+    def _streamed(self, call: Call) -> wire.Answer:
+        """A batch POST as a frame on the node's produce stream (on the streams' loop); by
+        POST, from this thread, if that fails."""
+        assert call.stream is not None
+        streams = self._streams()
+        if self._produce_streams is None:
+            self._produce_streams = ProduceStreams(streams.opened)
+        base = self._base_url(call.url)
+        answer = streams.run(self._produce_streams.answered(base, call.stream, call.request))
+        if answer is None:
+            return self.exchange(call.method, call.path, call.request, call.url)
+        return answer
 
     def _opened(self, call: Open) -> Any:
         """A stream opened with the client's retries on retryable failures."""

@@ -38,6 +38,8 @@ from raftline.clients.wire import (
     json_request,
     member_path,
     messages_path,
+    produce_stream_path,
+    streams_batches,
     topic_body,
     topic_path,
     values_request,
@@ -62,12 +64,14 @@ NO_RETRY = RetryPolicy(retries=0)
 class Call:
     """One request for the shell to make, with the client's retries (unless the request says
     `retry=False`): to `url` first, or to a bootstrap node when it is None. The shell sends the
-    Op the Answer or throws it the error."""
+    Op the Answer or throws it the error. `stream`: a batch POST that may go as a frame on
+    this produce stream path of the node instead (clients/produce_streams.py)."""
 
     method: str
     path: str
     request: Request
     url: str | None = None
+    stream: str | None = None
 
 
 @dataclass(slots=True)
@@ -144,8 +148,10 @@ def _then(op: Op[_S], then: Callable[[_S], _T]) -> Op[_T]:
     return then((yield from op))
 
 
-def _exchange(method: str, path: str, request: Request, url: str | None) -> Op[Answer]:
-    return (yield Call(method, path, request, url))
+def _exchange(
+    method: str, path: str, request: Request, url: str | None, stream: str | None = None
+) -> Op[Answer]:
+    return (yield Call(method, path, request, url, stream))
 
 
 def _nothing(_: Any) -> None:
@@ -369,11 +375,14 @@ class ClientApi(ClientCore):
         *,
         key: bytes | str | None = None,
         url: str | None = None,
+        transport: str = "http",
     ) -> Returns[BatchAcked]:
         """Send values (all with `key`) to one partition as one record batch (whatever the
-        wire); one answer for all."""
+        wire); one answer for all. `transport="stream"`: as a frame on the node's produce
+        stream (by POST if that fails), as a producer with that option sends."""
         request = values_request(partition, values, key, acks)
-        op = _exchange("POST", messages_path(topic), request, url)
+        stream = produce_stream_path(topic) if streams_batches(transport, "batch", acks) else None
+        op = _exchange("POST", messages_path(topic), request, url, stream)
         return self._run(_then(op, lambda a: batch_acked(a.json(), partition, len(values))))
 
     def fetch(

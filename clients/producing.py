@@ -41,6 +41,8 @@ from raftline.clients.wire import (
     encode_record,
     json_acks,
     messages_path,
+    produce_stream_path,
+    streams_batches,
     transactional_fields,
     values_request,
 )
@@ -156,7 +158,8 @@ class MessageBatch:
                 self.producer,
                 producer.transactional_id,
             )
-        return batch_acks((yield Call("POST", path, self.request, url)).json())
+        answer = yield Call("POST", path, self.request, url, producer.stream_path)
+        return batch_acks(answer.json())
 
     def settle(self, acked: list[Acked]) -> None:
         # A caller may have cancelled a future meanwhile; its message was sent all the same.
@@ -196,7 +199,8 @@ class ValuesBatch:
                 self.producer,
                 producer.transactional_id,
             )
-        answer = yield Call("POST", messages_path(producer.topic), self.request, url)
+        path = messages_path(producer.topic)
+        answer = yield Call("POST", path, self.request, url, producer.stream_path)
         return batch_acked(answer.json(), self.partition, len(self.values))
 
     def settle(self, acked: BatchAcked) -> None:
@@ -228,11 +232,15 @@ class ProducerCore:
         delivery_timeout_ms: float = 120_000,
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60_000,
+        transport: str = "http",
     ) -> None:
         self.client = client
         self.topic = topic
         self.acks = acks
         self.codec = codec_of(compression, client.wire)
+        streamed = streams_batches(transport, client.wire, acks, transactional_id)
+        # Where batches may go as frames instead of POSTs (None: every batch is a POST).
+        self.stream_path = produce_stream_path(topic) if streamed else None
         self.transactional_id = transactional_id
         self.transaction_timeout_ms = transaction_timeout_ms
         self.txn_error: BaseException | None = None  # a batch of the open transaction failed
@@ -534,6 +542,7 @@ class ProducerApi:
         delivery_timeout_ms: float = 120_000,
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60_000,
+        transport: str = "http",
     ) -> None:
         """`idempotent` (on by default with acks="all", as in Kafka 3; False turns it off):
         get a producer id and number every batch, so that resending a batch after any
@@ -541,7 +550,9 @@ class ProducerApi:
         batches per partition are then in flight. `transactional_id`: a transactional
         (and idempotent) producer: every message sent belongs to the open transaction, which
         commit() or abort() ends (send_offsets_to_transaction adds consumer offsets); a new
-        producer with the same id fences this one."""
+        producer with the same id fences this one. `transport="stream"`: batches go as frames
+        on one produce stream per leader node (README "Produce streams"), many in flight, and
+        by POST whenever a stream fails or answers an error; retries are the POST's."""
         self.client = client
         self.topic = topic
         self.acks = acks
@@ -557,6 +568,7 @@ class ProducerApi:
             delivery_timeout_ms,
             transactional_id,
             transaction_timeout_ms,
+            transport,
         )
 
     def _queued(self, add: Callable[[int, Any], bool]) -> Any:

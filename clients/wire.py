@@ -359,6 +359,32 @@ def messages_path(topic: str, partition: int | None = None) -> str:
     return topic_path(topic, "partitions", str(partition), "messages")
 
 
+def produce_stream_path(topic: str) -> str:
+    """The topic's produce stream: batches as frames instead of POSTs (clients/produce_streams)."""
+    return topic_path(topic, "produce-stream")
+
+
+TRANSPORTS = ("http", "stream")  # how a producer sends its batches: POSTs, or produce streams
+
+
+def streams_batches(
+    transport: str, wire: str, acks: str, transactional_id: str | None = None
+) -> bool:
+    """Whether a producer sends its batches on produce streams (`transport="stream"`): record
+    batches only, with an answer to wait for, outside transactions (the stream takes none)."""
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+    if transport == "http":
+        return False
+    if wire != "batch":
+        raise ValueError("transport='stream' sends record batches: it needs wire='batch'")
+    if acks not in ("all", "leader"):
+        raise ValueError(f'transport="stream" needs acks "all" or "leader", got {acks!r}')
+    if transactional_id is not None:
+        raise ValueError('a transactional producer sends by POST: drop transport="stream"')
+    return True
+
+
 def group_path(group: str, *rest: str) -> str:
     return "/".join(["/v1/groups", urllib.parse.quote(group, safe=""), *rest])
 

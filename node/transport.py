@@ -54,14 +54,25 @@ KEPT_BUFFER_BYTES = 4 * 1024 * 1024
 # 200 ms makes one lost segment stall every group on a node pair's one connection that long.
 TCP_RTO_MIN_US = 45
 PEER_RTO_MIN_US = 10_000
+# tcp(7) TCP_RTO_MAX_MS (Linux 6.15+): the ceiling of that timeout as it doubles while nothing is
+# acknowledged. At Linux's default of 120 s, a connection cut for 20 s by a network partition
+# next retransmitted up to 20 s after the heal, and the groups whose traffic it carries waited
+# that long. At 1 s (the least Linux allows) each side retransmits every second while cut, so a
+# healed link carries frames again within a second; a fresh dial retries its SYN as often.
+# Linux gives a connection up after tcp_retries2 (15) unanswered retransmissions, so now after
+# about 15 s of a cut, not 15 min: a longer cut heals on a new connection, as after a restart.
+TCP_RTO_MAX_MS = 44
+PEER_RTO_MAX_MS = 1_000
 
 
 def tune_peer_socket(sock: Any) -> None:
-    """Lower the retransmission timeout floor of a node-to-node socket (where the kernel can)."""
+    """Bound the retransmission timeout of a node-to-node socket (where the kernel can): a lower
+    floor than Linux's default, and a ceiling for its backoff."""
     if sock is None:
         return
-    with contextlib.suppress(OSError, AttributeError):
-        sock.setsockopt(socket.IPPROTO_TCP, TCP_RTO_MIN_US, PEER_RTO_MIN_US)
+    for option, value in ((TCP_RTO_MIN_US, PEER_RTO_MIN_US), (TCP_RTO_MAX_MS, PEER_RTO_MAX_MS)):
+        with contextlib.suppress(OSError, AttributeError):
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
 # RPC error code of a call whose outcome is unknown: it was sent, and the link failed before
@@ -242,9 +253,11 @@ class Transport:
             silent = silence > self.dead_after.base_s
             if link.alive and silent:
                 link.alive = False
+                log.info("link to node %s down: silent for %.2f s", peer, silence)
                 self._link_down(peer)
             elif not link.alive and not silent:
                 link.alive, link.gone = True, False
+                log.info("link to node %s alive again on the same connection", peer)
                 self._on_link(peer, True, True)  # heard again on the same connection
             if not link.gone and silence > dead_after:
                 link.gone = True
@@ -288,9 +301,9 @@ class Transport:
         backoff = 0.05
         while True:
             try:
-                host, port = parse_address(self.addresses[peer])
+                sock = await self._dial_socket(peer)
                 _, connection = await loop.create_connection(
-                    lambda: _PeerConnection(self, peer), host, port
+                    lambda: _PeerConnection(self, peer), sock=sock
                 )
             except OSError:
                 await asyncio.sleep(backoff)
@@ -300,18 +313,43 @@ class Transport:
             await connection.closed
             await asyncio.sleep(backoff)  # a peer that accepts and drops at once is not spun on
 
+    async def _dial_socket(self, peer: int) -> socket.socket:
+        """A socket connected to `peer` (its addresses tried in turn), tuned before its SYN: a
+        dial into a partition then retries its SYN every second, not 1, 2, 4 ... s apart."""
+        loop = asyncio.get_running_loop()
+        host, port = parse_address(self.addresses[peer])
+        failure = OSError(f"no address for node {peer}")
+        for family, kind, proto, _, address in await loop.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM
+        ):
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                tune_peer_socket(sock)
+                await loop.sock_connect(sock, address)
+                return sock
+            except OSError as exc:
+                sock.close()
+                failure = exc
+            except BaseException:
+                sock.close()
+                raise
+        raise failure
+
     def _attach(self, peer: int, transport: asyncio.Transport) -> None:
         """A connection to `peer` is up (dialed, or accepted and named by its HELLO)."""
         old = self._links.get(peer)
         if old is not None:
             old.transport.close()
         self._links[peer] = _Link(transport)
+        log.info("link to node %s up on a new connection", peer)
         self._on_link(peer, True, False)
 
     def _detach(self, peer: int, transport: asyncio.Transport) -> None:
         link = self._links.get(peer)
         if link is not None and link.transport is transport:
             del self._links[peer]
+            log.info("link to node %s down: connection closed", peer)
             self._link_down(peer)
             if not link.gone:
                 self.peers_gone += 1

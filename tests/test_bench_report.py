@@ -120,7 +120,13 @@ def test_a_peer_that_acks_before_any_fsync_is_compared_with_raftline_nofsync() -
 
 def test_each_peer_is_in_the_class_its_acknowledgement_implies() -> None:
     fsynced = {s for s, c in DURABILITY_CLASS.items() if c == "fsync before ack"}
-    assert fsynced == {"raftline", "raftline-idempotent", "rabbitmq-quorum", "redis"}
+    assert fsynced == {
+        "raftline",
+        "raftline-idempotent",
+        "raftline-post",
+        "rabbitmq-quorum",
+        "redis",
+    }
     assert {"nats", "rabbitmq-stream", "raftline-nofsync"} == set(DURABILITY_CLASS) - fsynced
 
 

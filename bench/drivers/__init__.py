@@ -16,6 +16,8 @@ DRIVERS: dict[str, str] = {
     "raftline-nofsync": "bench.drivers.raftline:RaftlineDriver",
     # The same nodes as raftline; the client's default, idempotent producer.
     "raftline-idempotent": "bench.drivers.raftline:IdempotentRaftlineDriver",
+    # The same nodes as raftline; the queue workloads' producer by POST, not produce streams.
+    "raftline-post": "bench.drivers.raftline:PostRaftlineDriver",
     "nats": "bench.drivers.nats_js:NatsDriver",
     "rabbitmq-quorum": "bench.drivers.rabbitmq:QuorumQueueDriver",
     "rabbitmq-stream": "bench.drivers.rabbitmq_stream:StreamDriver",

@@ -1,7 +1,8 @@
 """Raftline driver through the project's own asyncio client (raftline.clients.client).
 
-Owns the use of AsyncProducer.send_batch (one record batch and one future per batch) and of
-AsyncConsumer.poll_values (values straight from the fetched batches, no Message objects).
+Owns the use of AsyncProducer.send_batch (one record batch and one future per batch; on the
+queue workloads, sent on produce streams) and of AsyncConsumer.poll_values (values straight
+from the fetched batches, no Message objects).
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ class RaftlineDriver(Driver):
     queues = True
     idempotent = False
     honours_retention = True
+    # The queue workloads' producer: its batches as frames on one produce stream per leader
+    # node (README "Produce streams") rather than one HTTP request each.
+    queue_transport = "stream"
 
     @property
     def durability(self) -> str:
@@ -67,6 +71,7 @@ class RaftlineDriver(Driver):
         self.client = AsyncClient(f"http://{self.endpoint.host}:{self.endpoint.ports['http']}")
         await self.client.cluster()
         self.producers: dict[tuple[str, str], AsyncProducer] = {}
+        self.queue_topics: set[str] = set()
         self.queue_errors: collections.Counter[str | None] = collections.Counter()
 
     async def create_topic(self, topic: str, partitions: int) -> None:
@@ -88,7 +93,10 @@ class RaftlineDriver(Driver):
     ) -> None:
         producer = self.producers.get((topic, acks))
         if producer is None:
-            producer = AsyncProducer(self.client, topic, acks=acks, idempotent=self.idempotent)
+            transport = self.queue_transport if topic in self.queue_topics else "http"
+            producer = AsyncProducer(
+                self.client, topic, acks=acks, idempotent=self.idempotent, transport=transport
+            )
             self.producers[(topic, acks)] = producer
         await (await producer.send_batch(payloads, partition=partition))
 
@@ -111,8 +119,10 @@ class RaftlineDriver(Driver):
     @property
     def queue_durability(self) -> str:
         r = self.endpoint.replicas
+        sent = "produce stream (WebSocket) frames" if self.queue_transport == "stream" else "POSTs"
         return (
-            f"{self.durability}. Queue: one over all partitions; each receiver holds a pushed "
+            f"{self.durability}; batches published as {sent}. "
+            "Queue: one over all partitions; each receiver holds a pushed "
             "stream (WebSocket) from the queue's shard leader with prefetch "
             f"{QUEUE_PREFETCH_PER_PARTITION} per partition (messages locked to it and not yet "
             "settled); each frame's receipts are acked "
@@ -127,6 +137,7 @@ class RaftlineDriver(Driver):
 
     async def create_queue(self, topic: str, partitions: int) -> None:
         await self.create_topic(topic, partitions)
+        self.queue_topics.add(topic)
         queue = self.client.queue(self.queue_name(topic))
         await queue.create(topic, lock_ms=QUEUE_LOCK_MS, max_deliveries=5)
 
@@ -197,3 +208,11 @@ class IdempotentRaftlineDriver(RaftlineDriver):
             f"{super().durability}; idempotent producer (the client's default): a resent "
             "batch is never written twice"
         )
+
+
+class PostRaftlineDriver(RaftlineDriver):
+    """The queue workloads' producer by POST, one HTTP request per batch: the baseline of the
+    produce stream (same nodes as raftline)."""
+
+    system = "raftline-post"
+    queue_transport = "http"
