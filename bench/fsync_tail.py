@@ -35,7 +35,7 @@ from bench.node_procs import NodeCluster, running_nodes
 from bench.runner import WorkloadRun
 from bench.wakeup_ring import HOPS, ring_tail
 from bench.workload import WORKLOAD_DIR, load_workload
-from raftline.node.runtime import FSYNC_THREADS
+from raftline.node.rounds import FSYNC_THREADS
 from raftline.node.stages import BUCKETS_S, METRIC, STAGES
 
 NODES = 3

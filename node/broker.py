@@ -124,7 +124,7 @@ class Broker:
         self._reconcile_again = False
         self._tasks: list[asyncio.Task[None]] = []
         self.leaders = LeaderWatch()  # leader changes seen here, for the controller's balancing
-        self.runtime.leader_listeners.append(self._leader_changed)
+        self.runtime.leader_view.listeners.append(self._leader_changed)
         self._balanced_at = 0.0
         self._producer_counts: tuple[float, int, int] | None = None  # (at, producers, expired)
         self.counters: dict[str, int] = {
@@ -384,7 +384,7 @@ class Broker:
             await expire_temporary_topics(self)
 
     def _leader_changed(self, group: str) -> None:
-        self.leaders.saw(group, self.runtime.leader_of(group), time.monotonic())
+        self.leaders.saw(group, self.runtime.leader_view.leader_of(group), time.monotonic())
 
     async def _balance_leaders(self, now: float) -> None:
         for group, current, preferred in self.leaders.moves(

@@ -1,7 +1,7 @@
 """The multi-Raft driver: all Raft groups of a node on one asyncio loop, one timer, a disk pool.
 
-Owns group lifecycle, driver rounds with group commit, proposals, read barriers, leader views and
-quiescence of idle groups.
+Owns group lifecycle, driver rounds with group commit, proposals, read barriers and quiescence of
+idle groups; node/rounds.py writes a round to disk, node/leaders.py keeps who leads what.
 
 A driver round takes the touched groups: (1) on the loop, feed each its ticks, messages,
 proposals and read requests and collect the Readys; send leaders' APPENDs and HEARTBEATs at once
@@ -50,29 +50,32 @@ import itertools
 import logging
 import random
 import time
-from collections import defaultdict, deque
-from collections.abc import Callable, Collection, Iterable, Iterator
-from concurrent import futures
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from functools import cached_property, partial
-from typing import Any, Protocol
+from typing import Any
 
 from raftline.node import wire
 from raftline.node.config import NodeConfig
+from raftline.node.group import Accepted, Group, GroupStorage, Proposal, Replica
+from raftline.node.leaders import LeaderView
 from raftline.node.role_log import RoleLog
+from raftline.node.rounds import (
+    DiskWrites,
+    Round,
+    Write,
+    appends_after,
+    observe_disk_hand_offs,
+    persist,
+)
 from raftline.node.stages import StageTimes
 from raftline.node.transport import RpcHandler, Transport
 from raftline.raftlog.raft import RaftConfig, RaftNode
 from raftline.raftlog.types import (
     Entry,
     EntryKind,
-    HardState,
-    LogView,
     Message,
     MessageType,
-    Ready,
-    SnapshotMeta,
 )
 
 log = logging.getLogger(__name__)
@@ -80,11 +83,6 @@ log = logging.getLogger(__name__)
 _HEARTBEATS = (MessageType.HEARTBEAT, MessageType.HEARTBEAT_RESP)
 _REPLICATION = (MessageType.APPEND, MessageType.HEARTBEAT)  # a leader's, sent before its fsync
 ORPHANS_PER_GROUP = 16
-DISK_THREADS = 8  # writes that may be on disk at once
-# A leader's next write may start while its last one fsyncs; a write whose fsync waits for an
-# earlier one holds a disk thread, so a group with a stalled fsync holds at most this many.
-WRITES_PER_GROUP = 2
-FSYNC_THREADS = 8  # fsyncs that may be in flight at once
 LOOP_READ_BYTES = 1 << 20  # fetch reads up to this size may run on the loop (see read_log)
 ORPHAN_GROUPS = 1024
 # A round feeds at most this many groups; the others wait for the next round, after the loop has
@@ -96,20 +94,6 @@ TICKS_PER_FEED = 1  # see _feed
 
 class GroupStopped(Exception):
     """The group was removed or the node is stopping before the request completed."""
-
-
-class GroupStorage(LogView, Protocol):
-    """What the driver needs from a group's durable log (raftlog.storage.RaftStorage)."""
-
-    @property
-    def hard_state(self) -> HardState: ...
-    def append(self, entries: list[Entry]) -> Any: ...
-    def save(self, hard_state: HardState) -> None: ...
-    def install(self, meta: Any) -> Any: ...
-    def trim(self, index: int, voters: tuple[int, ...], learners: tuple[int, ...]) -> Any: ...
-    def retention_point(self) -> int: ...
-    def fsync(self) -> None: ...
-    def close(self) -> None: ...
 
 
 class _DirtyGroups:
@@ -143,113 +127,6 @@ class _DirtyGroups:
         return len(self._names)
 
 
-class Replica(Protocol):
-    """The state machine a group drives (a partition or the metadata)."""
-
-    def on_commit(self, entries: list[Entry]) -> None: ...
-    def on_role(self, role: str, leader: int | None, term: int) -> None: ...
-
-
-Accepted = Callable[[int, int], None]
-
-
-@dataclass(slots=True)
-class _Proposal:
-    data: bytes
-    count: int
-    kind: EntryKind
-    future: asyncio.Future[tuple[int, int]]
-    on_accept: Accepted | None
-    queued_at: float
-
-
-@dataclass(eq=False)
-class Group:
-    name: str
-    core: RaftNode
-    storage: GroupStorage
-    replica: Replica
-    applied: int
-    inbox: list[Message] = field(default_factory=list)
-    notices: list[tuple[int, list[Any]]] = field(default_factory=list)
-    proposals: list[_Proposal] = field(default_factory=list)
-    reads: list[tuple[bytes, asyncio.Future[None]]] = field(default_factory=list)
-    pending_reads: dict[bytes, asyncio.Future[None]] = field(default_factory=dict)
-    waiting_reads: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
-    ticks: int = 0
-    campaign: bool = False
-    campaign_pre_vote: bool = True
-    transfer_to: int | None = None
-    trim_to: int | None = None
-    snapshot_state: tuple[int, bytes] | None = None  # (index, state) of a received snapshot
-    quiet: bool = False
-    waits_for: int | None = None  # a fresh follower's expected first leader (see add_group)
-    woken_by_link: int | None = None  # the node whose link loss woke this quiet group
-    idle_ticks: int = 0
-    inbox_since: float | None = None  # when the oldest APPEND in the inbox arrived
-    # a leader's rounds with entries not yet applied: (last index, fed at), oldest first
-    uncommitted: deque[tuple[int, float]] = field(default_factory=deque)
-    role: str = "follower"
-    leader: int | None = None
-    term: int = 0
-
-    def peers(self, me: int) -> set[int]:
-        return set(self.core.voters | self.core.learners) - {me}
-
-
-@dataclass(eq=False)
-class _Write:
-    """One disk write of rounds (of one or more groups) on the disk pool."""
-
-    rounds: list[_Round]
-    future: asyncio.Future[None] | None = None  # done once the loop took up its outcome
-    submitted_at: float = field(default_factory=time.monotonic)
-    started_at: float = 0.0  # when a disk thread took it
-    returned_at: float = 0.0  # when its disk thread was done with it
-    # per log fsync: (handed to the thread that ran it, started, returned), time.monotonic()
-    fsyncs: list[tuple[float, float, float]] = field(default_factory=list)
-    written: bool = False  # its entries are in the log files; its fsyncs may still run
-    # Set by its disk thread once its entries are in the log files, without waking the loop
-    # (which reads it when input arrives): a follower's next write may then start.
-    appended: bool = False
-    done: bool = False
-
-    @cached_property
-    def groups(self) -> dict[str, None]:
-        # Read several times per write (start, entries written, returned): built once.
-        return dict.fromkeys(r.group.name for r in self.rounds)
-
-    def rounds_of(self, name: str) -> list[_Round]:
-        return [r for r in self.rounds if r.group.name == name]
-
-
-@dataclass
-class _Round:
-    group: Group
-    ready: Ready | None
-    accepted: list[tuple[asyncio.Future[tuple[int, int]], int, int]]
-    trim: SnapshotMeta | None = None
-    fed_at: float = 0.0  # time.monotonic() when the Ready was taken
-    applied_early: bool = False  # committed entries went to the replica before its write ended
-    written: bool = False  # its entries are in the log file (maybe not yet fsynced)
-    # a follower's round whose write only appends after its log's last entry (no truncation,
-    # no snapshot) in `term`: more rounds of the group may be fed beside it (see _takeable)
-    extends_in: int | None = None
-
-    @property
-    def writes(self) -> bool:
-        return self.ready is not None or self.trim is not None
-
-    @property
-    def touches_disk(self) -> bool:
-        """False when the Ready holds only a commit-index change (kept in memory by the
-        storage until the next term/vote write): such rounds skip the disk thread."""
-        rd = self.ready
-        return self.trim is not None or (
-            rd is not None and (bool(rd.entries) or rd.snapshot is not None or rd.must_sync)
-        )
-
-
 class Runtime:
     def __init__(
         self, config: NodeConfig, on_rpc: RpcHandler, rng: random.Random | None = None
@@ -257,41 +134,17 @@ class Runtime:
         self.config = config
         self.node_id = config.node_id
         self.groups: dict[str, Group] = {}
-        # group -> (leader node, term) as last announced; covers groups this node does not host.
-        self.leader_view: dict[str, tuple[int, int]] = {}
-        # group -> futures of forwarders waiting on a leader (the node each expects to lead)
-        self._leader_watches: dict[str, dict[asyncio.Future[None], int]] = {}
         self._rng = rng or random.Random()
-        # called with a group's name whenever its leader as seen here may have changed
-        self.leader_listeners: list[Callable[[str], None]] = []
         self._active: set[str] = set()  # groups that receive ticks (not quiet)
         self._leading: set[str] = set()  # groups led here
         self._dirty = _DirtyGroups()
         self.first_groups: set[str] = set()  # fed first in every round (the metadata group)
         self._notices: dict[int, list[list[Any]]] = defaultdict(list)
-        # peer -> groups whose leadership here began while its link was down: told on revival
-        self._unannounced: dict[int, set[str]] = defaultdict(set)
-        # peer -> when its link went down (silent or closed), while it stays down
-        self._link_down_at: dict[int, float] = {}
         self._orphans: dict[str, list[Message]] = {}  # messages for groups not created yet
         self._wakeup = asyncio.Event()
-        # group -> its disk writes not yet finished, oldest first, and the rounds queued
-        # behind them (a leader's, fed meanwhile); a group is in both or in neither.
-        self._writes: dict[str, list[_Write]] = {}
-        self._queued: dict[str, list[_Round]] = {}
-        self._in_flight = 0  # disk writes not yet returned
-        self._disk_idle = asyncio.Event()  # set while no round is on disk
-        self._disk_idle.set()
+        self._disk = DiskWrites(self._entries_written, self._written)
         self._stopping = False
         self._failure: BaseException | None = None  # a write that failed: fatal to the driver
-        self._disk = ThreadPoolExecutor(
-            max_workers=DISK_THREADS, thread_name_prefix="raftline-disk"
-        )
-        # Fsyncs of different partition logs run side by side: the filesystem folds concurrent
-        # fsyncs into one journal commit (16 logs: ~1.7 ms against ~5.5 ms serial).
-        self._fsyncs = ThreadPoolExecutor(
-            max_workers=FSYNC_THREADS, thread_name_prefix="raftline-fsync"
-        )
         # Fetch reads: the log is thread-safe, and a read must not queue behind a round's fsync.
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftline-read")
         self._read_ids = itertools.count(1)
@@ -308,6 +161,7 @@ class Runtime:
             dead_after_s=2 * config.election_ticks * config.tick_ms / 1000,
             tick_s=config.tick_ms / 1000,
         )
+        self.leader_view = LeaderView(self.node_id, self.transport, self.groups)
         self.stats: dict[str, int] = defaultdict(int)
         self._role_log = RoleLog(log)
         self.stage_times = StageTimes()
@@ -325,15 +179,14 @@ class Runtime:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.transport.stop()
-        await self._disk_idle.wait()
+        await self._disk.idle.wait()
         groups = list(self.groups.values())
         self.groups.clear()
         for group in groups:
             self._fail_waiters(group, "node stopping")
         self._reader.shutdown(wait=True)
-        await asyncio.get_running_loop().run_in_executor(self._disk, _close_all, groups)
-        self._disk.shutdown(wait=True)
-        self._fsyncs.shutdown(wait=True)
+        await asyncio.get_running_loop().run_in_executor(self._disk.pool, _close_all, groups)
+        self._disk.shutdown()
 
     def add_group(
         self,
@@ -384,14 +237,14 @@ class Runtime:
         self._leading.discard(name)
         self._dirty.discard(name)
         self._fail_waiters(group, f"group {name} removed")
-        if writes := self._writes.get(name):
+        if writes := self._disk.writes.get(name):
             await asyncio.wait([w.future for w in writes])
-        await asyncio.get_running_loop().run_in_executor(self._disk, group.storage.close)
+        await asyncio.get_running_loop().run_in_executor(self._disk.pool, group.storage.close)
         return group.storage
 
     async def run_on_disk(self, fn: Any, *args: Any) -> Any:
         """Run blocking storage work (opening or closing a log no round uses) on the disk pool."""
-        return await asyncio.get_running_loop().run_in_executor(self._disk, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._disk.pool, fn, *args)
 
     async def read_log(self, name: str, log: Any, offset: int, max_bytes: int, upto: int) -> bytes:
         """`log.read(offset, max_bytes, upto)` of group `name`'s thread-safe PartitionLog. A
@@ -400,7 +253,7 @@ class Runtime:
         less than a thread hop, and a consumer's fetch usually comes while the leader's fsync of
         the batch it waited for still runs. Others run on the reader thread, beside (not after)
         the disk pool's writes and fsyncs."""
-        if max_bytes <= LOOP_READ_BYTES and not self._unwritten(name):
+        if max_bytes <= LOOP_READ_BYTES and not self._disk.unwritten(name):
             data: bytes = log.read(offset, max_bytes, upto)
             return data
         loop = asyncio.get_running_loop()
@@ -421,7 +274,7 @@ class Runtime:
         `on_accept(offset, term)` runs as soon as the core accepts it, before anything commits."""
         group = self.groups[name]
         fut: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
-        group.proposals.append(_Proposal(data, count, kind, fut, on_accept, time.monotonic()))
+        group.proposals.append(Proposal(data, count, kind, fut, on_accept, time.monotonic()))
         self._touch(group)
         return fut
 
@@ -457,65 +310,6 @@ class Runtime:
         self._dirty.add(name)
         self._wakeup.set()
 
-    def link_down_for(self, peer: int) -> float:
-        """Seconds since the link to `peer` went down; 0 while it is up (or never came up)."""
-        down_at = self._link_down_at.get(peer)
-        return 0.0 if down_at is None else time.monotonic() - down_at
-
-    def leader_of(self, name: str) -> int | None:
-        """The group's leader as known here: the local replica's view, else the last announced."""
-        group = self.groups.get(name)
-        if group is not None and group.leader is not None:
-            return group.leader
-        seen = self.leader_view.get(name)
-        # Naming this node there is stale: while it leads, its replica above says so.
-        return seen[0] if seen and seen[0] != self.node_id else None
-
-    def leader_moved(self, name: str, leader: int) -> asyncio.Future[None]:
-        """A future that is done once `leader` no longer leads group `name` as seen here: a
-        new leader announced itself or this node's replica saw one, or `leader`'s link went
-        down. A node forwarding a request to `leader` races it against this, so a leader that
-        is gone never holds the request until its timeout. When `leader` is this node, it is
-        done once this node cannot reach a majority of the group's voters: a read barrier
-        (or anything else that needs a quorum's answer) would wait for a step-down otherwise.
-        Cancel it when done with it."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self.leader_of(name) != leader or not self._leads_reachably(name, leader):
-            fut.set_result(None)
-            return fut
-        watches = self._leader_watches.setdefault(name, {})
-        watches[fut] = leader
-
-        def forget(_: asyncio.Future[None]) -> None:
-            watches.pop(fut, None)
-            if not watches and self._leader_watches.get(name) is watches:
-                del self._leader_watches[name]
-
-        fut.add_done_callback(forget)
-        return fut
-
-    def _leads_reachably(self, name: str, leader: int) -> bool:
-        """Whether `leader` can go on leading `name` as seen here: a peer whose link is up, or
-        this node while it reaches a majority of the group's voters."""
-        if leader != self.node_id:
-            return self.transport.alive(leader)
-        group = self.groups.get(name)
-        return group is not None and self.reaches_majority(group.core.voters)
-
-    def reaches_majority(self, voters: Collection[int]) -> bool:
-        """Whether this node's links are up to a majority of `voters` (itself counts)."""
-        return sum(1 for v in voters if self.transport.alive(v)) > len(voters) // 2
-
-    def _leader_changed(self, name: str) -> None:
-        for listener in self.leader_listeners:
-            listener(name)
-        watches = self._leader_watches.get(name)
-        if watches:
-            leader = self.leader_of(name)
-            for fut, expected in list(watches.items()):
-                if expected != leader and not fut.done():
-                    fut.set_result(None)
-
     def _touch(self, group: Group, cause: str = "request") -> None:
         if group.quiet:
             self._wake(group, cause)
@@ -549,7 +343,7 @@ class Runtime:
                 self._touch(group, "message")
         for notice in notices:
             if notice and notice[0] == "l" and len(notice) == 4:
-                self._learn_leader(str(notice[1]), notice[2], notice[3])
+                self.leader_view.learn(str(notice[1]), notice[2], notice[3])
             elif len(notice) >= 2 and (group := self.groups.get(str(notice[1]))) is not None:
                 group.notices.append((peer, notice))
                 self._dirty.add(group.name)
@@ -591,14 +385,9 @@ class Runtime:
         Either way the peer learns of the leaderships won here while it was silent: else a
         node forwards to a former leader (a network partition's heal) long after the move."""
         if not up:
-            self._link_down_at.setdefault(peer, time.monotonic())  # silent, then closed: first
-            for name, watches in list(self._leader_watches.items()):
-                for fut, expected in list(watches.items()):
-                    if not fut.done() and not self._leads_reachably(name, expected):
-                        fut.set_result(None)
+            self.leader_view.link_down(peer)
             return
-        self._link_down_at.pop(peer, None)
-        missed = self._unannounced.pop(peer, set())
+        missed = self.leader_view.link_up(peer)
         for group in self.groups.values():
             if group.woken_by_link == peer:
                 group.woken_by_link = None
@@ -629,14 +418,6 @@ class Runtime:
             and core.term == group.term
             and not (group.inbox or group.proposals or group.reads or group.notices)
         )
-
-    def _learn_leader(self, name: str, node: Any, term: Any) -> None:
-        if type(node) is not int or type(term) is not int:
-            return
-        seen = self.leader_view.get(name)
-        if seen is None or term >= seen[1]:
-            self.leader_view[name] = (node, term)
-            self._leader_changed(name)
 
     # timer
 
@@ -670,31 +451,31 @@ class Runtime:
             self._send_replication(rounds)
             self._apply_early(rounds)
             for item in rounds:
-                if (queue := self._queued.get(item.group.name)) is not None:
+                if (queue := self._disk.queued.get(item.group.name)) is not None:
                     queue.append(item)  # behind its group's writes in flight
                     if item.extends_in is not None:
                         self.stats["follower_rounds_beside_writes"] += 1
-            self._start([r for r in rounds if r.group.name not in self._queued])
-            self._start_queued({r.group.name for r in rounds if r.group.name in self._queued})
+            self._start([r for r in rounds if r.group.name not in self._disk.queued])
+            self._start_queued({r.group.name for r in rounds if r.group.name in self._disk.queued})
             if len(taken) >= GROUPS_PER_ROUND:
                 self._wakeup.set()  # more may wait: read the sockets first, then go on
                 await asyncio.sleep(0)
 
-    def _start(self, rounds: list[_Round]) -> None:
+    def _start(self, rounds: list[Round]) -> None:
         """Write the rounds of groups that touch the disk; finish the others at once. A
         group's rounds stay together, so that they are advanced in order."""
-        by_group: dict[str, list[_Round]] = defaultdict(list)
+        by_group: dict[str, list[Round]] = defaultdict(list)
         for item in rounds:
             by_group[item.group.name].append(item)
-        on_disk: list[_Round] = []
-        at_once: list[_Round] = []
+        on_disk: list[Round] = []
+        at_once: list[Round] = []
         for group_rounds in by_group.values():
             touches = any(r.touches_disk for r in group_rounds)
             (on_disk if touches else at_once).extend(group_rounds)
         if on_disk:
-            self._write(on_disk)
+            self._disk.start(on_disk)
         if writes := [r for r in at_once if r.writes]:
-            self._persist(writes)  # commit-index changes only: kept in memory, no I/O
+            persist(writes, self._disk.fsyncs)  # commit-index changes only: kept in memory, no I/O
         self._finish(at_once)
 
     def _start_queued(self, names: Iterable[str]) -> None:
@@ -703,35 +484,23 @@ class Runtime:
         if the queue has something to write; else they wait for the earlier writes to end."""
         start = []
         for name in names:
-            queue = self._queued.get(name)
+            queue = self._disk.queued.get(name)
             if (
                 queue
                 and name in self.groups
                 and any(r.touches_disk for r in queue)
-                and len(self._writes[name]) < WRITES_PER_GROUP
-                and not self._unwritten(name)
+                and self._disk.may_start(name)
             ):
                 start.extend(queue)
                 queue.clear()
         if start:
-            self._write(start)
-
-    def _holds_proposals(self, name: str) -> bool:
-        """Proposals wait until the group's next write can start (see _start_queued)."""
-        writes = self._writes.get(name, ())
-        return len(writes) >= WRITES_PER_GROUP or self._unwritten(name)
-
-    def _unwritten(self, name: str) -> bool:
-        """The group has a write whose entries are not yet in its log file (as the loop was
-        told, or as the disk thread marked: read just before it marks, the group waits for
-        that write to end instead)."""
-        return any(not (w.written or w.appended) for w in self._writes.get(name, ()))
+            self._disk.start(start)
 
     def _takeable(self, name: str) -> bool:
         """A group may be fed unless it has writes in flight and is neither a leader whose
         writes only append (a trim or snapshot changes what the core may read from storage)
         nor a follower whose pending rounds and inputs can only extend its log."""
-        writes = self._writes.get(name)
+        writes = self._disk.writes.get(name)
         if not writes:
             return True
         group = self.groups.get(name)
@@ -762,14 +531,14 @@ class Runtime:
             and all(
                 m.type in _REPLICATION and m.src == leader and m.term == term for m in group.inbox
             )
-            and all(r.extends_in == term for r in self._pending(group.name))
+            and all(r.extends_in == term for r in self._disk.pending(group.name))
         )
 
     def _take_dirty(self) -> list[str]:
         """Up to GROUPS_PER_ROUND touched groups that may be fed, first_groups first, then
         the longest touched; the others stay touched (those with writes in flight until their
         writes end)."""
-        takeable = self._takeable if self._writes else None
+        takeable = self._takeable if self._disk.writes else None
         taken = [
             name
             for name in self.first_groups
@@ -783,44 +552,10 @@ class Runtime:
         self._dirty.difference_update(taken)
         return taken
 
-    def _write(self, rounds: list[_Round]) -> None:
-        """Start the rounds' disk writes on the pool; `_written` finishes them on the loop."""
-        write = _Write(rounds)
-        # Only leaders apply entries before their fsync: only they need the written signal.
-        leads = any(r.ready is not None and r.ready.role == "leader" for r in rounds)
-        loop = asyncio.get_running_loop()
-        write.future = loop.create_future()
-        self._disk.submit(self._persist_and_return, rounds, loop, leads, write)
-        for name in write.groups:
-            self._writes.setdefault(name, []).append(write)
-            self._queued.setdefault(name, [])
-        self._in_flight += 1
-        self._disk_idle.clear()
-
-    def _persist_and_return(
-        self, rounds: list[_Round], loop: asyncio.AbstractEventLoop, leads: bool, write: _Write
-    ) -> None:
-        """Disk thread: persist, then hand the outcome to the loop in one hop (through
-        run_in_executor's two futures, `_written` ran a loop iteration later: on a busy loop,
-        milliseconds on every follower's acknowledgement and leader's fsync)."""
-        outcome: int | BaseException
-        try:
-            outcome = self._persist(rounds, loop if leads else None, write)
-        except BaseException as error:
-            outcome = error
-        with contextlib.suppress(RuntimeError):  # the loop is closed: the node is gone
-            loop.call_soon_threadsafe(self._written, write, outcome)
-
-    def _written(self, write: _Write, outcome: int | BaseException) -> None:
+    def _written(self, write: Write, outcome: int | BaseException) -> None:
         """A write returned (`outcome`: logs synced, or its error): finish, per group and in
         order, every write that returned and has no earlier one still running; then start
         what was queued behind them."""
-        write.done = True
-        self._in_flight -= 1
-        if not self._in_flight:
-            self._disk_idle.set()
-        if write.future is not None and not write.future.done():
-            write.future.set_result(None)
         if self._stopping:
             return
         if isinstance(outcome, BaseException):
@@ -830,43 +565,19 @@ class Runtime:
             return
         self.stats["fsyncs"] += outcome
         now = time.monotonic()
-        self._observe_disk_hand_offs(write, now)
+        observe_disk_hand_offs(self.stage_times, write, now)
         for item in write.rounds:
             if item.ready is not None and item.ready.entries:
                 stage = "leader_fsync" if item.ready.role == "leader" else "follower_persist"
                 self.stage_times.observe(stage, now - item.fed_at)
-        finished: list[_Round] = []
-        idle: list[_Round] = []
-        for name in write.groups:
-            writes = self._writes.get(name)
-            while writes and writes[0].done:
-                finished.extend(writes.pop(0).rounds_of(name))
-            if writes:
-                continue
-            self._writes.pop(name, None)
-            queue = self._queued.pop(name, [])
-            if name in self.groups:
-                idle.extend(queue)
+        finished, freed = self._disk.finish(write)
+        idle = [r for name, queue in freed.items() if name in self.groups for r in queue]
         self._finish(finished)
         if idle:  # rounds a leader was fed meanwhile: their writes (a group's at once) start now
             self._start(idle)
         self._start_queued(write.groups)
 
-    def _observe_disk_hand_offs(self, write: _Write, now: float) -> None:
-        """What a write spent between threads, apart from the fsync calls themselves."""
-        observe = self.stage_times.observe
-        observe("disk_queue", write.started_at - write.submitted_at)
-        observe("disk_return", now - write.returned_at)
-        if not write.fsyncs:
-            return
-        for handed, started, returned in write.fsyncs:
-            observe("fsync_call", returned - started)
-            if started > handed:  # run on a pool thread, not on the disk thread itself
-                observe("fsync_start", started - handed)
-        if len(write.fsyncs) > 1:
-            observe("fsync_join", write.returned_at - max(t[2] for t in write.fsyncs))
-
-    def _feed(self, group: Group) -> _Round:
+    def _feed(self, group: Group) -> Round:
         core = group.core
         # At most one tick per feed, after the messages: a node too busy to feed a group every
         # tick stretches its timeouts instead of firing them in a burst, and a heartbeat that
@@ -903,7 +614,7 @@ class Runtime:
         # Proposals wait while a write of the group is writing its entries (not while it
         # fsyncs): they then go to disk and to the followers as one batch (sending each as it
         # came cost a third of the max rate with fsync).
-        proposals = [] if self._holds_proposals(group.name) else group.proposals
+        proposals = group.proposals if self._disk.may_start(group.name) else []
         for proposal in proposals:
             try:
                 index = core.propose(proposal.data, proposal.count, proposal.kind)
@@ -929,15 +640,15 @@ class Runtime:
         group.reads.clear()
         group.idle_ticks = 0 if busy else group.idle_ticks + ticks
         trim = None
-        if group.trim_to is not None and group.name not in self._writes:
+        if group.trim_to is not None and group.name not in self._disk.writes:
             index, group.trim_to = group.trim_to, None
             if group.storage.first_index() <= index <= core.applied:
                 trim = core.snapshot_meta_at(index)
         ready = core.ready() if core.has_ready() else None
         if ready is not None and ready.entries and ready.role == "leader":
             group.uncommitted.append((ready.entries[-1].last_index, now))
-        item = _Round(group, ready, accepted, trim, fed_at=now)
-        if trim is None and core.role == "follower" and _appends_after(ready, last_before):
+        item = Round(group, ready, accepted, trim, fed_at=now)
+        if trim is None and core.role == "follower" and appends_after(ready, last_before):
             item.extends_in = core.term
         return item
 
@@ -949,58 +660,7 @@ class Runtime:
         except Exception as exc:
             log.warning("Raft group %s rejected an input: %r", group.name, exc)
 
-    def _persist(
-        self,
-        rounds: list[_Round],
-        loop: asyncio.AbstractEventLoop | None = None,
-        write: _Write | None = None,
-    ) -> int:
-        """Disk thread: write every Ready, then fsync each touched log once (each log's fsync
-        policy decides whether that fsync reaches the disk); apply requested trims. Tells
-        `loop` (if given) when the entries of `write` are written, before the fsyncs.
-        Returns the number of logs synced."""
-        if write is not None:
-            write.started_at = time.monotonic()
-        to_sync: dict[int, GroupStorage] = {}
-        saves: dict[int, tuple[GroupStorage, list[HardState]]] = {}
-        for item in rounds:
-            rd, storage = item.ready, item.group.storage
-            if item.trim is not None:
-                storage.trim(item.trim.index, item.trim.voters, item.trim.learners)
-            if rd is None:
-                continue
-            if rd.snapshot is not None:
-                storage.install(rd.snapshot)
-            if rd.entries:
-                storage.append(rd.entries)
-            if rd.hard_state is not None:
-                saves.setdefault(id(storage), (storage, []))[1].append(rd.hard_state)
-            if rd.must_sync or rd.entries:
-                to_sync[id(storage)] = storage
-        # A term or vote change is a state file written and fsynced (three syncs): saved one
-        # after the other, a round of a thousand new groups' votes took seconds, longer than
-        # an election timeout. Each group's saves keep their order; groups go side by side.
-        # A commit-index change is kept in memory: saved right here. Handed to the fsync pool
-        # it waited for a free thread behind other logs' fsyncs, holding up this write and,
-        # in a round of commit changes only (run on the loop), the event loop itself.
-        voted = []
-        for storage, states in saves.values():
-            if _changes_vote(storage, states):
-                voted.append(partial(_save_all, storage, states))
-            else:
-                _save_all(storage, states)
-        run_all(self._fsyncs, voted)
-        if loop is not None and write is not None:
-            loop.call_soon_threadsafe(self._entries_written, write)
-        if write is not None:
-            write.appended = True
-        timings = write.fsyncs if write is not None else None
-        fsync_all(self._fsyncs, list(to_sync.values()), timings)
-        if write is not None:
-            write.returned_at = time.monotonic()
-        return len(to_sync)
-
-    def _send_replication(self, rounds: list[_Round]) -> None:
+    def _send_replication(self, rounds: list[Round]) -> None:
         """Send leaders' APPENDs and HEARTBEATs before this round's disk writes: followers
         then write and fsync in parallel with the leader. Safe because the core counts the
         leader's own entries toward commit only once they are durable (advance), and these
@@ -1028,17 +688,12 @@ class Runtime:
             self.transport.send(peer, wire.encode_raft(messages, []))
             self.stats["messages_sent"] += len(messages)
 
-    def _apply_early(self, rounds: list[_Round]) -> None:
+    def _apply_early(self, rounds: list[Round]) -> None:
         """Apply what fresh rounds committed, if it is written (see _apply_written)."""
         for item in rounds:
-            self._apply_written(item.group, [*self._pending(item.group.name), item])
+            self._apply_written(item.group, [*self._disk.pending(item.group.name), item])
 
-    def _pending(self, name: str) -> list[_Round]:
-        """The group's rounds not finished yet, in order: in writes, then queued."""
-        rounds = [r for w in self._writes.get(name, ()) for r in w.rounds_of(name)]
-        return rounds + self._queued.get(name, [])
-
-    def _entries_written(self, write: _Write) -> None:
+    def _entries_written(self, write: Write) -> None:
         """Loop: the disk thread wrote these entries and is about to fsync them. Apply what
         they let through, and let the groups' waiting proposals form the next write."""
         write.written = True
@@ -1049,15 +704,15 @@ class Runtime:
                 self.stage_times.observe("leader_write", now - item.fed_at)
         for name in write.groups:
             group = self.groups.get(name)
-            if group is None or name not in self._writes:
+            if group is None or name not in self._disk.writes:
                 continue  # removed, or every write of the group already ended
-            self._apply_written(group, self._pending(name))
-            if group.proposals and not self._holds_proposals(name):
+            self._apply_written(group, self._disk.pending(name))
+            if group.proposals and self._disk.may_start(name):
                 self._dirty.add(name)
                 self._wakeup.set()
         self._start_queued(write.groups)
 
-    def _apply_written(self, group: Group, rounds: list[_Round]) -> None:
+    def _apply_written(self, group: Group, rounds: list[Round]) -> None:
         """Apply a leader's committed entries before the fsync of the rounds (of this group, in
         order) that carry them, so that acks and long-polls do not wait for it. Safe: an entry
         commits only once a quorum holds it durably, and it is applied here only once the
@@ -1096,7 +751,7 @@ class Runtime:
             while uncommitted and uncommitted[0][0] <= group.applied:
                 self.stage_times.observe("commit", now - uncommitted.popleft()[1])
 
-    def _finish(self, rounds: list[_Round]) -> None:
+    def _finish(self, rounds: list[Round]) -> None:
         outbox: dict[int, list[Message]] = defaultdict(list)
         for item in rounds:
             if item.ready is not None:
@@ -1117,10 +772,10 @@ class Runtime:
         for item in rounds:
             self._settle(item)
         self._flush_notices()
-        if self._dirty and (not self._writes or any(map(self._takeable, self._dirty))):
+        if self._dirty and (not self._disk.writes or any(map(self._takeable, self._dirty))):
             self._wakeup.set()
 
-    def _settle(self, item: _Round) -> None:
+    def _settle(self, item: Round) -> None:
         group, rd = item.group, item.ready
         core = group.core
         if item.trim is not None:
@@ -1206,14 +861,11 @@ class Runtime:
             group.name, group.role, group.term, group.leader, core.commit_index, core.last_index
         )
         if group.leader is not None:
-            self._learn_leader(group.name, group.leader, group.term)
-        self._leader_changed(group.name)
+            self.leader_view.learn(group.name, group.leader, group.term)
+        self.leader_view.changed(group.name)
         if group.role == "leader":
-            for peer in self.transport.addresses:
-                if self.transport.alive(peer):
-                    self._notices[peer].append(["l", group.name, self.node_id, group.term])
-                else:
-                    self._unannounced[peer].add(group.name)
+            for peer in self.leader_view.won(group.name):
+                self._notices[peer].append(["l", group.name, self.node_id, group.term])
         try:
             group.replica.on_role(group.role, group.leader, group.term)
         except Exception:
@@ -1280,65 +932,6 @@ class Runtime:
         for _, fut in group.waiting_reads:
             if not fut.done():
                 fut.cancel()
-
-
-def _appends_after(ready: Ready | None, last_index: int) -> bool:
-    """The Ready writes no snapshot and no entry at or below `last_index` (which would
-    truncate the log there): at most entries right after it, and hard state."""
-    if ready is None:
-        return True
-    return ready.snapshot is None and (
-        not ready.entries or ready.entries[0].index == last_index + 1
-    )
-
-
-def fsync_all(
-    pool: ThreadPoolExecutor,
-    storages: list[GroupStorage],
-    timings: list[tuple[float, float, float]] | None = None,
-) -> None:
-    """Fsync every log of a round, in parallel on `pool` when there are several; raises the
-    first failure once all have finished (a log that failed to sync fails the node). Each
-    fsync's (handed over, started, returned) times go to `timings` if given."""
-    if timings is None:
-        run_all(pool, [storage.fsync for storage in storages])
-        return
-    handed = time.monotonic()
-    run_all(pool, [partial(_timed, storage.fsync, handed, timings) for storage in storages])
-
-
-def _timed(
-    call: Callable[[], None], handed: float, timings: list[tuple[float, float, float]]
-) -> None:
-    started = time.monotonic()
-    call()
-    timings.append((handed, started, time.monotonic()))  # list.append: thread-safe
-
-
-def run_all(pool: ThreadPoolExecutor, calls: list[Callable[[], None]]) -> None:
-    """Run the calls in parallel: the first on the calling thread, the others on `pool`;
-    raises the first failure once all have finished. (The caller runs one itself rather than
-    idle: one thread fewer to wake, which on a busy machine is time on the ack path.)"""
-    if not calls:
-        return
-    done = [pool.submit(call) for call in calls[1:]]
-    try:
-        calls[0]()
-    finally:
-        futures.wait(done)
-    for call in done:
-        call.result()
-
-
-def _save_all(storage: GroupStorage, states: list[HardState]) -> None:
-    for state in states:
-        storage.save(state)
-
-
-def _changes_vote(storage: GroupStorage, states: list[HardState]) -> bool:
-    """Whether saving `states` writes the state file: only a new term or vote does."""
-    saved = storage.hard_state
-    return any((s.term, s.vote) != (saved.term, saved.vote) for s in states)
 
 
 def _close_all(groups: list[Group]) -> None:

@@ -27,13 +27,15 @@ async def test_the_majority_side_answers_a_send_for_a_minority_side_quorum_at_on
         await produce_anywhere(brokers, TOPIC, batch_of(b"warm"))
         topic = brokers[0].meta.state.topics[TOPIC]
         group, replicas = topic.group(0), topic.replicas[0]
-        leader = next(b for b in brokers if b.runtime.leader_of(group) == b.node_id)
+        leader = next(b for b in brokers if b.runtime.leader_view.leader_of(group) == b.node_id)
         # The leader and one follower on the minority side: the group keeps its quorum there.
         follower = next(b for b in brokers if b.node_id in replicas and b is not leader)
         minority = [leader, follower]
         majority = [b for b in brokers if b not in minority]
         for node in majority:
-            await wait_for(lambda node=node: node.runtime.leader_of(group) == leader.node_id)
+            await wait_for(
+                lambda node=node: node.runtime.leader_view.leader_of(group) == leader.node_id
+            )
             assert (await produce_via(cluster, node))[0] == 200  # its topic cache is warm
         for near in majority:
             for far in minority:

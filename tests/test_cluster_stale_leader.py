@@ -56,10 +56,10 @@ async def placed_topic(cluster: HttpCluster) -> tuple[Broker, Broker, Broker]:
     await produce_anywhere(brokers, TOPIC, batch_of(b"warm"))
     group = brokers[0].meta.state.topics[TOPIC].group(0)
     replicas = brokers[0].meta.state.topics[TOPIC].replicas[0]
-    leader = next(b for b in brokers if b.runtime.leader_of(group) == b.node_id)
+    leader = next(b for b in brokers if b.runtime.leader_view.leader_of(group) == b.node_id)
     follower = next(b for b in brokers if b.node_id in replicas and b is not leader)
     outsider = next(b for b in brokers if b.node_id not in replicas)
-    await wait_for(lambda: outsider.runtime.leader_of(group) == leader.node_id)
+    await wait_for(lambda: outsider.runtime.leader_view.leader_of(group) == leader.node_id)
     return leader, follower, outsider
 
 
@@ -87,7 +87,7 @@ async def test_a_leader_that_says_it_no_longer_leads_is_asked_once_then_503_at_o
     await wait_for(lambda: leader.runtime.groups[group].role != "leader")
     with contextlib.suppress(BrokerError):
         await stuck
-    assert outsider.runtime.leader_of(group) == leader.node_id
+    assert outsider.runtime.leader_view.leader_of(group) == leader.node_id
     forwards = outsider.counters["forwarded_requests"]
     started = time.monotonic()
     status, body = await produce_via(cluster, outsider)
@@ -111,6 +111,8 @@ async def test_a_node_learns_a_leadership_won_while_its_link_was_silent_when_the
     leader.runtime.transfer_leadership(group, follower.node_id)
     await wait_for(lambda: follower.runtime.groups[group].role == "leader")
     heal(cluster.brokers)  # the same connections carry frames again: the links revive
-    await wait_for(lambda: outsider.runtime.leader_of(group) == follower.node_id, timeout=5)
+    await wait_for(
+        lambda: outsider.runtime.leader_view.leader_of(group) == follower.node_id, timeout=5
+    )
     status, body = await produce_via(cluster, outsider)
     assert status == 200, body

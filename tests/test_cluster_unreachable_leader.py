@@ -29,16 +29,17 @@ async def test_a_node_whose_link_to_the_known_leader_stayed_down_answers_503_at_
         await produce_anywhere(brokers, TOPIC, batch_of(b"warm"))
         topic = brokers[0].meta.state.topics[TOPIC]
         group, replicas = topic.group(0), topic.replicas[0]
-        leader = next(b for b in brokers if b.runtime.leader_of(group) == b.node_id)
+        leader = next(b for b in brokers if b.runtime.leader_view.leader_of(group) == b.node_id)
         outsider = next(b for b in brokers if b.node_id not in replicas)
-        await wait_for(lambda: outsider.runtime.leader_of(group) == leader.node_id)
+        await wait_for(lambda: outsider.runtime.leader_view.leader_of(group) == leader.node_id)
         assert (await produce_via(cluster, outsider))[0] == 200  # its topic cache is warm
         cut(outsider, leader)
         await wait_for(lambda: not outsider.runtime.transport.alive(leader.node_id))
         # Long enough for a dead leader's group to have elected another one.
         await asyncio.sleep(outsider.router.election_timeout_s)
-        assert outsider.runtime.reaches_majority(replicas)
-        assert outsider.runtime.leader_of(group) == leader.node_id  # the others follow it
+        assert outsider.runtime.leader_view.reaches_majority(replicas)
+        # the others follow it
+        assert outsider.runtime.leader_view.leader_of(group) == leader.node_id
         started = time.monotonic()
         status, body = await produce_via(cluster, outsider)
         took = time.monotonic() - started

@@ -21,8 +21,8 @@ from test_node_cluster import batch_of, leader_of, produce_anywhere, values
 from test_node_group_commit import BOUND_S, HeldFsync
 
 from raftline.node.broker import Broker
+from raftline.node.group import GroupStorage, Replica
 from raftline.node.partition import PartitionReplica
-from raftline.node.runtime import GroupStorage, Replica
 from raftline.raftlog.types import Entry
 
 pytestmark = pytest.mark.timeout(60)

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from raftline.node.runtime import fsync_all
+from raftline.node.rounds import fsync_all
 
 
 class Log:

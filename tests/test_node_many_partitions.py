@@ -15,7 +15,8 @@ from inproc_harness import configs, wait_for
 from raftline.node.config import NodeConfig
 from raftline.node.controller import LeaderWatch
 from raftline.node.metadata import META_GROUP, MetadataState
-from raftline.node.runtime import GROUPS_PER_ROUND, Runtime, run_all
+from raftline.node.rounds import run_all
+from raftline.node.runtime import GROUPS_PER_ROUND, Runtime
 from raftline.raftlog.storage import RaftStorage
 
 pytestmark = pytest.mark.timeout(120)

@@ -110,8 +110,12 @@ async def test_acknowledged_records_survive_shard_and_partition_leader_stops(
         live.append(restarted)
         await wait_for(lambda: restarted.ready(), 20)
         group = brokers[0].meta.state.topics["t"].group(0)
-        await wait_for(lambda: any(b.runtime.leader_of(group) == b.node_id for b in live), 20)
-        partition_leader = next(b for b in live if b.runtime.leader_of(group) == b.node_id)
+        await wait_for(
+            lambda: any(b.runtime.leader_view.leader_of(group) == b.node_id for b in live), 20
+        )
+        partition_leader = next(
+            b for b in live if b.runtime.leader_view.leader_of(group) == b.node_id
+        )
         await partition_leader.stop()
         live.remove(partition_leader)
 

@@ -9,7 +9,8 @@ from typing import Any
 
 from inproc_harness import configs
 
-from raftline.node.runtime import FSYNC_THREADS, Runtime, _Round, _Write
+from raftline.node.rounds import FSYNC_THREADS, Round, Write, persist
+from raftline.node.runtime import Runtime
 from raftline.raftlog.log import LogConfig
 from raftline.raftlog.storage import RaftStorage
 from raftline.raftlog.types import HardState, Ready
@@ -19,10 +20,10 @@ async def _no_rpc(peer: int, method: str, args: Any) -> None:
     return None
 
 
-def _commit_round(storage: RaftStorage, commit: int) -> _Round:
+def _commit_round(storage: RaftStorage, commit: int) -> Round:
     saved = storage.hard_state
     ready = Ready(hard_state=HardState(saved.term, saved.vote, commit))
-    return _Round(SimpleNamespace(storage=storage), ready, [])  # type: ignore[arg-type]
+    return Round(SimpleNamespace(storage=storage), ready, [])  # type: ignore[arg-type]
 
 
 class _ThreadNotingLog:
@@ -41,8 +42,8 @@ async def test_a_fetch_read_runs_on_the_loop_while_the_groups_write_only_fsyncs(
     runtime = Runtime(configs(tmp_path, 1)[0], on_rpc=_no_rpc)
     log = _ThreadNotingLog()
     try:
-        write = _Write([], written=True)  # entries in the file, its fsync still running
-        runtime._writes["g"] = [write]
+        write = Write([], written=True)  # entries in the file, its fsync still running
+        runtime._disk.writes["g"] = [write]
         await runtime.read_log("g", log, 0, 4096, 1)
         assert log.thread is threading.current_thread()
         write.written = False  # still writing: the log's lock may be held for a while
@@ -50,8 +51,7 @@ async def test_a_fetch_read_runs_on_the_loop_while_the_groups_write_only_fsyncs(
         assert log.thread is not threading.current_thread()
     finally:
         runtime._reader.shutdown(wait=True)
-        runtime._disk.shutdown(wait=True)
-        runtime._fsyncs.shutdown(wait=True)
+        runtime._disk.shutdown()
 
 
 def test_commit_index_saves_of_several_groups_do_not_wait_for_busy_fsync_threads(
@@ -61,19 +61,18 @@ def test_commit_index_saves_of_several_groups_do_not_wait_for_busy_fsync_threads
     storages = [RaftStorage(tmp_path / f"g{i}", LogConfig(fsync="always")) for i in range(2)]
     release = threading.Event()
     for _ in range(FSYNC_THREADS):  # every fsync thread stuck, as behind slow fsyncs
-        runtime._fsyncs.submit(release.wait)
+        runtime._disk.fsyncs.submit(release.wait)
     try:
-        persist = threading.Thread(
-            target=runtime._persist, args=([_commit_round(s, 7) for s in storages],)
+        saving = threading.Thread(
+            target=persist, args=([_commit_round(s, 7) for s in storages], runtime._disk.fsyncs)
         )
-        persist.start()
-        persist.join(timeout=5)
-        assert not persist.is_alive(), "the commit saves waited for the fsync pool"
+        saving.start()
+        saving.join(timeout=5)
+        assert not saving.is_alive(), "the commit saves waited for the fsync pool"
         assert [s.hard_state.commit for s in storages] == [7, 7]
     finally:
         release.set()
-        runtime._fsyncs.shutdown(wait=True)
-        runtime._disk.shutdown(wait=True)
+        runtime._disk.shutdown()
         runtime._reader.shutdown(wait=True)
         for storage in storages:
             storage.close()
