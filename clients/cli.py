@@ -255,7 +255,9 @@ def cmd_produce(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         progress.advance()
 
     try:
-        with client.producer(args.topic, acks=args.acks, linger_ms=args.linger_ms) as producer:
+        with client.producer(
+            args.topic, acks=args.acks, linger_ms=args.linger_ms, transport=args.transport
+        ) as producer:
             for line in _lines(source):
                 if not line and args.skip_empty:
                     continue
@@ -556,6 +558,12 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("-p", "--partition", type=int, help="send every message here")
     produce.add_argument("--acks", choices=("all", "leader", "none"), default="all")
     produce.add_argument("--linger-ms", type=float, default=5.0, help="batching delay")
+    produce.add_argument(
+        "--transport",
+        choices=("http", "stream"),
+        default="http",
+        help="a POST per batch, or frames on one produce stream per node (acks all or leader)",
+    )
     produce.add_argument("--skip-empty", action="store_true", help="ignore empty lines")
     produce.add_argument("-v", "--verbose", action="store_true", help="print a summary")
     produce.set_defaults(handler=cmd_produce)

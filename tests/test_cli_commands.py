@@ -7,6 +7,7 @@ import itertools
 import json
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,6 +87,27 @@ def test_produce_from_a_file_with_a_key_and_consume_as_json(
     assert [r["value"] for r in records] == [f"line {i}" for i in range(300)]
     assert {r["key"] for r in records} == {"k"}
     assert len({r["partition"] for r in records}) == 1
+
+
+def test_lines_produced_on_a_produce_stream_are_consumed_in_order(
+    url: str, topic: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("one\ntwo\nthree\n"))
+    assert _run(capsys, url, "produce", topic, "-p", "0", "--transport", "stream")[0] == 0
+    _, out, _ = _run(capsys, url, "consume", topic, "--partition", "0")
+    assert out.splitlines() == ["one", "two", "three"]
+    with urllib.request.urlopen(url + "/metrics") as answer:
+        metrics = answer.read().decode().splitlines()
+    assert 'raftline_stream_messages_total{kind="produce"} 3' in metrics
+
+
+def test_a_produce_stream_without_acks_is_refused_with_a_message(
+    url: str, topic: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("lost\n"))
+    code, _, err = _run(capsys, url, "produce", topic, "--transport", "stream", "--acks", "none")
+    assert code == 1
+    assert "acks" in err
 
 
 def test_consume_follow_stops_after_max_messages(
