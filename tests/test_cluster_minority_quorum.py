@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 from inproc_harness import http_cluster, wait_for
-from test_cluster_stale_leader import TOPIC, cut, produce_via
-from test_node_cluster import batch_of, produce_anywhere
+from test_cluster_stale_leader import cut, produce_via, written_topic
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -23,11 +22,7 @@ async def test_the_majority_side_answers_a_send_for_a_minority_side_quorum_at_on
 ) -> None:
     async with http_cluster(tmp_path, 5) as cluster:
         brokers = cluster.brokers
-        await brokers[0].create_topic(TOPIC, 1, 3, {})
-        await produce_anywhere(brokers, TOPIC, batch_of(b"warm"))
-        topic = brokers[0].meta.state.topics[TOPIC]
-        group, replicas = topic.group(0), topic.replicas[0]
-        leader = next(b for b in brokers if b.runtime.leader_view.leader_of(group) == b.node_id)
+        group, replicas, leader = await written_topic(brokers, 3)
         # The leader and one follower on the minority side: the group keeps its quorum there.
         follower = next(b for b in brokers if b.node_id in replicas and b is not leader)
         minority = [leader, follower]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import aiohttp
@@ -49,14 +49,22 @@ def heal(brokers: list[Broker]) -> None:
         broker.runtime.transport.link_faults = None
 
 
+async def written_topic(
+    brokers: list[Broker], replication_factor: int
+) -> tuple[str, Sequence[int], Broker]:
+    """(Raft group, replicas, leader) of a new 1-partition topic TOPIC, written to once."""
+    await brokers[0].create_topic(TOPIC, 1, replication_factor, {})
+    await produce_anywhere(brokers, TOPIC, batch_of(b"warm"))
+    topic = brokers[0].meta.state.topics[TOPIC]
+    group, replicas = topic.group(0), topic.replicas[0]
+    leader = next(b for b in brokers if b.runtime.leader_view.leader_of(group) == b.node_id)
+    return group, replicas, leader
+
+
 async def placed_topic(cluster: HttpCluster) -> tuple[Broker, Broker, Broker]:
     """(leader, follower, the node holding no replica) of a 1-partition RF 2 topic, written to."""
     brokers = cluster.brokers
-    await brokers[0].create_topic(TOPIC, 1, 2, {})
-    await produce_anywhere(brokers, TOPIC, batch_of(b"warm"))
-    group = brokers[0].meta.state.topics[TOPIC].group(0)
-    replicas = brokers[0].meta.state.topics[TOPIC].replicas[0]
-    leader = next(b for b in brokers if b.runtime.leader_view.leader_of(group) == b.node_id)
+    group, replicas, leader = await written_topic(brokers, 2)
     follower = next(b for b in brokers if b.node_id in replicas and b is not leader)
     outsider = next(b for b in brokers if b.node_id not in replicas)
     await wait_for(lambda: outsider.runtime.leader_view.leader_of(group) == leader.node_id)

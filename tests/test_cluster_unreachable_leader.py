@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 from inproc_harness import http_cluster, wait_for
-from test_cluster_stale_leader import TOPIC, cut, produce_via
-from test_node_cluster import batch_of, produce_anywhere
+from test_cluster_stale_leader import cut, produce_via, written_topic
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -25,11 +24,7 @@ async def test_a_node_whose_link_to_the_known_leader_stayed_down_answers_503_at_
 ) -> None:
     async with http_cluster(tmp_path, 4) as cluster:
         brokers = cluster.brokers
-        await brokers[0].create_topic(TOPIC, 1, 3, {})
-        await produce_anywhere(brokers, TOPIC, batch_of(b"warm"))
-        topic = brokers[0].meta.state.topics[TOPIC]
-        group, replicas = topic.group(0), topic.replicas[0]
-        leader = next(b for b in brokers if b.runtime.leader_view.leader_of(group) == b.node_id)
+        group, replicas, leader = await written_topic(brokers, 3)
         outsider = next(b for b in brokers if b.node_id not in replicas)
         await wait_for(lambda: outsider.runtime.leader_view.leader_of(group) == leader.node_id)
         assert (await produce_via(cluster, outsider))[0] == 200  # its topic cache is warm
