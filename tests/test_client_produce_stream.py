@@ -84,7 +84,7 @@ async def test_a_batch_the_stream_refuses_goes_by_post(tmp_path: Path) -> None:
             async with client.producer("refused", transport="stream") as producer:
                 acked = await (await producer.send(b"one", partition=0))
         assert acked.partition == 0
-        assert follower.counters["forwarded_requests"] == 1  # the POST, after not_leader
+        assert follower.counters["forwarded_requests"] == 1  # the POST, after leader_unavailable
         assert client.metadata.leaders[("refused", 0)] == leader.node_id
 
 
