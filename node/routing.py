@@ -37,6 +37,7 @@ class Router:
         self.config = config
         self.node_id = config.node_id
         self.runtime = runtime
+        self.leader_view = runtime.leader_view
         self.meta = meta
         self._on_rpc = on_rpc
 
@@ -53,10 +54,10 @@ class Router:
     def electable(self, voters: Collection[int]) -> bool:
         """Whether this node reaches a majority of `voters`: if not, no leader it could reach
         will be elected until the network heals, and requests are answered at once."""
-        return self.runtime.leader_view.reaches_majority(voters)
+        return self.leader_view.reaches_majority(voters)
 
     def live_leader(self, group: str) -> int | None:
-        leader = self.runtime.leader_view.leader_of(group)
+        leader = self.leader_view.leader_of(group)
         return leader if leader is not None and self.runtime.transport.alive(leader) else None
 
     def http_of(self, node: int | None) -> str | None:
@@ -69,10 +70,10 @@ class Router:
         elected within that time; so the replicas that reach it still follow it (a ring
         partition, links that come back one by one after a heal) and no election is coming
         that a request here could wait for. Before that time, it may have died: wait."""
-        leader = self.runtime.leader_view.leader_of(group)
+        leader = self.leader_view.leader_of(group)
         if leader is None or leader == self.node_id:
             return None
-        if self.runtime.leader_view.link_down_for(leader) < self.election_timeout_s:
+        if self.leader_view.link_down_for(leader) < self.election_timeout_s:
             return None
         return leader
 
@@ -131,7 +132,7 @@ class Router:
         """Await `request`, which needs `leader` to lead `group` (a forwarded request, or a
         read barrier); if the leader moves or its node goes silent first, cancel it and raise
         OutcomeUnknown at once rather than hold the caller until a timeout."""
-        moved = self.runtime.leader_view.leader_moved(group, leader)
+        moved = self.leader_view.leader_moved(group, leader)
         task = asyncio.ensure_future(request)
         try:
             await asyncio.wait((task, moved), return_when=asyncio.FIRST_COMPLETED)
