@@ -144,6 +144,9 @@ class HttpCluster:
             await web.TCPSite(runner, host, int(port)).start()
             self.runners.append(runner)
 
+    def url_of(self, broker: Broker) -> str:
+        return self.urls[self.brokers.index(broker)]
+
     async def stop(self, index: int) -> None:
         """Stops one node, HTTP and all."""
         self.live.remove(index)

@@ -42,7 +42,7 @@ async def answer(socket: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
 async def test_an_acks_all_answer_frame_means_the_batch_is_committed(tmp_path: Path) -> None:
     async with http_cluster(tmp_path, 3) as cluster:
         leader = await led_topic(cluster.brokers, "committed")
-        base = cluster.urls[cluster.brokers.index(leader)]
+        base = cluster.url_of(leader)
         async with aiohttp.ClientSession() as http:
             start = await log_end(http, base, "committed")
             async with http.ws_connect(stream_url(base, "committed")) as socket:
@@ -60,7 +60,7 @@ async def test_an_acks_all_answer_frame_means_the_batch_is_committed(tmp_path: P
 async def test_pipelined_frames_are_each_answered_with_their_own_offsets(tmp_path: Path) -> None:
     async with http_cluster(tmp_path, 3) as cluster:
         leader = await led_topic(cluster.brokers, "piped")
-        base = cluster.urls[cluster.brokers.index(leader)]
+        base = cluster.url_of(leader)
         async with aiohttp.ClientSession() as http:
             start = await log_end(http, base, "piped")
             async with http.ws_connect(stream_url(base, "piped")) as socket:
@@ -95,7 +95,7 @@ async def test_a_partition_this_node_does_not_lead_is_answered_not_leader(tmp_pa
 async def test_a_bad_batch_is_an_error_frame_and_the_stream_goes_on(tmp_path: Path) -> None:
     async with http_cluster(tmp_path, 3) as cluster:
         leader = await led_topic(cluster.brokers, "garbled")
-        base = cluster.urls[cluster.brokers.index(leader)]
+        base = cluster.url_of(leader)
         async with (
             aiohttp.ClientSession() as http,
             http.ws_connect(stream_url(base, "garbled")) as socket,
@@ -115,7 +115,7 @@ async def test_a_frame_too_short_for_its_header_closes_the_stream_as_a_protocol_
 ) -> None:
     async with http_cluster(tmp_path, 3) as cluster:
         leader = await led_topic(cluster.brokers, "short")
-        base = cluster.urls[cluster.brokers.index(leader)]
+        base = cluster.url_of(leader)
         async with (
             aiohttp.ClientSession() as http,
             http.ws_connect(stream_url(base, "short")) as socket,

@@ -52,7 +52,7 @@ async def test_an_async_producer_on_a_stream_writes_what_it_writes_by_post(
                 fetched = await client.fetch(topic, 0, start, max_messages=100)
             written_by[transport] = written(fetched.messages)
         leader = leader_of(cluster.brokers, "by-stream")
-        assert await stream_messages(cluster.urls[cluster.brokers.index(leader)]) == len(SENT)
+        assert await stream_messages(cluster.url_of(leader)) == len(SENT)
     assert written_by["stream"] == written_by["http"]
     assert written_by["stream"] == [(v, k, h) for v, k, h in SENT]
 
@@ -93,7 +93,7 @@ async def test_a_batch_the_node_refuses_for_good_is_not_sent_again_by_post(
 ) -> None:
     async with http_cluster(tmp_path, 3) as cluster:
         leader = await led_topic(cluster.brokers, "one-partition")
-        base = cluster.urls[cluster.brokers.index(leader)]
+        base = cluster.url_of(leader)
         async with AsyncClient(base) as client:
             with pytest.raises(RaftlineError) as refused:
                 await client.produce_batch("one-partition", 7, [b"x"], transport="stream")

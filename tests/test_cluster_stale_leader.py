@@ -72,7 +72,7 @@ async def placed_topic(cluster: HttpCluster) -> tuple[Broker, Broker, Broker]:
 
 
 async def produce_via(cluster: HttpCluster, broker: Broker) -> tuple[int, dict]:
-    url = cluster.urls[cluster.brokers.index(broker)]
+    url = cluster.url_of(broker)
     body = {"acks": "all", "messages": [{"value": "v", "partition": 0}]}
     async with (
         aiohttp.ClientSession() as session,
