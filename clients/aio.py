@@ -108,7 +108,7 @@ class AsyncClient(RoutingClientApi):
         """A batch POST as a frame on the node's produce stream; by POST if that fails."""
         assert call.stream is not None
         if self._produce_streams is None:
-            self._produce_streams = ProduceStreams(self._open_produce_stream)
+            self._produce_streams = ProduceStreams(self._open_produce_stream, self.timeout)
 
         base = self._base_url(call.url)
         answer = await self._produce_streams.answered(base, call.stream, call.request)

@@ -163,7 +163,7 @@ class Client(RoutingClientApi):
         assert call.stream is not None
         streams = self._streams()
         if self._produce_streams is None:
-            self._produce_streams = ProduceStreams(streams.opened)
+            self._produce_streams = ProduceStreams(streams.opened, self.timeout)
         base = self._base_url(call.url)
         answer = streams.run(self._produce_streams.answered(base, call.stream, call.request))
         if answer is None:

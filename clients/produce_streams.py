@@ -41,16 +41,22 @@ class ProduceStream:
     def closed(self) -> bool:
         return self._reader.done()
 
-    async def sent(self, partition: int, batch: bytes | bytearray) -> Answer:
+    async def sent(self, partition: int, batch: bytes | bytearray, timeout_s: float) -> Answer:
         """The answer to one batch; raises the error it was answered with, or a retryable
-        connection_failed if the stream ended first (the batch may then have been written,
-        as when a POST's connection breaks)."""
+        connection_failed if the stream ended first or no answer came within `timeout_s`, the
+        client's request timeout (the batch may then have been written, as when a POST's
+        connection breaks or times out)."""
         request_id = next(self._ids)
         future = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = future
         try:
             await self.socket.send_bytes(HEADER.pack(request_id, partition) + batch)
-            return await future
+            async with asyncio.timeout(timeout_s):
+                return await future
+        except TimeoutError:
+            # A node that answers pings but not batches (paused, stuck) gets no more of them.
+            await self.close()
+            raise self._lost(f"no answer within {timeout_s} s") from None
         except (aiohttp.ClientError, OSError, RuntimeError) as exc:
             raise self._lost(str(exc)) from exc
         finally:
@@ -94,8 +100,9 @@ class ProduceStream:
 class ProduceStreams:
     """The produce streams of one client, opened on first use, on one event loop."""
 
-    def __init__(self, opener: Opener) -> None:
+    def __init__(self, opener: Opener, timeout_s: float) -> None:
         self._opener = opener
+        self._timeout_s = timeout_s
         self._streams: dict[tuple[str, str, str], asyncio.Task[ProduceStream]] = {}
         self._unsupported: set[str] = set()  # nodes that refused the upgrade
 
@@ -110,7 +117,7 @@ class ProduceStreams:
         partition, acks = int(request.params["partition"]), request.params["acks"]
         try:
             stream = await self._stream(node, path, acks)
-            return await stream.sent(partition, request.payload)
+            return await stream.sent(partition, request.payload, self._timeout_s)
         except RaftlineError as error:
             if error.code == STREAM_UNSUPPORTED:
                 self._unsupported.add(node)

@@ -4,12 +4,15 @@ with a retryable error goes by POST instead, one refused for good is not sent ag
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 from inproc_harness import http_cluster
 from test_node_cluster import leader_of, led_topic
 
@@ -104,3 +107,30 @@ async def test_a_batch_the_node_refuses_for_good_is_not_sent_again_by_post(
         ):
             metrics = await answer.text()
         assert 'method="POST",route="/v1/topics/{topic}/messages"' not in metrics
+
+
+async def test_a_stream_that_never_answers_gives_the_batch_to_a_post_after_the_timeout() -> None:
+    # A node whose loop answers pings but not batches (paused, stuck): the POST answers.
+    posted: list[bytes] = []
+
+    async def stream(request: web.Request) -> web.WebSocketResponse:
+        socket = web.WebSocketResponse()
+        await socket.prepare(request)
+        async for _ in socket:
+            pass  # frames read, never answered
+        return socket
+
+    async def post(request: web.Request) -> web.Response:
+        posted.append(await request.read())
+        return web.json_response({"partition": 0, "base_offset": 41, "count": 1})
+
+    app = web.Application()
+    app.router.add_get("/v1/topics/{topic}/produce-stream", stream)
+    app.router.add_post("/v1/topics/{topic}/messages", post)
+    async with TestServer(app) as server:
+        base = str(server.make_url("")).rstrip("/")
+        async with AsyncClient(base, timeout=1.0) as client:
+            started = time.monotonic()
+            acked = await client.produce_batch("t", 0, [b"x"], url=base, transport="stream")
+    assert time.monotonic() - started < 5
+    assert acked.base_offset == 41 and len(posted) == 1
