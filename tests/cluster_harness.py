@@ -62,11 +62,11 @@ class Node(NodeProcess):
         root: Path,
         peers: str,
         timeline: Timeline | None = None,
-        raft: str | None = None,
+        addresses: tuple[str, str] | None = None,
     ) -> None:
-        [http_port, *raft_port] = free_ports(1 if raft else 2)
-        raft = raft or f"127.0.0.1:{raft_port[0]}"
-        super().__init__(node_id, f"127.0.0.1:{http_port}", raft, peers, root)
+        """`addresses`: (HTTP, Raft), both on free ports if not given."""
+        http, raft = addresses or tuple(f"127.0.0.1:{port}" for port in free_ports(2))
+        super().__init__(node_id, http, raft, peers, root)
         self.timeline = timeline or Timeline()
         self.fsync = "always"
         self._log_start = 0  # where this start's output begins in the (appended) log
@@ -136,10 +136,13 @@ class Cluster:
 
     def _new_nodes(self, size: int) -> list[Node]:
         """`size` nodes on ports free now, listing each other's Raft addresses as peers."""
-        ids = range(1, size + 1)
-        raft = dict(zip(ids, (f"127.0.0.1:{port}" for port in free_ports(size)), strict=True))
-        peers = ",".join(f"{i}={address}" for i, address in raft.items())
-        return [Node(i, self.root, peers, self.timeline, raft[i]) for i in ids]
+        addresses = [f"127.0.0.1:{port}" for port in free_ports(2 * size)]
+        http, raft = addresses[:size], addresses[size:]
+        peers = ",".join(f"{i}={address}" for i, address in enumerate(raft, 1))
+        return [
+            Node(i, self.root, peers, self.timeline, (http[i - 1], raft[i - 1]))
+            for i in range(1, size + 1)
+        ]
 
     def node(self, node_id: int) -> Node:
         return next(n for n in self.nodes if n.node_id == node_id)

@@ -50,7 +50,7 @@ def test_a_fresh_cluster_whose_port_was_taken_starts_on_new_ports(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with held_port() as taken:
-        picks = iter([[taken]])  # the first pick (the node's Raft port) is the taken one
+        picks = iter([[free_ports(1)[0], taken]])  # the first pick: the node's HTTP, Raft ports
         monkeypatch.setattr(
             cluster_harness, "free_ports", lambda count: next(picks, None) or free_ports(count)
         )
