@@ -153,9 +153,14 @@ def throughput_ratios(ops: list[Op]) -> list[dict[str, Any]]:
     """Per fault window: acknowledged writes (ACKED_WRITES) per second from GRACE_S after the
     fault until the heal, against the quiet period before it (BASELINE_SKIP_S after the
     previous heal on)."""
-    acked = sorted(
-        op.end for op in pair(client_ops(ops)) if op.invoke.f in ACKED_WRITES and op.type == "ok"
-    )
+    writes = [op for op in pair(client_ops(ops)) if op.invoke.f in ACKED_WRITES and op.type == "ok"]
+    acked = sorted(op.end for op in writes)
+    acked_by_key: dict[Any, list[int]] = defaultdict(list)
+    for op in writes:
+        if _key(op) is not None:
+            acked_by_key[_key(op)].append(op.end)
+    for times in acked_by_key.values():
+        times.sort()
     windows = sorted(fault_windows(ops), key=lambda w: w.start)
     first = acked[0] if acked else 0
     rows = []
@@ -170,15 +175,26 @@ def throughput_ratios(ops: list[Op]) -> list[dict[str, Any]]:
         during = _rate(acked, during_from, end)
         ratio = None if before is None or during is None or before == 0 else during / before
         connected = majority_connected(w)
+        # Each partition's own rates: one slow partition or all of them alike.
+        by_key = {
+            str(key): [
+                _rounded(_rate(times, quiet_from, w.start)),
+                _rounded(_rate(times, during_from, end)),
+            ]
+            for key, times in sorted(acked_by_key.items(), key=lambda item: str(item[0]))
+        }
         rows.append(
             {
                 "fault": w.fault,
                 "start_s": round(w.start / NS, 3),
                 "end_s": None if w.end is None else round(w.end / NS, 3),
                 "majority_connected": connected,
-                "before_per_s": None if before is None else round(before, 1),
-                "during_per_s": None if during is None else round(during, 1),
+                "before_per_s": _rounded(before),
+                "during_per_s": _rounded(during),
                 "ratio": None if ratio is None else round(ratio, 3),
+                "baseline_s": round(max(0, w.start - quiet_from) / NS, 1),
+                "judged_s": round(max(0, end - during_from) / NS, 1),
+                "by_partition_per_s": by_key,
                 "control": w.fault == CONTROL,
                 "meets_target": (
                     None
@@ -189,6 +205,10 @@ def throughput_ratios(ops: list[Op]) -> list[dict[str, Any]]:
         )
         previous_end = max(previous_end, end)
     return rows
+
+
+def _rounded(rate: float | None) -> float | None:
+    return None if rate is None else round(rate, 1)
 
 
 def _rate(sorted_times: list[int], start: float, end: float) -> float | None:
