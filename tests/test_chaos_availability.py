@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from raftline.chaos.availability import (
+    BASELINE_S,
     BASELINE_SKIP_S,
     GRACE_S,
     NS,
@@ -246,3 +247,40 @@ def test_the_summary_prints_every_window_and_the_partitions_of_a_miss() -> None:
     )
     assert "ratio 0.55" in text and "over 8.0 s against" in text
     assert "per partition, before -> during (/s): t/0 50.0 -> 5.0, t/1 50.0 -> 50.0" in text
+
+
+def test_the_baseline_is_the_quiet_time_of_the_seconds_before_the_fault() -> None:
+    # 100/s throughout but for a burst of 300/s in the 4 s before fault B. The quiet gap since
+    # fault A's heal alone (35-40 s) gave 260/s and a ratio of 0.38; the quiet time of the 30 s
+    # before B (10-30 s and 35-40 s: not A, nor the 2 s after its heal) gives 132/s.
+    ops = index_ops(
+        acked_sends(0.0, 36.0, 100)
+        + acked_sends(36.0, 40.0, 300)
+        + nemesis("start", 30.0)
+        + nemesis("stop", 33.0)
+        + nemesis("start", 40.0)
+        + acked_sends(40.0, 50.0, 100)
+        + nemesis("stop", 50.0)
+    )
+    row = throughput_ratios(ops)[1]
+    assert BASELINE_S == 30.0
+    assert row["baseline_s"] == pytest.approx(25.0)
+    assert row["before_per_s"] == pytest.approx((20 * 100 + 1 * 100 + 4 * 300) / 25, rel=0.02)
+    assert row["meets_target"] is True
+
+
+def test_fault_time_and_the_recovery_after_a_heal_are_no_baseline() -> None:
+    # 100/s when quiet, 10/s during fault A and the 2 s after its heal: B's baseline is 100/s.
+    ops = index_ops(
+        acked_sends(0.0, 10.0, 100)
+        + nemesis("start", 10.0)
+        + acked_sends(10.0, 20.0 + BASELINE_SKIP_S, 10)
+        + nemesis("stop", 20.0)
+        + acked_sends(20.0 + BASELINE_SKIP_S, 30.0, 100)
+        + nemesis("start", 30.0)
+        + acked_sends(30.0, 40.0, 100)
+        + nemesis("stop", 40.0)
+    )
+    row = throughput_ratios(ops)[1]
+    assert row["before_per_s"] == pytest.approx(100, rel=0.02)
+    assert row["baseline_s"] == pytest.approx(8.0 + 8.0)
