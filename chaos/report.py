@@ -163,7 +163,8 @@ def summary_text(result: dict[str, Any]) -> str:
     for fault, count in avail["not_injected"].items():
         lines.append(f"  {fault}: {count} injections failed (see nemesis ops in the history)")
     lines.append(
-        "acknowledged writes/s from 2 s after each fault to its heal, against before it"
+        "acknowledged writes/s from 2 s after each fault to its heal, against before it (the"
+        f" quiet time of the {availability.BASELINE_S:.0f} s before it)"
         f" (target >= 0.7 where a majority stayed connected): "
         f"{'met' if avail['throughput_target_met'] else 'MISSED'}, "
         f"lowest {avail['throughput_ratio_min']}"
