@@ -199,15 +199,17 @@ def measure_per_node(root: Path, messages: int, size: int, top: int) -> dict[str
 
 
 def _leader_node(nodes: list[_NodeThread]) -> _NodeThread:
-    """The node whose replica leads the partition once one does."""
+    """The node whose replica leads the partition once its preferred replica (the first)
+    does: the controller moves leadership there, and a move during the count fails it."""
     deadline = time.monotonic() + READY_S
     brokers = [node.broker for node in nodes]
+    preferred = nodes[0].call(lambda: brokers[0].meta.state.topics[TOPIC].replicas[0][0])
     while True:
         broker = nodes[0].call(leading, brokers, TOPIC)
-        if broker is not None:
+        if broker is not None and broker.config.node_id == preferred:
             return next(node for node in nodes if node.broker is broker)
         if time.monotonic() > deadline:
-            raise TimeoutError("no leader for the partition")
+            raise TimeoutError("the preferred replica does not lead the partition")
         time.sleep(0.05)
 
 

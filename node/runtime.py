@@ -51,7 +51,7 @@ import logging
 import random
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -96,37 +96,6 @@ class GroupStopped(Exception):
     """The group was removed or the node is stopping before the request completed."""
 
 
-class _DirtyGroups:
-    """The groups to feed, in the order they were touched: a set that rounds take from the
-    front, so that no group waits behind groups touched after it."""
-
-    def __init__(self) -> None:
-        self._names: dict[str, None] = {}
-
-    def add(self, name: str) -> None:
-        self._names.setdefault(name, None)
-
-    def update(self, names: Iterable[str]) -> None:
-        for name in names:
-            self._names.setdefault(name, None)
-
-    def discard(self, name: str) -> None:
-        self._names.pop(name, None)
-
-    def difference_update(self, names: Iterable[str]) -> None:
-        for name in names:
-            self._names.pop(name, None)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._names
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-
 class Runtime:
     def __init__(
         self, config: NodeConfig, on_rpc: RpcHandler, rng: random.Random | None = None
@@ -137,7 +106,10 @@ class Runtime:
         self._rng = rng or random.Random()
         self._active: set[str] = set()  # groups that receive ticks (not quiet)
         self._leading: set[str] = set()  # groups led here
-        self._dirty = _DirtyGroups()
+        # The groups to feed, in the order they were touched (a key set again keeps its place):
+        # rounds take from the front, so no group waits behind groups touched after it. A plain
+        # dict, not a set class of its own: touched several times per message, on every node.
+        self._dirty: dict[str, None] = {}
         self.first_groups: set[str] = set()  # fed first in every round (the metadata group)
         self._notices: dict[int, list[list[Any]]] = defaultdict(list)
         self._orphans: dict[str, list[Message]] = {}  # messages for groups not created yet
@@ -235,7 +207,7 @@ class Runtime:
             return None
         self._active.discard(name)
         self._leading.discard(name)
-        self._dirty.discard(name)
+        self._dirty.pop(name, None)
         self._fail_waiters(group, f"group {name} removed")
         if writes := self._disk.writes.get(name):
             await asyncio.wait([w.future for w in writes])
@@ -307,13 +279,13 @@ class Runtime:
         the next round; followers that need older entries get the trim point as a snapshot."""
         group = self.groups[name]
         group.trim_to = index
-        self._dirty.add(name)
+        self._dirty[name] = None
         self._wakeup.set()
 
     def _touch(self, group: Group, cause: str = "request") -> None:
         if group.quiet:
             self._wake(group, cause)
-        self._dirty.add(group.name)
+        self._dirty[group.name] = None
         self._wakeup.set()
 
     def _wake(self, group: Group, cause: str) -> None:
@@ -338,7 +310,7 @@ class Runtime:
             group.inbox.append(msg)
             if msg.type == MessageType.HEARTBEAT_RESP:
                 # Answers to the heartbeats sent just before going quiet must not wake the group.
-                self._dirty.add(group.name)
+                self._dirty[group.name] = None
             else:
                 self._touch(group, "message")
         for notice in notices:
@@ -346,7 +318,7 @@ class Runtime:
                 self.leader_view.learn(str(notice[1]), notice[2], notice[3])
             elif len(notice) >= 2 and (group := self.groups.get(str(notice[1]))) is not None:
                 group.notices.append((peer, notice))
-                self._dirty.add(group.name)
+                self._dirty[group.name] = None
         self.stats["messages_received"] += len(messages)
         self._wakeup.set()
 
@@ -432,7 +404,7 @@ class Runtime:
             for name in self._active:
                 if (group := self.groups.get(name)) is not None:
                     group.ticks += 1
-            self._dirty.update(self._active)
+            self._dirty.update(dict.fromkeys(self._active))
             self._wakeup.set()
             self._flush_notices()
             self._role_log.flush()
@@ -549,7 +521,8 @@ class Runtime:
                 break
             if (takeable is None or takeable(name)) and name not in self.first_groups:
                 taken.append(name)
-        self._dirty.difference_update(taken)
+        for name in taken:
+            del self._dirty[name]
         return taken
 
     def _written(self, write: Write, outcome: int | BaseException) -> None:
@@ -708,7 +681,7 @@ class Runtime:
                 continue  # removed, or every write of the group already ended
             self._apply_written(group, self._disk.pending(name))
             if group.proposals and self._disk.may_start(name):
-                self._dirty.add(name)
+                self._dirty[name] = None
                 self._wakeup.set()
         self._start_queued(write.groups)
 
@@ -765,7 +738,7 @@ class Runtime:
                 for msg in messages:
                     if (group := self.groups.get(msg.group)) is not None:
                         group.inbox.append(msg)
-                        self._dirty.add(msg.group)
+                        self._dirty[msg.group] = None
                 continue
             self.transport.send(peer, wire.encode_raft(messages, self._notices.pop(peer, [])))
             self.stats["messages_sent"] += len(messages)
@@ -807,7 +780,7 @@ class Runtime:
         if (core.role, core.leader_id, core.term) != (group.role, group.leader, group.term):
             self._role_changed(group)
         if (core.has_ready() or group.proposals) and group.name in self.groups:
-            self._dirty.add(group.name)
+            self._dirty[group.name] = None
         elif (
             group.role == "leader"
             and not group.quiet
