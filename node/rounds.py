@@ -67,10 +67,6 @@ class Round:
     extends_in: int | None = None
 
     @property
-    def writes(self) -> bool:
-        return self.ready is not None or self.trim is not None
-
-    @property
     def touches_disk(self) -> bool:
         """False when the Ready holds only a commit-index change (kept in memory by the
         storage until the next term/vote write): such rounds skip the disk thread."""

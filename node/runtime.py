@@ -66,7 +66,6 @@ from raftline.node.rounds import (
     Write,
     appends_after,
     observe_disk_hand_offs,
-    persist,
 )
 from raftline.node.stages import StageTimes
 from raftline.node.transport import RpcHandler, Transport
@@ -446,8 +445,11 @@ class Runtime:
             (on_disk if touches else at_once).extend(group_rounds)
         if on_disk:
             self._disk.start(on_disk)
-        if writes := [r for r in at_once if r.writes]:
-            persist(writes, self._disk.fsyncs)  # commit-index changes only: kept in memory, no I/O
+        for item in at_once:
+            # A commit-index change at most (term and vote as saved: no must_sync), which the
+            # storage keeps in memory: what persist() would do for it, without its machinery.
+            if item.ready is not None and item.ready.hard_state is not None:
+                item.group.storage.save(item.ready.hard_state)
         self._finish(at_once)
 
     def _start_queued(self, names: Iterable[str]) -> None:
