@@ -189,17 +189,18 @@ def _changes_vote(storage: GroupStorage, states: list[HardState]) -> bool:
 
 def observe_disk_hand_offs(stage_times: StageTimes, write: Write, now: float) -> None:
     """What a write spent between threads, apart from the fsync calls themselves."""
-    observe = stage_times.observe
-    observe("disk_queue", write.started_at - write.submitted_at)
-    observe("disk_return", now - write.returned_at)
+    stages = stage_times.histograms
+    stages["disk_queue"].observe(write.started_at - write.submitted_at)
+    stages["disk_return"].observe(now - write.returned_at)
     if not write.fsyncs:
         return
+    fsync_call, fsync_start = stages["fsync_call"], stages["fsync_start"]
     for handed, started, returned in write.fsyncs:
-        observe("fsync_call", returned - started)
+        fsync_call.observe(returned - started)
         if started > handed:  # run on a pool thread, not on the disk thread itself
-            observe("fsync_start", started - handed)
+            fsync_start.observe(started - handed)
     if len(write.fsyncs) > 1:
-        observe("fsync_join", write.returned_at - max(t[2] for t in write.fsyncs))
+        stages["fsync_join"].observe(write.returned_at - max(t[2] for t in write.fsyncs))
 
 
 class DiskWrites:
