@@ -13,7 +13,7 @@ from collections.abc import Callable
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import cached_property, partial
+from functools import partial
 
 from raftline.node.group import Group, GroupStorage
 from raftline.node.stages import StageTimes
@@ -42,14 +42,14 @@ class Write:
     # (which reads it when input arrives): a follower's next write may then start.
     appended: bool = False
     done: bool = False
+    # Each group's rounds of it, in order; read several times per write (started, entries
+    # written, returned, and the group's pending rounds in every round fed meanwhile).
+    groups: dict[str, list[Round]] = field(init=False)
 
-    @cached_property
-    def groups(self) -> dict[str, None]:
-        # Read several times per write (start, entries written, returned): built once.
-        return dict.fromkeys(r.group.name for r in self.rounds)
-
-    def rounds_of(self, name: str) -> list[Round]:
-        return [r for r in self.rounds if r.group.name == name]
+    def __post_init__(self) -> None:
+        self.groups = {}
+        for item in self.rounds:
+            self.groups.setdefault(item.group.name, []).append(item)
 
 
 @dataclass
@@ -279,7 +279,7 @@ class DiskWrites:
         for name in write.groups:
             writes = self.writes.get(name)
             while writes and writes[0].done:
-                finished.extend(writes.pop(0).rounds_of(name))
+                finished.extend(writes.pop(0).groups[name])
             if writes:
                 continue
             self.writes.pop(name, None)
@@ -288,7 +288,7 @@ class DiskWrites:
 
     def pending(self, name: str) -> list[Round]:
         """The group's rounds not finished yet, in order: in writes, then queued."""
-        rounds = [r for w in self.writes.get(name, ()) for r in w.rounds_of(name)]
+        rounds = [r for w in self.writes.get(name, ()) for r in w.groups[name]]
         return rounds + self.queued.get(name, [])
 
     def unwritten(self, name: str) -> bool:

@@ -487,7 +487,7 @@ class Runtime:
         return not any(
             r.trim is not None or (r.ready is not None and r.ready.snapshot is not None)
             for w in writes
-            for r in w.rounds_of(name)
+            for r in w.groups[name]
         )
 
     def _only_extends(self, group: Group) -> bool:
