@@ -750,7 +750,8 @@ class Runtime:
             self.stats["messages_sent"] += len(messages)
         for item in rounds:
             self._settle(item)
-        self._flush_notices()
+        if self._notices:
+            self._flush_notices()
         if self._dirty and (not self._disk.writes or any(map(self._takeable, self._dirty))):
             self._wakeup.set()
 
