@@ -668,9 +668,13 @@ class Runtime:
             self.stats["messages_sent"] += len(messages)
 
     def _apply_early(self, rounds: list[Round]) -> None:
-        """Apply what fresh rounds committed, if it is written (see _apply_written)."""
+        """Apply what fresh rounds committed, if it is written (see _apply_written). A round
+        that committed nothing is passed over: its group's earlier rounds were applied as soon
+        as they could be (here, or once their entries were written), and its own entries could
+        only hold them back."""
         for item in rounds:
-            self._apply_written(item.group, [*self._disk.pending(item.group.name), item])
+            if item.ready is not None and item.ready.committed:
+                self._apply_written(item.group, [*self._disk.pending(item.group.name), item])
 
     def _entries_written(self, write: Write) -> None:
         """Loop: the disk thread wrote these entries and is about to fsync them. Apply what
