@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 
+from raftline.node.call_threads import CallThreads
 from raftline.node.group import Group, GroupStorage
 from raftline.node.stages import StageTimes
 from raftline.raftlog.types import HardState, Ready, SnapshotMeta
@@ -223,7 +224,7 @@ class DiskWrites:
         self.idle.set()
         self._entries_written = entries_written
         self._returned = returned
-        self.pool = ThreadPoolExecutor(max_workers=DISK_THREADS, thread_name_prefix="raftline-disk")
+        self.pool = CallThreads(DISK_THREADS, "raftline-disk")
         # Fsyncs of different partition logs run side by side: the filesystem folds concurrent
         # fsyncs into one journal commit (16 logs: ~1.7 ms against ~5.5 ms serial).
         self.fsyncs = ThreadPoolExecutor(
@@ -237,7 +238,7 @@ class DiskWrites:
         leads = any(r.ready is not None and r.ready.role == "leader" for r in rounds)
         loop = asyncio.get_running_loop()
         write.future = loop.create_future()
-        self.pool.submit(self._persist_and_return, rounds, loop, leads, write)
+        self.pool.run(self._persist_and_return, rounds, loop, leads, write)
         for name in write.groups:
             self.writes.setdefault(name, []).append(write)
             self.queued.setdefault(name, [])
