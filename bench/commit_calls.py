@@ -177,6 +177,9 @@ def measure_per_node(root: Path, messages: int, size: int, top: int) -> dict[str
         "messages": messages,
         "leader_calls_per_msg": round(leader_calls / messages, 1),
         "follower_calls_per_msg": [round(_calls(f.profile)[0] / messages, 1) for f in followers],
+        # Driver rounds run per message: the calls move with them, and they with the timing
+        # of the acknowledgements (two coming together share a round).
+        "leader_rounds_per_msg": round(_driver_rounds(stats) / messages, 2),
         "leader_loop_cpu_us_per_msg": round(1e6 * leader.cpu_s / messages),
         "follower_loop_cpu_us_per_msg": [round(1e6 * f.cpu_s / messages) for f in followers],
         "load_1m": round(os.getloadavg()[0], 2),
@@ -196,6 +199,15 @@ def measure_per_node(root: Path, messages: int, size: int, top: int) -> dict[str
             for (file, line, name), row in by_self
         ],
     }
+
+
+def _driver_rounds(stats: dict[Any, Any]) -> int:
+    """How many times the runtime's driver (a coroutine: a call per resumption) ran a round."""
+    return sum(
+        row[1]
+        for (file, _, name), row in stats.items()
+        if name == "_drive" and file.endswith("runtime.py")
+    )
 
 
 def _leader_node(nodes: list[_NodeThread]) -> _NodeThread:
