@@ -591,7 +591,7 @@ class Runtime:
         # Proposals wait while a write of the group is writing its entries (not while it
         # fsyncs): they then go to disk and to the followers as one batch (sending each as it
         # came cost a third of the max rate with fsync).
-        proposals = group.proposals if self._disk.may_start(group.name) else []
+        proposals = group.proposals if group.proposals and self._disk.may_start(group.name) else []
         for proposal in proposals:
             try:
                 index = core.propose(proposal.data, proposal.count, proposal.kind)
