@@ -575,7 +575,8 @@ class RaftNode:
     def _flush(self) -> None:
         last = self._log.last_index()
         for peer, pr in self._progress.items():
-            self._send_appends(peer, pr, last, allow_empty=False)
+            if pr.next <= last:  # else nothing to send (every acknowledgement flushes)
+                self._send_appends(peer, pr, last, allow_empty=False)
 
     def _send_appends(self, peer: int, pr: Progress, last: int, allow_empty: bool) -> None:
         """Send what the follower's flow control allows: one probe, or a pipeline of batches."""
