@@ -562,6 +562,11 @@ class Runtime:
         finished, freed = self._disk.finish(write)
         idle = [r for name, queue in freed.items() if name in self.groups for r in queue]
         self._finish(finished)
+        for name in write.groups:
+            if finished and name in self._disk.writes and (group := self.groups.get(name)):
+                # The rounds behind those finished may apply now (_apply_early passes over
+                # fresh rounds that commit nothing, so no later round is left to try).
+                self._apply_written(group, self._disk.pending(name))
         if idle:  # rounds a leader was fed meanwhile: their writes (a group's at once) start now
             self._start(idle)
         self._start_queued(write.groups)
@@ -682,8 +687,8 @@ class Runtime:
     def _apply_early(self, rounds: list[Round]) -> None:
         """Apply what fresh rounds committed, if it is written (see _apply_written). A round
         that committed nothing is passed over: its group's earlier rounds were applied as soon
-        as they could be (here, or once their entries were written), and its own entries could
-        only hold them back."""
+        as they could be (here, once their entries were written, or once the writes before
+        them ended), and its own entries could only hold them back."""
         for item in rounds:
             if item.ready is not None and item.ready.committed:
                 self._apply_written(item.group, [*self._disk.pending(item.group.name), item])
