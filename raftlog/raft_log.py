@@ -40,7 +40,11 @@ class RaftLog:
     def last_index(self) -> int:
         if self.unstable:
             return self.unstable[-1].last_index
-        return self.persisted_last_index()
+        # persisted_last_index() without an unstable tail, written out: asked several times
+        # per message on a leader, whose tail is mostly persisted.
+        if self.pending_snapshot is not None:
+            return self.pending_snapshot.index
+        return self.stable.last_index()
 
     def persisted_last_index(self) -> int:
         """Last offset whose entry is durable and not replaced by the unstable tail."""
