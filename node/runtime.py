@@ -435,13 +435,19 @@ class Runtime:
             rounds = [self._feed(g) for n in taken if (g := self.groups.get(n))]
             self._send_replication(rounds)
             self._apply_early(rounds)
+            fresh: list[Round] = []
+            behind: set[str] = set()
             for item in rounds:
                 if (queue := self._disk.queued.get(item.group.name)) is not None:
                     queue.append(item)  # behind its group's writes in flight
+                    behind.add(item.group.name)
                     if item.extends_in is not None:
                         self.stats["follower_rounds_beside_writes"] += 1
-            self._start([r for r in rounds if r.group.name not in self._disk.queued])
-            self._start_queued({r.group.name for r in rounds if r.group.name in self._disk.queued})
+                else:
+                    fresh.append(item)
+            self._start(fresh)
+            if behind:
+                self._start_queued(behind)
             if len(taken) >= GROUPS_PER_ROUND:
                 self._round_due = True  # more may wait: read the sockets first, then go on
                 await asyncio.sleep(0)
