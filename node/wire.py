@@ -167,12 +167,6 @@ def _int(value: Any) -> int:
     return value
 
 
-def _bytes(value: Any) -> bytes:
-    if type(value) is not bytes:
-        raise FrameError(f"expected bytes, got {type(value).__name__}")
-    return value
-
-
 def as_list(value: Any, length: int | None = None) -> list[Any]:
     if type(value) is not list or (length is not None and len(value) != length):
         raise FrameError(f"expected a list of {length or 'any'} items")
@@ -196,6 +190,25 @@ def _checked(entry: Entry) -> Entry:
 
 
 _MESSAGE_TYPES = {int(t): t for t in MessageType}
+_ENTRY_KINDS = {int(k): k for k in EntryKind}
+
+
+def _entry(fields: Any) -> Entry:
+    """One entry of an APPEND, checked (a type check per field and a table lookup of its
+    kind, as decode_message does: every message a follower stores comes through here)."""
+    if type(fields) is not list or len(fields) != 5:
+        raise FrameError("expected a list of 5 items")
+    index, term, kind, count, data = fields
+    entry_kind = _ENTRY_KINDS.get(kind) if type(kind) is int else None
+    if (
+        type(index) is not int
+        or type(term) is not int
+        or type(count) is not int
+        or type(data) is not bytes
+        or entry_kind is None
+    ):
+        raise FrameError("bad entry offset, term, kind, count or data")
+    return _checked(Entry(index, term, entry_kind, data, count))
 
 
 def decode_message(fields: Any) -> Message:
@@ -236,10 +249,7 @@ def decode_message(fields: Any) -> Message:
     decoded = []
     if entries:
         try:
-            decoded = [
-                _checked(Entry(_int(i), _int(t), EntryKind(_int(k)), _bytes(d), _int(c)))
-                for i, t, k, c, d in (as_list(e, 5) for e in entries)
-            ]
+            decoded = [_entry(fields) for fields in entries]
         except ValueError as exc:
             raise FrameError(f"bad message: {exc}") from exc
     meta = None
