@@ -78,7 +78,9 @@ class RaftLog:
         """Entries covering [lo, hi] (lo at an entry boundary), at least one, about max_bytes."""
         unstable = self.unstable
         if unstable and lo >= unstable[0].index:
-            return _take(unstable, bisect_right(unstable, lo, key=_index_of) - 1, hi, max_bytes)
+            # From the first unstable entry (a leader's next APPEND, mostly): no search.
+            start = 0 if lo == unstable[0].index else bisect_right(unstable, lo, key=_index_of) - 1
+            return _take(unstable, start, hi, max_bytes)
         stable_hi = min(hi, unstable[0].index - 1) if unstable else hi
         entries = self.stable.entries(lo, stable_hi, max_bytes)
         if unstable and hi >= unstable[0].index and entries[-1].last_index == stable_hi:
