@@ -446,14 +446,15 @@ class PartitionLog:
                     self._drop_cached(segment, synced_end)
             return self._durable
 
-    def _drop_cached(self, segment: Segment, on_disk_end: int) -> None:
+    def _drop_cached(self, segment: Segment, on_disk_end: int, settle: bool = False) -> None:
         """Drop cached pages more than cache_tail_bytes behind `on_disk_end` of the active
         segment `segment` (lock held), the sealed segment before it as a whole once the tail
-        lies in `segment` alone."""
+        lies in `segment` alone. `settle`: `segment` is not fsynced up to there (see
+        Segment.drop_cached); a sealed segment was fsynced when it was sealed."""
         tail = self.config.cache_tail_bytes
         if tail < 0:
             return
-        segment.drop_cached(on_disk_end - tail)
+        segment.drop_cached(on_disk_end - tail, settle=settle)
         if on_disk_end >= tail and len(self._segments) > 1 and segment is self._segments[-1]:
             sealed = self._segments[-2]
             sealed.drop_cached(sealed.size, step=0)
@@ -476,7 +477,7 @@ class PartitionLog:
         if self.config.fsync == "never":
             active.start_writeback()
             # Writeback of what lies a tail behind started long ago: most of it is clean.
-            self._drop_cached(active, active.size)
+            self._drop_cached(active, active.size, settle=True)
 
     def _check_not_failed(self) -> None:
         if self._failure is not None:

@@ -114,6 +114,19 @@ def test_without_fsync_pages_written_back_leave_the_page_cache(droppable: Path) 
     log.close()
 
 
+def test_without_fsync_pages_beyond_the_tail_leave_the_page_cache_though_not_yet_on_disk(
+    droppable: Path,
+) -> None:
+    # Nothing waits for the disk here: the drop must wait for the writeback it asked for, or
+    # the pages still being written are passed over, and never asked for again.
+    log = PartitionLog(droppable, LogConfig(fsync="never", cache_tail_bytes=MIB))
+    while log.size_bytes < 2 * DROP_STEP_BYTES + 2 * MIB:
+        log.append(BATCH, 1)
+    path = next(droppable.glob("*.log"))
+    assert sum(resident(path)[: 2 * DROP_STEP_BYTES // PAGE]) < FEW
+    log.close()
+
+
 def test_a_sealed_segment_leaves_the_page_cache_once_the_tail_is_past_it(
     droppable: Path,
 ) -> None:
