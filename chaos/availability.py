@@ -126,7 +126,12 @@ ACKED_WRITES = frozenset({"send", "txn-send", "publish"})
 # per second stay at least 70% of the rate before it, wherever a majority stayed connected.
 GRACE_S = 2.0
 TARGET_RATIO = 0.7
-BASELINE_SKIP_S = 2.0  # the first seconds after the previous heal are recovery, not the baseline
+BASELINE_SKIP_S = 2.0  # the first seconds after a heal are recovery, not the baseline
+# "The rate before it": over the quiet time of this many seconds before the fault (outside every
+# fault window and the BASELINE_SKIP_S after its heal), about 10-14 s with the nemesis' 5-10 s
+# quiet periods. The quiet gap since the previous heal alone (3-8 s) took the rate of a burst
+# or a lull on a shared machine, where the rate swings 2-5x within seconds with no fault.
+BASELINE_S = 30.0
 
 
 CONTROL = "none"  # the placebo nemesis: measured like a fault, never judged (nemesis.Placebo)
@@ -151,34 +156,51 @@ def majority_connected(window: FaultWindow) -> bool:
 
 def throughput_ratios(ops: list[Op]) -> list[dict[str, Any]]:
     """Per fault window: acknowledged writes (ACKED_WRITES) per second from GRACE_S after the
-    fault until the heal, against the quiet period before it (BASELINE_SKIP_S after the
-    previous heal on)."""
-    acked = sorted(
-        op.end for op in pair(client_ops(ops)) if op.invoke.f in ACKED_WRITES and op.type == "ok"
-    )
+    fault until the heal, against the quiet time of the BASELINE_S before it."""
+    writes = [op for op in pair(client_ops(ops)) if op.invoke.f in ACKED_WRITES and op.type == "ok"]
+    acked = sorted(op.end for op in writes)
+    acked_by_key: dict[Any, list[int]] = defaultdict(list)
+    for op in writes:
+        if _key(op) is not None:
+            acked_by_key[_key(op)].append(op.end)
+    for times in acked_by_key.values():
+        times.sort()
     windows = sorted(fault_windows(ops), key=lambda w: w.start)
     first = acked[0] if acked else 0
+    last = acked[-1] if acked else 0
     rows = []
-    previous_end = first
     for w in windows:
-        quiet_from = previous_end + BASELINE_SKIP_S * NS
-        if w.start - quiet_from < NS:  # a short quiet period: all of it
-            quiet_from = previous_end
+        # The run's first seconds count as recovery too: the clients are starting.
+        look_from = max(first + BASELINE_SKIP_S * NS, w.start - BASELINE_S * NS)
+        quiet = _quiet_spans(windows, look_from, w.start, BASELINE_SKIP_S * NS, last)
+        if sum(b - a for a, b in quiet) < NS:  # hardly any quiet time: the recovery too
+            quiet = _quiet_spans(windows, max(first, w.start - BASELINE_S * NS), w.start, 0, last)
         during_from = w.start + GRACE_S * NS
         end = w.end if w.end is not None else (acked[-1] if acked else w.start)
-        before = _rate(acked, quiet_from, w.start)
+        before = _spans_rate(acked, quiet)
         during = _rate(acked, during_from, end)
         ratio = None if before is None or during is None or before == 0 else during / before
         connected = majority_connected(w)
+        # Each partition's own rates: one slow partition or all of them alike.
+        by_key = {
+            str(key): [
+                _rounded(_spans_rate(times, quiet)),
+                _rounded(_rate(times, during_from, end)),
+            ]
+            for key, times in sorted(acked_by_key.items(), key=lambda item: str(item[0]))
+        }
         rows.append(
             {
                 "fault": w.fault,
                 "start_s": round(w.start / NS, 3),
                 "end_s": None if w.end is None else round(w.end / NS, 3),
                 "majority_connected": connected,
-                "before_per_s": None if before is None else round(before, 1),
-                "during_per_s": None if during is None else round(during, 1),
+                "before_per_s": _rounded(before),
+                "during_per_s": _rounded(during),
                 "ratio": None if ratio is None else round(ratio, 3),
+                "baseline_s": round(sum(b - a for a, b in quiet) / NS, 1),
+                "judged_s": round(max(0, end - during_from) / NS, 1),
+                "by_partition_per_s": by_key,
                 "control": w.fault == CONTROL,
                 "meets_target": (
                     None
@@ -187,8 +209,40 @@ def throughput_ratios(ops: list[Op]) -> list[dict[str, Any]]:
                 ),
             }
         )
-        previous_end = max(previous_end, end)
     return rows
+
+
+def _quiet_spans(
+    windows: list[FaultWindow], start: float, end: float, skip: float, last: float
+) -> list[tuple[float, float]]:
+    """The parts of [start, end) outside every fault window and the `skip` after its heal (a
+    window never healed runs until `last`)."""
+    busy = sorted((w.start, (w.end if w.end is not None else last) + skip) for w in windows)
+    spans, t = [], start
+    for busy_from, busy_to in busy:
+        if busy_from > t:
+            spans.append((t, min(busy_from, end)))
+        t = max(t, busy_to)
+        if t >= end:
+            break
+    if t < end:
+        spans.append((t, end))
+    return [(a, b) for a, b in spans if b > a]
+
+
+def _spans_rate(sorted_times: list[int], spans: list[tuple[float, float]]) -> float | None:
+    """Events per second over `spans`; None when they add up to under half a second."""
+    seconds = sum(b - a for a, b in spans) / NS
+    if seconds < 0.5:
+        return None
+    count = sum(
+        bisect.bisect_left(sorted_times, b) - bisect.bisect_left(sorted_times, a) for a, b in spans
+    )
+    return count / seconds
+
+
+def _rounded(rate: float | None) -> float | None:
+    return None if rate is None else round(rate, 1)
 
 
 def _rate(sorted_times: list[int], start: float, end: float) -> float | None:

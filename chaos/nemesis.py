@@ -339,6 +339,10 @@ class Schedule:
     fails (a node too busy to answer its hook in time) is recorded as `fail` and tried again,
     up to HEAL_ATTEMPTS times: the fault is still in force meanwhile, so its window stays open
     and no other fault starts.
+
+    A fault lasts at least its shortest length (fault_s[0]) even when the run ends first: one
+    started seconds before the end was healed by the end of the run, not by the schedule, and
+    left a second or two after the grace period to judge its window on.
     """
 
     HEAL_ATTEMPTS = 10
@@ -369,7 +373,9 @@ class Schedule:
             fault = self.rng.choice(list(self.faults))
             started = self._record("start", lambda f=fault: f.start(self.rng), fault.name)
             if started:
+                shortest_end = time.monotonic() + self.fault_s[0]
                 self.stopping.wait(self.rng.uniform(*self.fault_s))
+                time.sleep(max(0.0, shortest_end - time.monotonic()))
             # Heal even after a failed start: a half-applied partition must not outlive it.
             for _ in range(self.HEAL_ATTEMPTS):
                 if self._record("stop", fault.stop, fault.name):

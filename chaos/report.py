@@ -163,7 +163,8 @@ def summary_text(result: dict[str, Any]) -> str:
     for fault, count in avail["not_injected"].items():
         lines.append(f"  {fault}: {count} injections failed (see nemesis ops in the history)")
     lines.append(
-        "acknowledged writes/s from 2 s after each fault to its heal, against before it"
+        "acknowledged writes/s from 2 s after each fault to its heal, against before it (the"
+        f" quiet time of the {availability.BASELINE_S:.0f} s before it)"
         f" (target >= 0.7 where a majority stayed connected): "
         f"{'met' if avail['throughput_target_met'] else 'MISSED'}, "
         f"lowest {avail['throughput_ratio_min']}"
@@ -178,9 +179,15 @@ def summary_text(result: dict[str, Any]) -> str:
         if row["control"]:
             judged = " (placebo: not judged)"
         lines.append(
-            f"  {row['fault']} at {row['start_s']}s: {row['during_per_s']}/s against "
-            f"{row['before_per_s']}/s, ratio {row['ratio']}{judged}"
+            f"  {row['fault']} at {row['start_s']}s: {row['during_per_s']}/s over"
+            f" {row['judged_s']} s against {row['before_per_s']}/s over {row['baseline_s']} s,"
+            f" ratio {row['ratio']}{judged}"
         )
+        if row["meets_target"] is False:
+            lines.append(
+                "    per partition, before -> during (/s): "
+                + ", ".join(f"{k} {b} -> {d}" for k, (b, d) in row["by_partition_per_s"].items())
+            )
     for fault in avail["faults"]:
         lines.append(
             f"  {fault['fault']}: {fault['start_s']}s..{fault['end_s'] or 'end'}s, "

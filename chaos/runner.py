@@ -141,7 +141,7 @@ async def _workload(
             return await _eos_clients(config, cluster, work, http, schedule, faults_until)
         if config.workload == "route":
             return await _route_clients(config, cluster, work, http, schedule, faults_until)
-        clients = [work.produce(http, p, until) for p in range(config.producers)]
+        clients = work.producers(http, config.producers, until)
         if config.workload == "group":
             group = _group_clients(config, cluster, work, http, schedule, clients, faults_until)
             return await group

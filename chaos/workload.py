@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Coroutine, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,11 +201,29 @@ class Workload:
         outcome = await self.request(session, endpoint, method, path, body, expect, scope=scope)
         return endpoint.name, outcome
 
-    def pick_partition(self) -> int:
-        """A random partition, one that some node can serve where there is one: a partition
-        without a reachable leader is skipped for a while, as Kafka's producers do (KIP-794)."""
-        servable = [p for p in range(self.partitions) if self.nodes.usable(p)]
-        return self.rng.choice(servable or range(self.partitions))
+    def pick_partition(self, among: Sequence[int] | None = None) -> int:
+        """A random partition (of `among`, else of all), one that some node can serve where there
+        is one: a partition without a reachable leader is skipped for a while, as Kafka's
+        producers do (KIP-794)."""
+        candidates = range(self.partitions) if among is None else among
+        servable = [p for p in candidates if self.nodes.usable(p)]
+        return self.rng.choice(servable or candidates)
+
+    def owned_partitions(self, producer: int, producers: int) -> list[int]:
+        """The partitions producer `producer` (of `producers`, numbered from 0) sends to."""
+        owned = [p for p in range(self.partitions) if p % producers == producer]
+        return owned or [producer % self.partitions]
+
+    def producers(
+        self, session: aiohttp.ClientSession, count: int, until: float
+    ) -> list[Coroutine[Any, Any, None]]:
+        """`count` producers (processes 0..count-1), each sending to partitions of its own:
+        one slow partition holds up only its own sends, as with a Kafka producer's batches per
+        partition. A closed loop over random partitions made every producer, and so every
+        partition, wait on the slowest one: one slow leader set the whole cluster's rate."""
+        return [
+            self.produce(session, p, until, self.owned_partitions(p, count)) for p in range(count)
+        ]
 
     async def watch_leaders(self, session: aiohttp.ClientSession, until: float) -> None:
         """Learns each partition's leader from topic descriptions, as clients refresh metadata."""
@@ -242,10 +260,18 @@ class Workload:
             await asyncio.sleep(1.0)
         return False
 
-    async def produce(self, session: aiohttp.ClientSession, process: int, until: float) -> None:
+    async def produce(
+        self,
+        session: aiohttp.ClientSession,
+        process: int,
+        until: float,
+        partitions: Sequence[int] | None = None,
+    ) -> None:
+        """Sends unique values one at a time (closed loop) to random partitions of
+        `partitions` (else of all), each through the node `self.nodes` picks for it."""
         seq = 0
         while time.monotonic() < until:
-            partition = self.pick_partition()
+            partition = self.pick_partition(partitions)
             value = f"{process}-{seq}"
             seq += 1
             request = {"key": self.key(partition), "value": value}

@@ -240,7 +240,7 @@ class PartitionReplica:
                 break
             found = when
         if found is not None:
-            self.runtime.stage_times.observe(stage, time.monotonic() - found)
+            self.runtime.stage_times.histograms[stage].observe(time.monotonic() - found)
 
     async def until_committed(self, index: int) -> None:
         """Return once the entry at `index` committed (and was applied here); raise when this
@@ -381,7 +381,7 @@ class PartitionReplica:
             self._time_limit(committed)
             index = await committed
             self._time_wakeup("ack_wait", index)
-            self.runtime.stage_times.observe("produce", time.monotonic() - began)
+            self.runtime.stage_times.histograms["produce"].observe(time.monotonic() - began)
             return index, False
         except TimeoutError:
             raise BrokerError("timeout", "the write did not commit in time") from None

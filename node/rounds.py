@@ -13,8 +13,9 @@ from collections.abc import Callable
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import cached_property, partial
+from functools import partial
 
+from raftline.node.call_threads import CallThreads
 from raftline.node.group import Group, GroupStorage
 from raftline.node.stages import StageTimes
 from raftline.raftlog.types import HardState, Ready, SnapshotMeta
@@ -42,14 +43,14 @@ class Write:
     # (which reads it when input arrives): a follower's next write may then start.
     appended: bool = False
     done: bool = False
+    # Each group's rounds of it, in order; read several times per write (started, entries
+    # written, returned, and the group's pending rounds in every round fed meanwhile).
+    groups: dict[str, list[Round]] = field(init=False)
 
-    @cached_property
-    def groups(self) -> dict[str, None]:
-        # Read several times per write (start, entries written, returned): built once.
-        return dict.fromkeys(r.group.name for r in self.rounds)
-
-    def rounds_of(self, name: str) -> list[Round]:
-        return [r for r in self.rounds if r.group.name == name]
+    def __post_init__(self) -> None:
+        self.groups = {}
+        for item in self.rounds:
+            self.groups.setdefault(item.group.name, []).append(item)
 
 
 @dataclass
@@ -65,10 +66,6 @@ class Round:
     # no snapshot) in `term`: more rounds of the group may be fed beside it
     # (see Runtime._takeable)
     extends_in: int | None = None
-
-    @property
-    def writes(self) -> bool:
-        return self.ready is not None or self.trim is not None
 
     @property
     def touches_disk(self) -> bool:
@@ -193,17 +190,18 @@ def _changes_vote(storage: GroupStorage, states: list[HardState]) -> bool:
 
 def observe_disk_hand_offs(stage_times: StageTimes, write: Write, now: float) -> None:
     """What a write spent between threads, apart from the fsync calls themselves."""
-    observe = stage_times.observe
-    observe("disk_queue", write.started_at - write.submitted_at)
-    observe("disk_return", now - write.returned_at)
+    stages = stage_times.histograms
+    stages["disk_queue"].observe(write.started_at - write.submitted_at)
+    stages["disk_return"].observe(now - write.returned_at)
     if not write.fsyncs:
         return
+    fsync_call, fsync_start = stages["fsync_call"], stages["fsync_start"]
     for handed, started, returned in write.fsyncs:
-        observe("fsync_call", returned - started)
+        fsync_call.observe(returned - started)
         if started > handed:  # run on a pool thread, not on the disk thread itself
-            observe("fsync_start", started - handed)
+            fsync_start.observe(started - handed)
     if len(write.fsyncs) > 1:
-        observe("fsync_join", write.returned_at - max(t[2] for t in write.fsyncs))
+        stages["fsync_join"].observe(write.returned_at - max(t[2] for t in write.fsyncs))
 
 
 class DiskWrites:
@@ -226,7 +224,7 @@ class DiskWrites:
         self.idle.set()
         self._entries_written = entries_written
         self._returned = returned
-        self.pool = ThreadPoolExecutor(max_workers=DISK_THREADS, thread_name_prefix="raftline-disk")
+        self.pool = CallThreads(DISK_THREADS, "raftline-disk")
         # Fsyncs of different partition logs run side by side: the filesystem folds concurrent
         # fsyncs into one journal commit (16 logs: ~1.7 ms against ~5.5 ms serial).
         self.fsyncs = ThreadPoolExecutor(
@@ -240,7 +238,7 @@ class DiskWrites:
         leads = any(r.ready is not None and r.ready.role == "leader" for r in rounds)
         loop = asyncio.get_running_loop()
         write.future = loop.create_future()
-        self.pool.submit(self._persist_and_return, rounds, loop, leads, write)
+        self.pool.run(self._persist_and_return, rounds, loop, leads, write)
         for name in write.groups:
             self.writes.setdefault(name, []).append(write)
             self.queued.setdefault(name, [])
@@ -282,7 +280,7 @@ class DiskWrites:
         for name in write.groups:
             writes = self.writes.get(name)
             while writes and writes[0].done:
-                finished.extend(writes.pop(0).rounds_of(name))
+                finished.extend(writes.pop(0).groups[name])
             if writes:
                 continue
             self.writes.pop(name, None)
@@ -291,7 +289,7 @@ class DiskWrites:
 
     def pending(self, name: str) -> list[Round]:
         """The group's rounds not finished yet, in order: in writes, then queued."""
-        rounds = [r for w in self.writes.get(name, ()) for r in w.rounds_of(name)]
+        rounds = [r for w in self.writes.get(name, ()) for r in w.groups[name]]
         return rounds + self.queued.get(name, [])
 
     def unwritten(self, name: str) -> bool:

@@ -34,7 +34,6 @@ Stages (seconds):
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
 
 STAGES = (
     "produce",
@@ -106,18 +105,14 @@ class LatencyHistogram:
 
 
 class StageTimes:
-    """One histogram per stage of STAGES."""
+    """One histogram per stage of STAGES. The write path observes `histograms[stage]` itself:
+    a dozen observations per message, each one call fewer than through `observe`."""
 
     def __init__(self) -> None:
         self.histograms = {stage: LatencyHistogram() for stage in STAGES}
 
     def observe(self, stage: str, seconds: float) -> None:
         self.histograms[stage].observe(seconds)
-
-    def observe_since(self, stage: str, now: float, starts: Iterable[float]) -> None:
-        histogram = self.histograms[stage]
-        for start in starts:
-            histogram.observe(now - start)
 
     def metrics_lines(self, node_id: int) -> list[str]:
         lines = [

@@ -575,7 +575,8 @@ class RaftNode:
     def _flush(self) -> None:
         last = self._log.last_index()
         for peer, pr in self._progress.items():
-            self._send_appends(peer, pr, last, allow_empty=False)
+            if pr.next <= last:  # else nothing to send (every acknowledgement flushes)
+                self._send_appends(peer, pr, last, allow_empty=False)
 
     def _send_appends(self, peer: int, pr: Progress, last: int, allow_empty: bool) -> None:
         """Send what the follower's flow control allows: one probe, or a pipeline of batches."""
@@ -702,15 +703,15 @@ class RaftNode:
         self._needs_flush = True
 
     def _maybe_commit(self) -> None:
-        voters = self.voters
-        matches = sorted(
-            (
-                self._self_match
-                if v == self.node_id
-                else (pr.match if (pr := self._progress.get(v)) is not None else -1)
-            )
-            for v in voters
-        )
+        # A list, not a generator: this runs on every acknowledgement (and a generator costs
+        # a call per voter).
+        matches = [
+            self._self_match
+            if v == self.node_id
+            else (pr.match if (pr := self._progress.get(v)) is not None else -1)
+            for v in self.voters
+        ]
+        matches.sort()
         quorum_match = matches[(len(matches) - 1) // 2]
         # Figure 8: only an entry of the current term commits by counting replicas.
         if quorum_match > self.commit_index and self._log.term_at(quorum_match) == self.term:

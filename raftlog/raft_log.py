@@ -40,7 +40,11 @@ class RaftLog:
     def last_index(self) -> int:
         if self.unstable:
             return self.unstable[-1].last_index
-        return self.persisted_last_index()
+        # persisted_last_index() without an unstable tail, written out: asked several times
+        # per message on a leader, whose tail is mostly persisted.
+        if self.pending_snapshot is not None:
+            return self.pending_snapshot.index
+        return self.stable.last_index()
 
     def persisted_last_index(self) -> int:
         """Last offset whose entry is durable and not replaced by the unstable tail."""
@@ -74,7 +78,9 @@ class RaftLog:
         """Entries covering [lo, hi] (lo at an entry boundary), at least one, about max_bytes."""
         unstable = self.unstable
         if unstable and lo >= unstable[0].index:
-            return _take(unstable, bisect_right(unstable, lo, key=_index_of) - 1, hi, max_bytes)
+            # From the first unstable entry (a leader's next APPEND, mostly): no search.
+            start = 0 if lo == unstable[0].index else bisect_right(unstable, lo, key=_index_of) - 1
+            return _take(unstable, start, hi, max_bytes)
         stable_hi = min(hi, unstable[0].index - 1) if unstable else hi
         entries = self.stable.entries(lo, stable_hi, max_bytes)
         if unstable and hi >= unstable[0].index and entries[-1].last_index == stable_hi:

@@ -190,7 +190,9 @@ class RaftStorage:
     def term_at(self, index: int) -> int | None:
         if index == self._snapshot.index:
             return self._snapshot.term
-        if not self.first_index() <= index <= self.last_index():
+        # first_index() <= index <= last_index(), written out: a leader asks for a term on
+        # every acknowledgement and every APPEND it sends.
+        if not self._snapshot.index < index < self.log.next_offset:
             return None
         cached = self._cache.covering(index)
         if cached is not None:

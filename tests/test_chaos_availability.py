@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from raftline.chaos.availability import (
+    BASELINE_S,
+    BASELINE_SKIP_S,
     GRACE_S,
     NS,
     FaultWindow,
@@ -15,6 +17,8 @@ from raftline.chaos.availability import (
     timeline,
 )
 from raftline.chaos.history import NEMESIS, Op, index_ops
+from raftline.chaos.linearizability import check_topics
+from raftline.chaos.report import summary_text
 
 
 def nemesis(f: str, at_s: float, fault: str = "partition") -> list[Op]:
@@ -196,3 +200,87 @@ def test_the_transactions_and_route_workloads_acknowledged_writes_make_the_throu
 def test_reads_and_transaction_ends_are_no_acknowledged_writes() -> None:
     ops = index_ops(acked_writes("txn-end", 0.0, 2.0, 10) + acked_writes("poll", 0.0, 2.0, 10))
     assert sum(r["writes_ok"] for r in timeline(ops)) == 0
+
+
+def keyed_sends(key: str, from_s: float, to_s: float, per_s: int) -> list[Op]:
+    ops: list[Op] = []
+    for i in range(int((to_s - from_s) * per_s)):
+        t = int((from_s + i / per_s) * NS)
+        value = {"key": key, "value": i}
+        ops += [Op(1, "invoke", "send", value, time=t), Op(1, "ok", "send", value, time=t + 1)]
+    return ops
+
+
+def one_partition_slowed() -> list[Op]:
+    # t/0 falls from 50/s to 5/s after the fault at 10 s, t/1 keeps its 50/s: 55 of 100 is 0.55.
+    return index_ops(
+        keyed_sends("t/0", 0.0, 10.0, 50)
+        + keyed_sends("t/1", 0.0, 20.0, 50)
+        + nemesis("start", 10.0)
+        + keyed_sends("t/0", 10.0 + GRACE_S, 20.0, 5)
+        + nemesis("stop", 20.0)
+    )
+
+
+def test_each_window_gives_every_partitions_own_rates() -> None:
+    (row,) = throughput_ratios(one_partition_slowed())
+    before_0, during_0 = row["by_partition_per_s"]["t/0"]
+    before_1, during_1 = row["by_partition_per_s"]["t/1"]
+    assert (before_0, during_0) == (pytest.approx(50, rel=0.02), pytest.approx(5, rel=0.05))
+    assert (before_1, during_1) == (pytest.approx(50, rel=0.02), pytest.approx(50, rel=0.02))
+
+
+def test_each_window_gives_the_spans_its_rates_are_taken_over() -> None:
+    (row,) = throughput_ratios(one_partition_slowed())
+    # The baseline starts BASELINE_SKIP_S after the first acknowledged send, as after a heal.
+    assert (row["baseline_s"], row["judged_s"]) == (10.0 - BASELINE_SKIP_S, 10.0 - GRACE_S)
+
+
+def test_the_summary_prints_every_window_and_the_partitions_of_a_miss() -> None:
+    ops = one_partition_slowed()
+    text = summary_text(
+        {
+            "valid": True,
+            "metadata_linearizability": check_topics(ops),
+            "availability": availability(ops),
+        }
+    )
+    assert "ratio 0.55" in text and "over 8.0 s against" in text
+    assert "per partition, before -> during (/s): t/0 50.0 -> 5.0, t/1 50.0 -> 50.0" in text
+
+
+def test_the_baseline_is_the_quiet_time_of_the_seconds_before_the_fault() -> None:
+    # 100/s throughout but for a burst of 300/s in the 4 s before fault B. The quiet gap since
+    # fault A's heal alone (35-40 s) gave 260/s and a ratio of 0.38; the quiet time of the 30 s
+    # before B (10-30 s and 35-40 s: not A, nor the 2 s after its heal) gives 132/s.
+    ops = index_ops(
+        acked_sends(0.0, 36.0, 100)
+        + acked_sends(36.0, 40.0, 300)
+        + nemesis("start", 30.0)
+        + nemesis("stop", 33.0)
+        + nemesis("start", 40.0)
+        + acked_sends(40.0, 50.0, 100)
+        + nemesis("stop", 50.0)
+    )
+    row = throughput_ratios(ops)[1]
+    assert BASELINE_S == 30.0
+    assert row["baseline_s"] == pytest.approx(25.0)
+    assert row["before_per_s"] == pytest.approx((20 * 100 + 1 * 100 + 4 * 300) / 25, rel=0.02)
+    assert row["meets_target"] is True
+
+
+def test_fault_time_and_the_recovery_after_a_heal_are_no_baseline() -> None:
+    # 100/s when quiet, 10/s during fault A and the 2 s after its heal: B's baseline is 100/s.
+    ops = index_ops(
+        acked_sends(0.0, 10.0, 100)
+        + nemesis("start", 10.0)
+        + acked_sends(10.0, 20.0 + BASELINE_SKIP_S, 10)
+        + nemesis("stop", 20.0)
+        + acked_sends(20.0 + BASELINE_SKIP_S, 30.0, 100)
+        + nemesis("start", 30.0)
+        + acked_sends(30.0, 40.0, 100)
+        + nemesis("stop", 40.0)
+    )
+    row = throughput_ratios(ops)[1]
+    assert row["before_per_s"] == pytest.approx(100, rel=0.02)
+    assert row["baseline_s"] == pytest.approx(8.0 + 8.0)

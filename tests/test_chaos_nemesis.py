@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from raftline.chaos import nemesis
-from raftline.chaos.availability import fault_windows
+from raftline.chaos.availability import NS, fault_windows
 from raftline.chaos.cluster import ClusterError, ComposeCluster, Node, StaticCluster
 from raftline.chaos.history import NEMESIS, Recorder
 from raftline.chaos.nemesis import ClockSkew, Schedule, StorageOutage, majorities_ring, make_faults
@@ -145,3 +145,18 @@ def test_the_placebo_nemesis_changes_nothing_and_opens_a_window(tmp_path: Path) 
     (placebo,) = make_faults(ComposeCluster(3), ["none"], "t")
     assert placebo.start(random.Random(0)) == {"fault": "none"}
     assert placebo.stop() == {"fault": "none"}
+
+
+def test_a_fault_lasts_its_shortest_length_when_the_run_ends_first(tmp_path: Path) -> None:
+    fault = CountingFault()
+    recorder = Recorder(tmp_path / "h.jsonl")
+    schedule = Schedule([fault], recorder, random.Random(0), quiet_s=(0.01, 0.02), fault_s=(1, 2))
+    worker = threading.Thread(target=schedule.run)
+    worker.start()
+    while "start" not in fault.calls:
+        threading.Event().wait(0.01)
+    schedule.stopping.set()  # the run ends just after the fault started
+    worker.join(5)
+    recorder.close()
+    (window,) = fault_windows(recorder.ops)
+    assert window.end is not None and window.end - window.start >= 1 * NS
