@@ -12,6 +12,7 @@ import socket
 import time
 from pathlib import Path
 
+from bench.ports import pick_span
 from raftline.node.broker import Broker
 from raftline.node.config import NodeConfig
 
@@ -35,9 +36,11 @@ def configs(root: Path, size: int, port_base: int) -> list[NodeConfig]:
 
 def free_port_base() -> int:
     """A base whose HTTP (base+1..3) and Raft (base+51..53) ports are all free now: other
-    benchmarks on this machine use fixed ranges."""
+    benchmarks on this machine use fixed ranges. Below the ephemeral range (bench/ports.py), so
+    no outgoing connection takes one before the brokers bind them."""
+    low, high = pick_span()
     while True:
-        base = random.randrange(30_000, 60_000, 100)
+        base = random.randrange(low, high - 100, 100)
         try:
             for port in [base + i for i in (1, 2, 3, 51, 52, 53)]:
                 with socket.socket() as probe:

@@ -21,6 +21,7 @@ import urllib.request
 from pathlib import Path
 
 from bench.drivers.base import Endpoint
+from bench.ports import free_ports
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 60.0
@@ -47,10 +48,9 @@ class PeerError(RuntimeError):
 
 
 def free_port() -> int:
-    """A loopback TCP port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
+    """A loopback TCP port nobody listens on right now, below the ephemeral range."""
+    [port] = free_ports(1, HOST)
+    return port
 
 
 def ensure_installed(peer: str) -> None:

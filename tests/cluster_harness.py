@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.node_procs import NodeProcess, http_json
+from bench.ports import free_ports, lost_a_port
 
 READY_TIMEOUT_S = 30.0
 FETCH_RETRY_S = 20.0  # a fetch answered "retry" (e.g. leader_unavailable) is retried this long
@@ -29,6 +30,10 @@ REPLICA_CATCH_UP_S = 30.0  # followers copy what was acknowledged; generous for 
 IMPORT_ERRORS = ("ImportError:", "ModuleNotFoundError:", "SyntaxError:", "IndentationError:")
 REPORT_LOG_LINES = 400  # per node in a failure report
 REPORT_NAME = "failure-report.txt"  # written next to the nodes' data when a cluster test fails
+# Starts that lost a port to another process (EADDRINUSE) are tried again this often: a fresh
+# cluster on new ports, a restarted node (whose Raft address its peers know) on the same ones.
+PORT_RETRIES = 3
+PORT_RETRY_PAUSE_S = 0.5
 
 
 class Timeline:
@@ -48,25 +53,38 @@ class Timeline:
         return "\n".join(f"{self.at(moment):9.3f} s  {text}" for moment, text in self.events)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class Node(NodeProcess):
     """A node process whose starts and kills go on the test's timeline."""
 
     def __init__(
-        self, node_id: int, root: Path, peers: str, timeline: Timeline | None = None
+        self,
+        node_id: int,
+        root: Path,
+        peers: str,
+        timeline: Timeline | None = None,
+        addresses: tuple[str, str] | None = None,
     ) -> None:
-        http, raft = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        """`addresses`: (HTTP, Raft), both on free ports if not given."""
+        http, raft = addresses or tuple(f"127.0.0.1:{port}" for port in free_ports(2))
         super().__init__(node_id, http, raft, peers, root)
         self.timeline = timeline or Timeline()
+        self.fsync = "always"
+        self._log_start = 0  # where this start's output begins in the (appended) log
 
     def start(self, fsync: str = "always") -> None:
+        self.fsync = fsync
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         super().start(fsync)
         self.timeline.note(f"node {self.node_id} started (pid {self.pid})")
+
+    def lost_a_port(self) -> bool:
+        """Whether this start's output says another process held one of the node's ports."""
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(self._log_start)
+                return lost_a_port(log.read().decode(errors="replace"))
+        except OSError:
+            return False
 
     def kill(self) -> None:
         """SIGKILL: no flush, no goodbye."""
@@ -114,12 +132,17 @@ class Cluster:
         self.timeline = Timeline()
         # Parts of the failure report registered by helpers (e.g. a producer's history).
         self.reporters: list[Callable[[], str]] = []
-        ids = range(1, size + 1)
-        raft = {i: f"127.0.0.1:{free_port()}" for i in ids}
-        peers = ",".join(f"{i}={address}" for i, address in raft.items())
-        self.nodes = [Node(i, root, peers, self.timeline) for i in ids]
-        for node in self.nodes:
-            node.raft = raft[node.node_id]
+        self.nodes = self._new_nodes(size)
+
+    def _new_nodes(self, size: int) -> list[Node]:
+        """`size` nodes on ports free now, listing each other's Raft addresses as peers."""
+        addresses = [f"127.0.0.1:{port}" for port in free_ports(2 * size)]
+        http, raft = addresses[:size], addresses[size:]
+        peers = ",".join(f"{i}={address}" for i, address in enumerate(raft, 1))
+        return [
+            Node(i, self.root, peers, self.timeline, (http[i - 1], raft[i - 1]))
+            for i in range(1, size + 1)
+        ]
 
     def node(self, node_id: int) -> Node:
         return next(n for n in self.nodes if n.node_id == node_id)
@@ -129,21 +152,65 @@ class Cluster:
         return ",".join(n.url for n in self.nodes)
 
     def start(self) -> None:
-        for node in self.nodes:
-            node.start()
-        self.wait_ready()
+        """Starts every node and waits until all are ready. Should another process take one of
+        the ports between their pick and the node's bind, the attempt's nodes are stopped and
+        their data removed, and a fresh cluster starts on new ports."""
+        for attempt in range(PORT_RETRIES + 1):
+            for node in self.nodes:
+                node.start()
+            lost = self._wait_ready(self.nodes, READY_TIMEOUT_S, restart_lost=False)
+            if lost is None:
+                return
+            self.timeline.note(f"node {lost.node_id} lost a port to another process")
+            if attempt == PORT_RETRIES:
+                break
+            self.close()
+            for node in self.nodes:
+                shutil.rmtree(node.data_dir, ignore_errors=True)
+            self.nodes = self._new_nodes(len(self.nodes))
+        raise RuntimeError(
+            f"node {lost.node_id} lost a port in {PORT_RETRIES + 1} starts:\n{lost.log_tail()}"
+        )
 
     def wait_ready(self, nodes: list[Node] | None = None, timeout: float = READY_TIMEOUT_S) -> None:
+        """Waits until `nodes` (all by default) answer ready. A node whose start lost one of
+        its ports to another process is started again on the same ports (its peers know its
+        Raft address) after a pause, a few times."""
+        self._wait_ready(nodes or self.nodes, timeout, restart_lost=True)
+
+    def _wait_ready(self, nodes: list[Node], timeout: float, restart_lost: bool) -> Node | None:
+        """None once every node is ready; with `restart_lost` false, the first node found to
+        have lost a port instead. All are watched at once: a 3-node cluster missing two cannot
+        elect, and the others' readiness waits on them."""
         deadline = time.monotonic() + timeout
-        for node in nodes or self.nodes:
-            while not node.ready():
-                if not node.running:
+        restarts = dict.fromkeys((node.node_id for node in nodes), 0)
+        pending = list(nodes)
+        while pending:
+            for node in pending:
+                if node.running:
+                    continue
+                if not node.lost_a_port():
                     raise RuntimeError(
                         f"node {node.node_id} {node.exit_cause()}:\n{node.log_tail()}"
                     )
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"node {node.node_id} not ready:\n{node.log_tail()}")
+                if not restart_lost:
+                    return node
+                if restarts[node.node_id] == PORT_RETRIES:
+                    raise RuntimeError(
+                        f"node {node.node_id} lost a port in {PORT_RETRIES + 1} starts:\n"
+                        f"{node.log_tail()}"
+                    )
+                restarts[node.node_id] += 1
+                self.timeline.note(f"node {node.node_id} lost a port; starting it again")
+                time.sleep(PORT_RETRY_PAUSE_S)
+                node.start(node.fsync)
+            pending = [node for node in pending if not node.ready()]
+            if pending and time.monotonic() > deadline:
+                node = pending[0]
+                raise TimeoutError(f"node {node.node_id} not ready:\n{node.log_tail()}")
+            if pending:
                 time.sleep(0.1)
+        return None
 
     def live(self) -> list[Node]:
         return [n for n in self.nodes if n.running]

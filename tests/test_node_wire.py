@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import struct
 import time
 from collections.abc import AsyncIterator
@@ -14,6 +13,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from bench.ports import free_ports
 from raftline.node import wire
 from raftline.node.transport import Transport, _PeerConnection
 from raftline.node.wire import FrameError, FrameKind
@@ -124,17 +124,11 @@ def test_entries_the_log_could_not_store_are_frame_errors(entry: list[Any]) -> N
         wire.decode_message(fields)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.asynccontextmanager
 async def connected_pair(received: list[Message]) -> AsyncIterator[tuple[Transport, Transport]]:
     """Nodes 1 and 2 on loopback, linked both ways; node 2 puts the Raft messages it gets in
     `received`."""
-    ports = free_port(), free_port()
+    ports = free_ports(2)
     peers = {1: f"127.0.0.1:{ports[0]}", 2: f"127.0.0.1:{ports[1]}"}
 
     async def no_rpc(peer: int, method: str, args: Any) -> Any:

@@ -174,7 +174,9 @@ def test_a_stream_turns_new_uploads_into_micro_batches_exactly_once(
         bucket,
         subscribe="streamed",
         startingOffsets="earliest",
-        maxOffsetsPerTrigger="100",
+        # Cuts each run's backlog into a few micro-batches, each a Spark job of its own (100
+        # made twice as many for the same proof).
+        maxOffsetsPerTrigger="200",
     )
 
     def run_available_now() -> None:

@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_harness import free_port
 from seaweedfs import running_seaweedfs
 
 from bench.node_procs import serve_command
+from bench.ports import free_ports
 from raftline.clients.client import Client
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -23,12 +23,13 @@ def test_a_node_with_s3_flags_offloads_segments_and_serves_offset_0_from_the_buc
 ) -> None:
     with running_seaweedfs(tmp_path / "weed") as seaweed:
         bucket = seaweed.create_bucket()
-        http = f"127.0.0.1:{free_port()}"
+        http_port, raft_port = free_ports(2)
+        http = f"127.0.0.1:{http_port}"
         data_dir = tmp_path / "node"
         command = [
             *serve_command(),
             "--http", http,
-            "--raft", f"127.0.0.1:{free_port()}",
+            "--raft", f"127.0.0.1:{raft_port}",
             "--data-dir", str(data_dir),
             "--fsync", "never",
             "--s3-endpoint", seaweed.endpoint,
