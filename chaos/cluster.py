@@ -82,6 +82,8 @@ class Cluster(Protocol):
 
     def heal_all(self) -> None: ...
 
+    def save_logs(self, folder: Path) -> list[Path]: ...
+
 
 def _wait_ready(nodes: Iterable[Node], timeout_s: float) -> bool:
     """Polls /readyz until every node answers 200, for at most `timeout_s`."""
@@ -127,6 +129,10 @@ class StaticCluster:
     def heal_all(self) -> None:
         """No faults to heal."""
 
+    def save_logs(self, folder: Path) -> list[Path]:
+        """Nothing to save: the nodes' logs are with whoever runs them."""
+        return []
+
 
 @dataclass
 class ComposeCluster:
@@ -163,6 +169,20 @@ class ComposeCluster:
 
     def down(self) -> None:
         self._compose_run("down", "-v", "--timeout", "10", timeout=300)
+
+    def save_logs(self, folder: Path) -> list[Path]:
+        """Writes each node's log, timestamped, to `folder/<service>.log` (before `down`
+        removes the containers): what a node did in a window that missed is read there."""
+        folder.mkdir(parents=True, exist_ok=True)
+        saved = []
+        for node in self.nodes:
+            text = self._compose_run(
+                "logs", "--no-color", "--timestamps", node.service, timeout=120
+            )
+            path = folder / f"{node.service}.log"
+            path.write_text(text, encoding="utf-8")
+            saved.append(path)
+        return saved
 
     def refresh(self) -> None:
         """Looks up each node's container id and its address on the compose network, and the

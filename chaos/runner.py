@@ -299,6 +299,8 @@ def _run(config: RunConfig, cluster: Cluster, watchdog: Watchdog) -> dict[str, A
             phases = runner.run(_workload(config, cluster, recorder, schedule))
     finally:
         recorder.close()
+        with contextlib.suppress(ClusterError, OSError):  # logs help; a run never fails on them
+            cluster.save_logs(config.out_dir / "node-logs")
         _leave(cluster, config.tear_down)
     ops = recorder.ops
     _say(f"checking {len(ops)} operations")

@@ -39,3 +39,5 @@ def test_mixed_faults_leave_no_anomaly(tmp_path: Path, raftline_image: None) -> 
     assert result["queue"]["anomaly_types"] == []
     assert result["queue"]["stats"]["acknowledged"] > 0
     assert result["availability"]["faults"], "the run injected no fault"
+    logs = sorted(p.name for p in (tmp_path / "node-logs").glob("*.log"))
+    assert logs == [f"raftline{i}.log" for i in range(1, 6)]
