@@ -20,6 +20,8 @@ EPHEMERAL_LOW_DEFAULT = 32768  # Linux's default when the range cannot be read
 PICK_SPAN = 12_000
 PICK_FLOOR = 10_000
 PICK_ATTEMPTS = 1000
+# A start that lost a port to another process is tried again on new ports this many times.
+PORT_RETRIES = 3
 # Random, not sequential, so concurrent test runs on one machine rarely pick the same port;
 # a generator of its own so tests that seed `random` do not make every run pick alike.
 _choice = random.SystemRandom()

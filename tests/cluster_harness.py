@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.node_procs import NodeProcess, http_json
-from bench.ports import free_ports, lost_a_port
+from bench.ports import PORT_RETRIES, free_ports, lost_a_port
 
 READY_TIMEOUT_S = 30.0
 FETCH_RETRY_S = 20.0  # a fetch answered "retry" (e.g. leader_unavailable) is retried this long
@@ -32,7 +32,6 @@ REPORT_LOG_LINES = 400  # per node in a failure report
 REPORT_NAME = "failure-report.txt"  # written next to the nodes' data when a cluster test fails
 # Starts that lost a port to another process (EADDRINUSE) are tried again this often: a fresh
 # cluster on new ports, a restarted node (whose Raft address its peers know) on the same ones.
-PORT_RETRIES = 3
 PORT_RETRY_PAUSE_S = 0.5
 
 

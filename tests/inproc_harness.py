@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from bench.ports import free_ports
+from bench.ports import PORT_RETRIES, free_ports
 from raftline.api.app import create_app
 from raftline.api.body_intake import IntakeAppRunner
 from raftline.node.broker import Broker
@@ -24,7 +24,6 @@ from raftline.node.config import NodeConfig
 from raftline.raftlog.records import Record, build_batch
 
 # Starts that lost a port to another process (EADDRINUSE) are tried again on new ports this often.
-PORT_RETRIES = 3
 
 
 class NodeTestServer(TestServer):

@@ -22,12 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.ports import free_ports, lost_a_port
+from bench.ports import PORT_RETRIES, free_ports, lost_a_port
 
 ACCESS_KEY = "raftline-test"
 SECRET_KEY = "raftline-test-secret"
 READY_TIMEOUT_S = 60.0
-PORT_RETRIES = 3  # starts that lost a port to another process are tried again on new ones
 _PORT_NAMES = (
     "master.port",
     "master.port.grpc",
